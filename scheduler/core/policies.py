@@ -1,0 +1,22 @@
+"""Named policy presets: the same engine configured four ways (the simulator compares them)."""
+
+from scheduler.core.types import Policy
+
+PRESETS: dict[str, Policy] = {
+    # First come, first served: strict arrival order, no backfill, no preemption.
+    "fifo": Policy(name="fifo", ordering="fifo", backfill=False, preemption=False),
+    # Slurm-like: priority then arrival, EASY backfill, no fair share, no preemption.
+    "slurm": Policy(name="slurm", ordering="fifo", backfill=True, preemption=False),
+    # Tiresias-like: least attained service first (short jobs first without knowing runtimes).
+    "tiresias": Policy(name="tiresias", ordering="las", backfill=True, preemption=False),
+    # Rota's default: fair share within priority, borrowing with reclaim, preemption, backfill.
+    "rota": Policy(name="rota"),
+}
+
+
+def policy_by_name(name: str) -> Policy:
+    """Return the preset called ``name``; raise ValueError naming the allowed values otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(sorted(PRESETS))}") from None
