@@ -21,6 +21,11 @@ HELD = "held"
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
+def _empty_mapping() -> Mapping[str, str]:
+    """The shared read-only empty mapping (a factory: dataclasses refuse unhashable plain defaults)."""
+    return _EMPTY
+
+
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
     """One schedulable accelerator (a whole GPU or one MIG slice, which has its own model name)."""
@@ -43,7 +48,8 @@ class NodeInfo:
     cpus: int = 0  # 0 means "not tracked": CPU requests are not checked on this node
     memory_mb: int = 0  # 0 means "not tracked"
     schedulable: bool = True
-    labels: Mapping[str, str] = _EMPTY  # e.g. {"network": "ib", "storage": "nvme"}
+    # e.g. {"network": "ib", "storage": "nvme"}
+    labels: Mapping[str, str] = field(default_factory=_empty_mapping)
     driver_version: str = ""  # e.g. "550.54.15"
     cuda_version: str = ""  # e.g. "12.4"
 
@@ -124,7 +130,7 @@ class JobInfo:
     memory_mb: int = 0
     nodes: int | None = None
     pool: str | None = None
-    node_labels: Mapping[str, str] = _EMPTY
+    node_labels: Mapping[str, str] = field(default_factory=_empty_mapping)
     min_driver_version: str = ""
     submitted_at: float = 0.0
     time_limit_s: float | None = None
@@ -171,7 +177,7 @@ class Reason:
 
     code: str
     message: str
-    details: Mapping[str, object] = _EMPTY
+    details: Mapping[str, object] = field(default_factory=_empty_mapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,4 +223,4 @@ class Decisions:
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[PendingInfo, ...] = ()
-    stats: Mapping[str, int] = _EMPTY
+    stats: Mapping[str, int] = field(default_factory=_empty_mapping)
