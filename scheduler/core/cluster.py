@@ -1,0 +1,193 @@
+"""The cycle's working copy of the cluster: devices with their free share, indexed for fast placement.
+
+Nodes carrying a GPU model in a pool form a ``Group``; each group keeps its schedulable nodes in buckets
+by how many whole devices of the model are free (so best-fit is "the first node of the smallest bucket
+that is large enough") and its partly used devices sorted by free share (for fractional jobs). Resources
+only ever shrink during a cycle: preemption victims keep their devices until their node confirms the
+processes are gone, so nothing is freed mid-cycle.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from scheduler.core.types import JobInfo, NodeInfo, Placement, Snapshot
+
+EPS = 1e-9
+
+
+class Device:
+    """One device's live state: ``free`` is the unheld share (1.0 = idle)."""
+
+    __slots__ = ("free", "healthy", "id", "index", "memory_mb", "model", "node")
+
+    def __init__(self, id: int, node: Node, index: int, model: str, memory_mb: int, healthy: bool):
+        self.id = id
+        self.node = node
+        self.index = index
+        self.model = model
+        self.memory_mb = memory_mb
+        self.healthy = healthy
+        self.free = 1.0
+
+
+class Node:
+    """A node's live state. ``order`` is its rank by name (ties in placement break on it)."""
+
+    __slots__ = ("by_model", "cpus_free", "driver", "info", "mem_free", "name", "order", "pool", "schedulable")
+
+    def __init__(self, info: NodeInfo, order: int):
+        self.info = info
+        self.name = info.name
+        self.order = order
+        self.pool = info.pool
+        self.schedulable = info.schedulable
+        self.driver = version_tuple(info.driver_version)
+        self.cpus_free = float(info.cpus) if info.cpus else None  # None: not tracked
+        self.mem_free = float(info.memory_mb) if info.memory_mb else None
+        self.by_model: dict[str, list[Device]] = {}
+
+    def whole_free(self, model: str) -> int:
+        """Healthy devices of ``model`` with nothing on them."""
+        return sum(1 for d in self.by_model.get(model, ()) if d.healthy and d.free > 1.0 - EPS)
+
+
+class Group:
+    """Schedulable nodes of one pool that carry one GPU model, indexed by free whole devices."""
+
+    __slots__ = ("buckets", "capacity", "count", "max_devices", "model", "nodes", "partial", "pool")
+
+    def __init__(self, pool: str, model: str):
+        self.pool = pool
+        self.model = model
+        self.nodes: list[Node] = []  # every node of the pool with the model, schedulable or not
+        self.buckets: list[list[int]] = []  # buckets[k]: orders of schedulable nodes with k free devices
+        self.count: dict[int, int] = {}  # node order -> its current bucket
+        self.partial: list[tuple[float, int]] = []  # (free share, device id) of partly used devices
+        self.max_devices = 0  # most healthy devices of the model on one schedulable node
+        self.capacity = 0.0  # healthy devices of the model on schedulable nodes
+
+    def max_free(self) -> int:
+        """The largest number of whole free devices on a single node of this group."""
+        for k in range(len(self.buckets) - 1, 0, -1):
+            if self.buckets[k]:
+                return k
+        return 0
+
+    def total_free(self) -> int:
+        """Whole free devices over all schedulable nodes of the group."""
+        return sum(k * len(b) for k, b in enumerate(self.buckets))
+
+
+class Cluster:
+    """Devices, nodes and groups of one snapshot, with running jobs' placements already applied."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.nodes: dict[str, Node] = {}
+        self.devices: dict[int, Device] = {}
+        self.groups: dict[tuple[str, str], Group] = {}
+        self.node_by_order: list[Node] = []
+        for order, info in enumerate(sorted(snapshot.nodes, key=lambda n: n.name)):
+            node = Node(info, order)
+            self.nodes[info.name] = node
+            self.node_by_order.append(node)
+            for gpu in sorted(info.gpus, key=lambda g: (g.index, g.id)):
+                dev = Device(gpu.id, node, gpu.index, gpu.model, gpu.memory_mb, gpu.healthy)
+                self.devices[gpu.id] = dev
+                node.by_model.setdefault(gpu.model, []).append(dev)
+        for job in snapshot.jobs:
+            if job.placements:
+                self._hold_running(job)
+        for node in self.node_by_order:
+            for model, devs in sorted(node.by_model.items()):
+                group = self.groups.get((node.pool, model))
+                if group is None:
+                    group = self.groups[(node.pool, model)] = Group(node.pool, model)
+                group.nodes.append(node)
+                if not node.schedulable:
+                    continue
+                healthy = sum(1 for d in devs if d.healthy)
+                group.max_devices = max(group.max_devices, healthy)
+                group.capacity += healthy
+                while len(group.buckets) <= healthy:
+                    group.buckets.append([])
+                k = node.whole_free(model)
+                group.count[node.order] = k
+                group.buckets[k].append(node.order)  # nodes come in order, so buckets stay sorted
+                for d in devs:
+                    if d.healthy and EPS < d.free < 1.0 - EPS:
+                        insort(group.partial, (d.free, d.id))
+
+    def _hold_running(self, job: JobInfo) -> None:
+        """Apply a running job's placements (and its CPU/RAM share) before groups are indexed."""
+        touched: set[str] = set()
+        for p in job.placements:
+            dev = self.devices.get(p.gpu_id)
+            if dev is not None:
+                dev.free -= p.share
+                touched.add(dev.node.name)
+        _charge_host(self, job, touched, sign=-1.0)
+
+    def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
+        """Hold ``placements`` for ``job`` in the working copy, keeping the indexes in step."""
+        touched: dict[str, Node] = {}
+        changed: list[tuple[Device, float]] = []
+        for p in placements:
+            dev = self.devices[p.gpu_id]
+            changed.append((dev, dev.free))
+            dev.free -= p.share
+            touched[dev.node.name] = dev.node
+        for dev, old in changed:
+            group = self.groups[(dev.node.pool, dev.model)]
+            if EPS < old < 1.0 - EPS:
+                i = bisect_left(group.partial, (old, dev.id))
+                if i < len(group.partial) and group.partial[i] == (old, dev.id):
+                    group.partial.pop(i)
+            if dev.healthy and EPS < dev.free < 1.0 - EPS:
+                insort(group.partial, (dev.free, dev.id))
+        for node in touched.values():
+            for model in node.by_model:
+                self.rebucket(node, model)
+        _charge_host(self, job, set(touched), sign=-1.0)
+
+    def rebucket(self, node: Node, model: str) -> None:
+        """Move ``node`` to the bucket matching its current number of free ``model`` devices."""
+        group = self.groups.get((node.pool, model))
+        if group is None or node.order not in group.count:
+            return
+        old = group.count[node.order]
+        new = node.whole_free(model)
+        if new == old:
+            return
+        bucket = group.buckets[old]
+        bucket.pop(bisect_left(bucket, node.order))
+        insort(group.buckets[new], node.order)
+        group.count[node.order] = new
+
+
+def _charge_host(cluster: Cluster, job: JobInfo, node_names: set[str], sign: float) -> None:
+    """Add (sign=+1) or remove (sign=-1) the job's CPUs and RAM, split evenly over its nodes."""
+    if not node_names or (not job.cpus and not job.memory_mb):
+        return
+    n = len(node_names)
+    for name in node_names:
+        node = cluster.nodes[name]
+        if node.cpus_free is not None and job.cpus:
+            node.cpus_free += sign * job.cpus / n
+        if node.mem_free is not None and job.memory_mb:
+            node.mem_free += sign * job.memory_mb / n
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """Parse "550.54.15" into (550, 54, 15) so versions compare numerically; junk parts count as 0."""
+    parts = []
+    for piece in text.strip().split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits) if digits else 0)
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)

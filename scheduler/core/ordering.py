@@ -1,0 +1,53 @@
+"""Queue order: priority first (higher ``priority`` value first), then the policy's order inside a
+priority: arrival (fifo), the team's decayed usage relative to its entitlement, then arrival (fairshare),
+or least attained service, then arrival (las). Job id breaks every remaining tie, so order is total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scheduler.core.types import JobInfo, Snapshot
+
+SortKey = Callable[[JobInfo], tuple]
+
+
+def entitlements(snapshot: Snapshot) -> dict[str, float]:
+    """Each team's entitlement: the sum of its guaranteed GPUs, else the sum of its quota weights."""
+    guaranteed: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    for q in snapshot.quotas:
+        guaranteed[q.team] = guaranteed.get(q.team, 0.0) + max(q.guaranteed, 0.0)
+        weight[q.team] = weight.get(q.team, 0.0) + max(q.weight, 0.0)
+    out = {}
+    for team in set(guaranteed) | set(weight):
+        out[team] = guaranteed.get(team, 0.0) or weight.get(team, 0.0)
+    return out
+
+
+def fair_share_factors(snapshot: Snapshot) -> dict[str, float]:
+    """Decayed usage (GPU-seconds, from ``snapshot.usage``) divided by entitlement; lower runs first.
+
+    A team without entitlement but with usage sorts after every entitled team of equal usage.
+    """
+    ent = entitlements(snapshot)
+    teams = set(ent) | set(snapshot.usage) | {j.team for j in snapshot.jobs}
+    out = {}
+    for team in teams:
+        usage = max(float(snapshot.usage.get(team, 0.0)), 0.0)
+        e = ent.get(team, 0.0)
+        out[team] = usage / e if e > 0 else (usage * 1e6 if usage else 0.0)
+    return out
+
+
+def sort_key(snapshot: Snapshot) -> SortKey:
+    """The queue-order key for ``snapshot.policy``."""
+    ordering = snapshot.policy.ordering
+    if ordering == "fairshare":
+        factors = fair_share_factors(snapshot)
+        return lambda j: (-j.priority, factors.get(j.team, 0.0), j.submitted_at, j.id)
+    if ordering == "las":
+        return lambda j: (-j.priority, j.attained_gpu_s, j.submitted_at, j.id)
+    if ordering == "fifo":
+        return lambda j: (-j.priority, j.submitted_at, j.id)
+    raise ValueError(f"unknown ordering {ordering!r}; allowed: fairshare, fifo, las")
