@@ -32,8 +32,16 @@ DEFAULT_GPU_MEMORY_MB = 16 * 1024
 
 # Device memory for model names that do not say it themselves ("a100-80gb" does).
 KNOWN_GPU_MEMORY_MB = {
-    "v100": 16 * 1024, "v100m16": 16 * 1024, "v100m32": 32 * 1024, "p100": 16 * 1024, "t4": 16 * 1024,
-    "a10": 24 * 1024, "a100": 40 * 1024, "h100": 80 * 1024, "l40s": 48 * 1024, "k80": 12 * 1024,
+    "v100": 16 * 1024,
+    "v100m16": 16 * 1024,
+    "v100m32": 32 * 1024,
+    "p100": 16 * 1024,
+    "t4": 16 * 1024,
+    "a10": 24 * 1024,
+    "a100": 40 * 1024,
+    "h100": 80 * 1024,
+    "l40s": 48 * 1024,
+    "k80": 12 * 1024,
 }
 
 _GROUP = re.compile(r"^(\d+)x(\d+)(?::([A-Za-z0-9._-]+))?(?:@([A-Za-z0-9._-]+))?$")
@@ -93,8 +101,9 @@ def gpu_memory_mb(model: str) -> int:
     return KNOWN_GPU_MEMORY_MB.get(model, DEFAULT_GPU_MEMORY_MB)
 
 
-def build_cluster(groups: list[NodeGroup], pool_teams: Mapping[str, frozenset[str]] | None = None,
-                  description: str = "") -> Cluster:
+def build_cluster(
+    groups: list[NodeGroup], pool_teams: Mapping[str, frozenset[str]] | None = None, description: str = ""
+) -> Cluster:
     """Materialise node groups into NodeInfo/GpuDevice values with deterministic names and ids."""
     nodes: list[NodeInfo] = []
     gpu_id = 0
@@ -105,9 +114,19 @@ def build_cluster(groups: list[NodeGroup], pool_teams: Mapping[str, frozenset[st
             devices = []
             for index in range(group.gpus):
                 gpu_id += 1
-                devices.append(GpuDevice(id=gpu_id, node=name, index=index, model=group.model, memory_mb=memory))
-            nodes.append(NodeInfo(name=name, pool=group.pool, gpus=tuple(devices), cpus=group.cpus,
-                                  memory_mb=group.memory_mb, labels=group.labels))
+                devices.append(
+                    GpuDevice(id=gpu_id, node=name, index=index, model=group.model, memory_mb=memory)
+                )
+            nodes.append(
+                NodeInfo(
+                    name=name,
+                    pool=group.pool,
+                    gpus=tuple(devices),
+                    cpus=group.cpus,
+                    memory_mb=group.memory_mb,
+                    labels=group.labels,
+                )
+            )
     return Cluster(nodes=tuple(nodes), pool_teams=dict(pool_teams or {}), description=description)
 
 
@@ -118,21 +137,30 @@ def parse_spec(spec: str) -> list[NodeGroup]:
         text = part.strip()
         match = _GROUP.match(text)
         if not match:
-            raise ValueError(f"bad cluster group {text!r} in {spec!r}: expected COUNTxGPUS[:MODEL][@POOL], "
-                             "e.g. 72x8:v100 or 8x8:a100-80gb@infer")
+            raise ValueError(
+                f"bad cluster group {text!r} in {spec!r}: expected COUNTxGPUS[:MODEL][@POOL], "
+                "e.g. 72x8:v100 or 8x8:a100-80gb@infer"
+            )
         count, gpus = int(match.group(1)), int(match.group(2))
         if count == 0 or gpus == 0:
             raise ValueError(f"bad cluster group {text!r}: node count and GPUs per node must be positive")
-        groups.append(NodeGroup(count=count, gpus=gpus, model=(match.group(3) or DEFAULT_MODEL).lower(),
-                                pool=match.group(4) or DEFAULT_POOL))
+        groups.append(
+            NodeGroup(
+                count=count,
+                gpus=gpus,
+                model=(match.group(3) or DEFAULT_MODEL).lower(),
+                pool=match.group(4) or DEFAULT_POOL,
+            )
+        )
     return groups
 
 
 def _positive_int(value: object, where: str, *, allow_zero: bool = False) -> int:
     """Check a YAML value is a whole number (> 0 unless ``allow_zero``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
-        raise TraceError(f"{where}: expected a {'non-negative' if allow_zero else 'positive'} whole number, "
-                         f"got {value!r}")
+        raise TraceError(
+            f"{where}: expected a {'non-negative' if allow_zero else 'positive'} whole number, got {value!r}"
+        )
     return value
 
 
@@ -153,7 +181,8 @@ def _group_from_yaml(item: object, where: str) -> NodeGroup:
         pool=str(item.get("pool", DEFAULT_POOL)),
         cpus=_positive_int(item.get("cpus", 0), f"{where}.cpus", allow_zero=True),
         memory_mb=_positive_int(item.get("memory_gb", 0), f"{where}.memory_gb", allow_zero=True) * 1024,
-        gpu_memory_mb=_positive_int(item.get("gpu_memory_gb", 0), f"{where}.gpu_memory_gb", allow_zero=True) * 1024,
+        gpu_memory_mb=_positive_int(item.get("gpu_memory_gb", 0), f"{where}.gpu_memory_gb", allow_zero=True)
+        * 1024,
         labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
     )
 
@@ -169,7 +198,9 @@ def load_cluster_yaml(path: str | Path) -> Cluster:
         raise TraceError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("node_groups"), list) or not data["node_groups"]:
         raise TraceError(f"{path}: expected a mapping with a non-empty 'node_groups' list")
-    groups = [_group_from_yaml(item, f"{path}: node_groups[{i}]") for i, item in enumerate(data["node_groups"])]
+    groups = [
+        _group_from_yaml(item, f"{path}: node_groups[{i}]") for i, item in enumerate(data["node_groups"])
+    ]
     pools_yaml = data.get("pools") or {}
     if not isinstance(pools_yaml, dict):
         raise TraceError(f"{path}: pools: expected a mapping of pool name to a list of teams")
@@ -194,15 +225,29 @@ def cluster_from_trace_nodes(nodes: tuple[TraceNode, ...], description: str = "t
         devices = []
         for index in range(node.gpus):
             gpu_id += 1
-            devices.append(GpuDevice(id=gpu_id, node=node.name, index=index, model=node.model,
-                                     memory_mb=gpu_memory_mb(node.model)))
-        built.append(NodeInfo(name=node.name, pool=DEFAULT_POOL, gpus=tuple(devices), cpus=node.cpus,
-                              memory_mb=node.memory_mb))
+            devices.append(
+                GpuDevice(
+                    id=gpu_id,
+                    node=node.name,
+                    index=index,
+                    model=node.model,
+                    memory_mb=gpu_memory_mb(node.model),
+                )
+            )
+        built.append(
+            NodeInfo(
+                name=node.name,
+                pool=DEFAULT_POOL,
+                gpus=tuple(devices),
+                cpus=node.cpus,
+                memory_mb=node.memory_mb,
+            )
+        )
     return Cluster(nodes=tuple(built), description=description)
 
 
 def load_cluster(spec: str | None, trace_nodes: tuple[TraceNode, ...] = ()) -> Cluster:
-    """Resolve ``--cluster``: a ``.yaml``/``.yml`` file, a spec string, or (None/``trace``) the trace's nodes."""
+    """Resolve ``--cluster``: a YAML file, a spec string, or (None or ``trace``) the trace's own nodes."""
     if spec is None or spec == "trace":
         if not trace_nodes:
             raise ValueError("this trace has no node list: give --cluster, e.g. 72x8:v100")

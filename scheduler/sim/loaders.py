@@ -64,7 +64,9 @@ def parse_bound(text: str | None) -> Bound | None:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"bad time bound {text!r}: expected seconds or an ISO date such as 2017-10-09") from None
+        raise ValueError(
+            f"bad time bound {text!r}: expected seconds or an ISO date such as 2017-10-09"
+        ) from None
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -81,7 +83,9 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str
         header = [name.strip() for name in header]
         missing = [name for name in required if name not in header]
         if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}; header is {','.join(header)}")
+            raise TraceError(
+                f"{path}:1: missing column(s) {', '.join(missing)}; header is {','.join(header)}"
+            )
         width = len(header)
         for values in reader:
             if not values or (len(values) == 1 and not values[0].strip()):
@@ -145,8 +149,14 @@ def _check_window_kind(window: Window, dated: bool, path: Path) -> None:
             raise TraceError(f"{path}: this trace's submit times are {want}; got time bound {bound!r}")
 
 
-def _finish(raw: list[tuple[Bound, TraceJob]], window: Window, path: Path, fmt: str,
-            skipped: dict[str, int], nodes: tuple[TraceNode, ...] = ()) -> Trace:
+def _finish(
+    raw: list[tuple[Bound, TraceJob]],
+    window: Window,
+    path: Path,
+    fmt: str,
+    skipped: dict[str, int],
+    nodes: tuple[TraceNode, ...] = (),
+) -> Trace:
     """Shift submit times to the trace origin and sort the jobs."""
     if not raw:
         return Trace(jobs=(), source=str(path), format=fmt, nodes=nodes, skipped=skipped)
@@ -165,13 +175,30 @@ def _finish(raw: list[tuple[Bound, TraceJob]], window: Window, path: Path, fmt: 
 
     jobs = [_with_submit(job, offset(submit)) for submit, job in raw]
     jobs.sort(key=lambda job: (job.submit_time, job.id))
-    return Trace(jobs=tuple(jobs), source=str(path), format=fmt, origin=origin, nodes=nodes, skipped=skipped)
+    end = offset(window.end) if window.end is not None else None
+    return Trace(
+        jobs=tuple(jobs), source=str(path), format=fmt, origin=origin, nodes=nodes, skipped=skipped, end=end
+    )
 
 
 def _with_submit(job: TraceJob, submit: float) -> TraceJob:
     """Copy ``job`` with a new submit time (TraceJob is frozen)."""
-    return TraceJob(job.id, submit, job.duration, job.gpus, job.team, job.user, job.gpu_models, job.kind,
-                    job.priority_class, job.time_limit_s, job.gpu_fraction, job.cpus, job.memory_mb, job.name)
+    return TraceJob(
+        job.id,
+        submit,
+        job.duration,
+        job.gpus,
+        job.team,
+        job.user,
+        job.gpu_models,
+        job.kind,
+        job.priority_class,
+        job.time_limit_s,
+        job.gpu_fraction,
+        job.cpus,
+        job.memory_mb,
+        job.name,
+    )
 
 
 def load_philly(path: str | Path, window: Window = Window()) -> Trace:
@@ -198,8 +225,19 @@ def load_philly(path: str | Path, window: Window = Window()) -> Trace:
             key = "cpu-only" if gpus == 0 else "zero-duration"
             skipped[key] = skipped.get(key, 0) + 1
             continue
-        raw.append((submit, TraceJob(id=line - 1, submit_time=0.0, duration=duration, gpus=gpus, team=team,
-                                     name=f"philly-{line - 1}")))
+        raw.append(
+            (
+                submit,
+                TraceJob(
+                    id=line - 1,
+                    submit_time=0.0,
+                    duration=duration,
+                    gpus=gpus,
+                    team=team,
+                    name=f"philly-{line - 1}",
+                ),
+            )
+        )
     return _finish(raw, window, path, "philly", skipped)
 
 
@@ -222,7 +260,9 @@ def load_generic(path: str | Path, window: Window = Window()) -> Trace:
         if not name:
             raise cell.fail("job_id", "a job id")
         if name in seen:
-            raise TraceError(f"{path}:{line}: column 'job_id': duplicate id {name!r} (first on line {seen[name]})")
+            raise TraceError(
+                f"{path}:{line}: column 'job_id': duplicate id {name!r} (first on line {seen[name]})"
+            )
         seen[name] = line
         submit_text = cell.text("submit_time")
         is_date = bool(submit_text) and ("-" in submit_text[1:] or ":" in submit_text)
@@ -252,11 +292,25 @@ def load_generic(path: str | Path, window: Window = Window()) -> Trace:
             skipped["cpu-only"] = skipped.get("cpu-only", 0) + 1
             continue
         models = tuple(m.strip().lower() for m in cell.text("gpu_model").split("|") if m.strip())
-        raw.append((submit, TraceJob(
-            id=index + 1, submit_time=0.0, duration=duration, gpus=gpus, team=cell.text("team", "default"),
-            user=cell.text("user"), gpu_models=models, kind=kind,
-            priority_class=cell.text("priority_class", KIND_DEFAULT_CLASS[kind]), time_limit_s=time_limit,
-            gpu_fraction=fraction, name=name)))
+        raw.append(
+            (
+                submit,
+                TraceJob(
+                    id=index + 1,
+                    submit_time=0.0,
+                    duration=duration,
+                    gpus=gpus,
+                    team=cell.text("team", "default"),
+                    user=cell.text("user"),
+                    gpu_models=models,
+                    kind=kind,
+                    priority_class=cell.text("priority_class", KIND_DEFAULT_CLASS[kind]),
+                    time_limit_s=time_limit,
+                    gpu_fraction=fraction,
+                    name=name,
+                ),
+            )
+        )
     return _finish(raw, window, path, "generic", skipped)
 
 
@@ -272,13 +326,21 @@ def load_openb_nodes(path: str | Path) -> tuple[TraceNode, ...]:
         model = cell.text("model").lower()
         if not model:
             raise cell.fail("model", "a GPU model")
-        nodes.append(TraceNode(name=cell.text("sn") or f"node-{line}", gpus=gpus, model=model,
-                               cpus=cell.integer("cpu_milli") // 1000, memory_mb=cell.integer("memory_mib")))
+        nodes.append(
+            TraceNode(
+                name=cell.text("sn") or f"node-{line}",
+                gpus=gpus,
+                model=model,
+                cpus=cell.integer("cpu_milli") // 1000,
+                memory_mb=cell.integer("memory_mib"),
+            )
+        )
     return tuple(nodes)
 
 
-def load_openb(path: str | Path, window: Window = Window(), nodes_path: str | Path | None = None,
-               team: str = "default") -> Trace:
+def load_openb(
+    path: str | Path, window: Window = Window(), nodes_path: str | Path | None = None, team: str = "default"
+) -> Trace:
     """Load an Alibaba openb pod list; the cluster comes from the node list next to it.
 
     Pods without GPUs are skipped. ``gpu_milli`` < 1000 on a 1-GPU pod becomes ``gpu_fraction``;
@@ -294,7 +356,9 @@ def load_openb(path: str | Path, window: Window = Window(), nodes_path: str | Pa
     _check_window_kind(window, False, path)
     raw: list[tuple[Bound, TraceJob]] = []
     skipped: dict[str, int] = {}
-    for index, (line, row) in enumerate(_rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))):
+    for index, (line, row) in enumerate(
+        _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+    ):
         cell = _Cell(path, line, row)
         gpus = cell.integer("num_gpu")
         milli = cell.integer("gpu_milli")
@@ -322,14 +386,33 @@ def load_openb(path: str | Path, window: Window = Window(), nodes_path: str | Pa
             raise cell.fail("qos", f"one of {', '.join(OPENB_QOS)}")
         kind, priority_class = OPENB_QOS[qos]
         models = tuple(m.strip().lower() for m in cell.text("gpu_spec").split("|") if m.strip())
-        raw.append((submit, TraceJob(
-            id=index + 1, submit_time=0.0, duration=duration, gpus=gpus, team=team, gpu_models=models, kind=kind,
-            priority_class=priority_class, gpu_fraction=fraction, cpus=cpus, memory_mb=memory,
-            name=cell.text("name"))))
+        raw.append(
+            (
+                submit,
+                TraceJob(
+                    id=index + 1,
+                    submit_time=0.0,
+                    duration=duration,
+                    gpus=gpus,
+                    team=team,
+                    gpu_models=models,
+                    kind=kind,
+                    priority_class=priority_class,
+                    gpu_fraction=fraction,
+                    cpus=cpus,
+                    memory_mb=memory,
+                    name=cell.text("name"),
+                ),
+            )
+        )
     return _finish(raw, window, path, "openb", skipped, nodes)
 
 
-LOADERS: dict[str, Callable[..., Trace]] = {"philly": load_philly, "generic": load_generic, "openb": load_openb}
+LOADERS: dict[str, Callable[..., Trace]] = {
+    "philly": load_philly,
+    "generic": load_generic,
+    "openb": load_openb,
+}
 
 
 def load_trace(path: str | Path, fmt: str, window: Window = Window()) -> Trace:

@@ -109,8 +109,15 @@ def _quota(team: str, model: str, spec: object, where: str, capacity: int) -> Qu
     weight = _number(spec.get("weight", 1.0), f"{where}.weight", capacity) or 0.0
     non_lendable = _number(spec.get("non_lendable", 0), f"{where}.non_lendable", capacity) or 0.0
     pool = spec.get("pool")
-    return QuotaInfo(team=team, gpu_model=model, guaranteed=guaranteed, limit=limit, weight=weight,
-                     non_lendable=non_lendable, pool=None if pool is None else str(pool))
+    return QuotaInfo(
+        team=team,
+        gpu_model=model,
+        guaranteed=guaranteed,
+        limit=limit,
+        weight=weight,
+        non_lendable=non_lendable,
+        pool=None if pool is None else str(pool),
+    )
 
 
 def load_quotas(path: str | Path, trace: Trace, cluster: Cluster) -> TeamSetup:
@@ -152,9 +159,13 @@ def load_quotas(path: str | Path, trace: Trace, cluster: Cluster) -> TeamSetup:
             for model, quota_spec in per_model.items():
                 model_name = str(model).lower()
                 if model_name not in capacity:
-                    raise TraceError(f"{where}.quotas.{model}: the cluster has no GPU model {model!r} "
-                                     f"(it has {', '.join(capacity)})")
-                quotas.append(_quota(name, model_name, quota_spec, f"{where}.quotas.{model}", capacity[model_name]))
+                    raise TraceError(
+                        f"{where}.quotas.{model}: the cluster has no GPU model {model!r} "
+                        f"(it has {', '.join(capacity)})"
+                    )
+                quotas.append(
+                    _quota(name, model_name, quota_spec, f"{where}.quotas.{model}", capacity[model_name])
+                )
         else:
             raise TraceError(f"{where}.quotas: expected a mapping of GPU model to quota")
     return TeamSetup(teams=tuple(teams), quotas=tuple(quotas), source=path.name)

@@ -62,6 +62,7 @@ class Trace:
     origin: the wall-clock instant of time 0 when the trace has dates (Philly), else None.
     nodes: the cluster the trace ran on, when the trace says (openb); empty otherwise.
     skipped: rows read but not replayed, by cause (e.g. {"cpu-only": 1088}).
+    end: the end of the time window on the trace clock, when one was given.
     """
 
     jobs: tuple[TraceJob, ...]
@@ -70,6 +71,14 @@ class Trace:
     origin: datetime | None = None
     nodes: tuple[TraceNode, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
+    end: float | None = None
+
+    @property
+    def span_s(self) -> float:
+        """The measurement window in seconds: time 0 to the window end, else to the last submit."""
+        if self.end is not None:
+            return max(1.0, self.end)
+        return max(1.0, max((job.submit_time for job in self.jobs), default=0.0))
 
     @property
     def teams(self) -> tuple[str, ...]:

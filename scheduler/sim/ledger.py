@@ -1,0 +1,108 @@
+"""Per-team time integrals the simulator keeps while it replays: decayed usage, share, starvation.
+
+Everything is integrated exactly between state changes (GPUs held change only at starts, completions
+and stops), so results do not depend on how often the scheduler cycles.
+"""
+
+from __future__ import annotations
+
+import math
+
+_EPS = 1e-9
+
+
+class TeamLedger:
+    """Integrals over time for each team.
+
+    usage: GPU-seconds decayed with ``half_life_s`` (what ``Snapshot.usage`` carries for fair share).
+    contended_gpu_s: GPU-seconds held while some job was waiting (the "received share" when it matters).
+    starved_s: seconds during which the team had a pending job that would fit in what is left of its
+      guarantee (guaranteed - held >= request) and yet did not run.
+    """
+
+    def __init__(self, teams: list[str], guaranteed: dict[str, float], half_life_s: float) -> None:
+        self.teams = list(teams)
+        self.guaranteed = {t: guaranteed.get(t, 0.0) for t in self.teams}
+        self.rate = math.log(2) / half_life_s if half_life_s > 0 else 0.0
+        self.held = dict.fromkeys(self.teams, 0.0)
+        self.usage = dict.fromkeys(self.teams, 0.0)
+        self.contended_gpu_s = dict.fromkeys(self.teams, 0.0)
+        self.starved_s = dict.fromkeys(self.teams, 0.0)
+        self.pending_requests: dict[str, dict[float, int]] = {t: {} for t in self.teams}
+        self.starving = dict.fromkeys(self.teams, False)
+        self.last = dict.fromkeys(self.teams, 0.0)
+        self.contended = False
+
+    def add_team(self, team: str) -> None:
+        """Track a team that appears only now (no guarantee)."""
+        if team not in self.held:
+            self.teams.append(team)
+            for table, value in (
+                (self.held, 0.0),
+                (self.usage, 0.0),
+                (self.contended_gpu_s, 0.0),
+                (self.starved_s, 0.0),
+                (self.starving, False),
+                (self.guaranteed, 0.0),
+            ):
+                table[team] = value  # type: ignore[index]
+            self.pending_requests[team] = {}
+            self.last[team] = max(self.last.values(), default=0.0)
+
+    def advance(self, team: str, now: float) -> None:
+        """Integrate ``team``'s state from its last update up to ``now``."""
+        dt = now - self.last[team]
+        if dt <= 0:
+            return
+        self.last[team] = now
+        held = self.held[team]
+        if self.rate:
+            decay = math.exp(-self.rate * dt)
+            self.usage[team] = self.usage[team] * decay + held * (1.0 - decay) / self.rate
+        else:
+            self.usage[team] += held * dt
+        if self.contended:
+            self.contended_gpu_s[team] += held * dt
+        if self.starving[team]:
+            self.starved_s[team] += dt
+
+    def advance_all(self, now: float) -> None:
+        """Integrate every team up to ``now``."""
+        for team in self.teams:
+            self.advance(team, now)
+
+    def set_contended(self, now: float, contended: bool) -> None:
+        """Record whether jobs are waiting (changes how held GPUs count from ``now`` on)."""
+        if contended != self.contended:
+            self.advance_all(now)
+            self.contended = contended
+
+    def change_held(self, team: str, now: float, delta: float) -> None:
+        """``team`` starts (+) or stops (-) holding ``delta`` GPUs at ``now``."""
+        self.advance(team, now)
+        self.held[team] += delta
+        if -_EPS < self.held[team] < _EPS:
+            self.held[team] = 0.0
+        self._update_starving(team)
+
+    def change_pending(self, team: str, now: float, request: float, delta: int) -> None:
+        """A job of ``team`` asking for ``request`` GPUs joins (+1) or leaves (-1) the queue at ``now``."""
+        self.advance(team, now)
+        requests = self.pending_requests[team]
+        count = requests.get(request, 0) + delta
+        if count:
+            requests[request] = count
+        else:
+            requests.pop(request, None)
+        self._update_starving(team)
+
+    def _update_starving(self, team: str) -> None:
+        """Starving: a waiting job would fit in the unused part of the team's guarantee."""
+        requests = self.pending_requests[team]
+        headroom = self.guaranteed[team] - self.held[team]
+        self.starving[team] = bool(requests) and min(requests) <= headroom + _EPS
+
+    def usage_at(self, now: float) -> dict[str, float]:
+        """Decayed GPU-seconds per team at ``now`` (for ``Snapshot.usage``)."""
+        self.advance_all(now)
+        return dict(self.usage)

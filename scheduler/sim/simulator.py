@@ -1,0 +1,535 @@
+"""The discrete-event simulator: replay a trace through ``scheduler.core.schedule``.
+
+Events are arrivals, completions (including time-limit ends) and the end of a preempted job's grace
+period. Scheduling cycles run on ticks ``k * cycle_interval_s``; a tick runs a cycle only when
+something changed since the last one and a start is possible at all (some waiting job fits the free
+GPUs, or the policy may preempt), or, while jobs wait, every ``heartbeat_s`` (fair-share usage decays
+with time, so the same state can give new decisions). Each cycle builds a snapshot, calls the engine,
+checks the engine's invariants, and applies the decisions in memory:
+
+* a start binds the job to its devices; it ends after the restart cost it owes (0 on its first start)
+  plus its remaining work, or at its time limit;
+* a preemption marks the victim ``terminating``: its progress stops at once (it checkpoints on the
+  stop signal, or rolls back to its last periodic checkpoint when ``checkpoint_interval_s`` is set),
+  it keeps its devices for the grace period, then returns to the queue owing ``restart_cost_s``.
+
+The simulator never decides anything itself: ``schedule_fn`` (default ``scheduler.core.schedule``) does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scheduler.core.types import (
+    PENDING,
+    RUNNING,
+    Decisions,
+    JobInfo,
+    Placement,
+    Policy,
+    PriorityClassInfo,
+    Snapshot,
+)
+from scheduler.sim.cluster import Cluster
+from scheduler.sim.ledger import TeamLedger
+from scheduler.sim.quotas import DEFAULT_PRIORITY_CLASSES, TeamSetup
+from scheduler.sim.results import JobRecord, SimResult
+from scheduler.sim.trace import Trace, TraceJob
+
+ScheduleFn = Callable[[Snapshot], Decisions]
+CheckFn = Callable[[Snapshot, Decisions], list[str]]
+ProgressFn = Callable[[float], None]
+
+_EPS = 1e-9
+_COMPLETE, _STOP = 0, 1
+_MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Knobs of the simulated system (not of the policy). Times in seconds.
+
+    exact_time_limits: give every job a time limit equal to its true run time (plus restart costs), an
+      oracle for backfill; the trace's own limits are used otherwise.
+    until: stop the replay at this time (jobs still running or waiting are reported as unfinished).
+    """
+
+    cycle_interval_s: float = 60.0
+    restart_cost_s: float = 60.0
+    checkpoint_interval_s: float | None = None
+    heartbeat_s: float = 600.0
+    check_invariants: bool = True
+    exact_time_limits: bool = False
+    until: float | None = None
+
+
+class _Job:
+    """Mutable replay state of one trace job."""
+
+    __slots__ = (
+        "attained",
+        "attempt",
+        "end",
+        "first_start",
+        "info",
+        "lost_gpu_s",
+        "models",
+        "outcome",
+        "overhead",
+        "placements",
+        "preempted_at",
+        "preemptions",
+        "remaining",
+        "request",
+        "started_at",
+        "trace",
+    )
+
+    def __init__(self, job: TraceJob) -> None:
+        self.trace = job
+        self.request = job.gpu_request
+        self.remaining = job.duration
+        self.overhead = 0.0  # restart cost owed at the next start
+        self.attained = 0.0  # GPU-seconds held in finished attempts
+        self.attempt = 0
+        self.started_at = 0.0
+        self.first_start: float | None = None
+        self.end: float | None = None
+        self.preempted_at: float | None = None
+        self.preemptions = 0
+        self.lost_gpu_s = 0.0
+        self.placements: tuple[Placement, ...] = ()
+        self.models: dict[str, float] = {}
+        self.outcome = ""
+        self.info: JobInfo | None = None
+
+
+class Simulator:
+    """One replay of ``trace`` on ``cluster`` under ``policy``. Call :meth:`run` once."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        setup: TeamSetup,
+        policy: Policy,
+        config: SimConfig = SimConfig(),
+        *,
+        schedule_fn: ScheduleFn | None = None,
+        check_fn: CheckFn | None = None,
+        priority_classes: tuple[PriorityClassInfo, ...] = DEFAULT_PRIORITY_CLASSES,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        if schedule_fn is None or (check_fn is None and config.check_invariants):
+            from scheduler.core import check_invariants, schedule
+
+            schedule_fn = schedule_fn or schedule
+            check_fn = check_fn or check_invariants
+        self.schedule_fn = schedule_fn
+        self.check_fn = check_fn
+        self.trace, self.cluster, self.setup, self.policy, self.config = trace, cluster, setup, policy, config
+        self.priority_classes = priority_classes
+        self.class_by_name = {c.name: c for c in priority_classes}
+        self.progress = progress
+        self.model_of = {g.id: g.model for n in cluster.nodes for g in n.gpus}
+        self.free_share = dict.fromkeys(self.model_of, 1.0)
+        self.free_total = float(len(self.model_of))
+        self.pending: dict[int, _Job] = {}
+        self.running: dict[int, _Job] = {}
+        self.jobs: dict[int, _Job] = {}
+        self.pending_requests: dict[float, int] = {}
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        teams = list(dict.fromkeys([t.name for t in setup.teams] + list(trace.teams)))
+        self.ledger = TeamLedger(teams, setup.guaranteed_by_team(), policy.fair_share_half_life_s)
+        self.limits = setup.limits()
+        parents = {t.name: t.parent for t in setup.teams}
+        self.lineage = {team: _lineage(team, parents) for team in teams}
+        self.held_by_model: dict[tuple[str, str], float] = {}
+        self.dirty = False
+        self.span = trace.span_s
+        self.result = SimResult(
+            policy=policy.name, capacity=cluster.capacity, span_s=self.span, offered_gpu_s=trace.gpu_seconds
+        )
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Replay the whole trace and return its result (jobs and counters; see ``metrics``)."""
+        wall = time.perf_counter()
+        arrivals = self.trace.jobs
+        interval = self.config.cycle_interval_s
+        until = self.config.until if self.config.until is not None else math.inf
+        index = 0
+        last_cycle = -math.inf
+        now = _tick(arrivals[0].submit_time, interval) if arrivals else 0.0
+        next_progress = 0.0
+        while now <= until:
+            index = self._process_until(now, arrivals, index)
+            heartbeat = bool(self.pending) and now - last_cycle >= self.config.heartbeat_s - _EPS
+            if (self.dirty or heartbeat) and self._may_start():
+                self._cycle(now)
+                last_cycle = now
+            self.dirty = False
+            upcoming = min(
+                arrivals[index].submit_time if index < len(arrivals) else math.inf,
+                self.heap[0][0] if self.heap else math.inf,
+            )
+            if self.pending and self._may_start() and upcoming < math.inf:
+                upcoming = min(upcoming, last_cycle + self.config.heartbeat_s)
+            if upcoming == math.inf:
+                break
+            now = max(now + interval, _tick(upcoming, interval)) if interval > 0 else max(upcoming, now)
+            if self.progress and now >= next_progress:
+                self.progress(min(1.0, index / max(1, len(arrivals))))
+                next_progress = now + self.span / 200 if self.span else math.inf
+        end = min(until, now)
+        self.ledger.advance_all(end if end < math.inf else 0.0)
+        self._finish(end)
+        self.result.wall_s = time.perf_counter() - wall
+        return self.result
+
+    def _process_until(self, now: float, arrivals: tuple[TraceJob, ...], index: int) -> int:
+        """Apply arrivals and timed events up to ``now`` in time order; return the next arrival index."""
+        heap = self.heap
+        count = len(arrivals)
+        while True:
+            t_arrival = arrivals[index].submit_time if index < count else math.inf
+            t_event = heap[0][0] if heap else math.inf
+            if t_event <= t_arrival and t_event <= now:
+                at, _seq, kind, job_id, attempt = heapq.heappop(heap)
+                job = self.jobs[job_id]
+                if attempt != job.attempt:
+                    continue
+                if kind == _COMPLETE:
+                    self._complete(job, at)
+                else:
+                    self._stopped(job, at)
+            elif t_arrival <= now:
+                self._arrive(arrivals[index])
+                index += 1
+            else:
+                return index
+
+    def _may_start(self) -> bool:
+        """False when no waiting job could start in any case: none fits the free GPUs and the policy
+        cannot preempt. Skipping such a cycle changes nothing."""
+        if not self.pending:
+            return False
+        if self.policy.preemption:
+            return True
+        return min(self.pending_requests) <= self.free_total + _EPS
+
+    # -- events --------------------------------------------------------------------------------------
+
+    def _arrive(self, trace_job: TraceJob) -> None:
+        job = _Job(trace_job)
+        self.jobs[trace_job.id] = job
+        job.info = self._pending_info(job)
+        self._enqueue(job, trace_job.submit_time)
+
+    def _enqueue(self, job: _Job, now: float) -> None:
+        self.pending[job.trace.id] = job
+        self.pending_requests[job.request] = self.pending_requests.get(job.request, 0) + 1
+        self.ledger.change_pending(job.trace.team, now, job.request, +1)
+        self.ledger.set_contended(now, True)
+        self.dirty = True
+
+    def _dequeue(self, job: _Job, now: float) -> None:
+        del self.pending[job.trace.id]
+        count = self.pending_requests[job.request] - 1
+        if count:
+            self.pending_requests[job.request] = count
+        else:
+            del self.pending_requests[job.request]
+        self.ledger.change_pending(job.trace.team, now, job.request, -1)
+        if not self.pending:
+            self.ledger.set_contended(now, False)
+
+    def _release(self, job: _Job, now: float) -> None:
+        """Free the job's devices at ``now`` and account the attempt's GPU-seconds."""
+        for p in job.placements:
+            self.free_share[p.gpu_id] += p.share
+        self.free_total += job.request
+        for model, amount in job.models.items():
+            key = (job.trace.team, model)
+            self.held_by_model[key] -= amount
+        self.ledger.change_held(job.trace.team, now, -job.request)
+        del self.running[job.trace.id]
+        held_s = now - job.started_at
+        job.attained += held_s * job.request
+        self.result.allocated_gpu_s += _clip(job.started_at, now, self.span) * job.request
+        self.dirty = True
+
+    def _complete(self, job: _Job, now: float) -> None:
+        work_from = job.started_at + job.overhead
+        job.remaining = max(0.0, job.remaining - max(0.0, now - work_from))
+        overhead_gpu_s = min(job.overhead, now - job.started_at) * job.request
+        job.lost_gpu_s += overhead_gpu_s
+        self.result.lost_gpu_s += overhead_gpu_s
+        self.result.useful_gpu_s += _clip(min(work_from, now), now, self.span) * job.request
+        job.overhead = 0.0
+        self._release(job, now)
+        job.end = now
+        job.outcome = "completed" if job.remaining <= _EPS else "timed-out"
+        job.info = None
+
+    def _stopped(self, job: _Job, now: float) -> None:
+        """A preempted job's grace period is over: free its devices and requeue it."""
+        stop = job.preempted_at if job.preempted_at is not None else now
+        work_from = job.started_at + job.overhead
+        saved_until = stop
+        interval = self.config.checkpoint_interval_s
+        if interval:
+            saved_until = max(work_from, work_from + math.floor((stop - work_from) / interval) * interval)
+        done = max(0.0, saved_until - work_from)
+        job.remaining = max(_EPS, job.remaining - done)
+        lost_s = (now - job.started_at) - done
+        job.lost_gpu_s += lost_s * job.request
+        self.result.lost_gpu_s += lost_s * job.request
+        self.result.useful_gpu_s += _clip(min(work_from, saved_until), saved_until, self.span) * job.request
+        self._release(job, now)
+        job.overhead = self.config.restart_cost_s
+        job.preempted_at = None
+        job.info = self._pending_info(job)
+        self._enqueue(job, now)
+
+    # -- a cycle -------------------------------------------------------------------------------------
+
+    def _cycle(self, now: float) -> bool:
+        """Run one scheduling cycle at ``now``; return True when it started or preempted something."""
+        result = self.result
+        jobs = [job.info for job in self.pending.values()]
+        if self.policy.ordering == "las":
+            for job in self.running.values():
+                job.info = self._running_info(job, now)
+        jobs.extend(job.info for job in self.running.values())
+        snapshot = Snapshot(
+            now=now,
+            nodes=self.cluster.nodes,
+            jobs=tuple(jobs),
+            teams=self.setup.teams,
+            quotas=self.setup.quotas,
+            priority_classes=self.priority_classes,
+            usage=self.ledger.usage_at(now),
+            policy=self.policy,
+        )
+        began = time.perf_counter()
+        decisions = self.schedule_fn(snapshot)
+        result.engine_s += time.perf_counter() - began
+        result.cycles += 1
+        if self.check_fn is not None:
+            began = time.perf_counter()
+            problems = self.check_fn(snapshot, decisions)
+            result.check_s += time.perf_counter() - began
+            if problems:
+                result.invariant_violations += len(problems)
+                result.invariant_examples.extend(problems[: _MAX_EXAMPLES - len(result.invariant_examples)])
+        for preemption in decisions.preemptions:
+            self._preempt(preemption.job_id, preemption.grace_period_s, now)
+        for start in decisions.starts:
+            self._start(start.job_id, start.placements, now)
+        if self.pending:
+            result.free_gpus_while_pending = self.free_total
+        result.peak_allocated = max(result.peak_allocated, result.capacity - self.free_total)
+        return bool(decisions.starts or decisions.preemptions)
+
+    def _apply_error(self, message: str) -> None:
+        self.result.apply_errors += 1
+        if len(self.result.apply_examples) < _MAX_EXAMPLES:
+            self.result.apply_examples.append(message)
+
+    def _start(self, job_id: int, placements: tuple[Placement, ...], now: float) -> None:
+        job = self.pending.get(job_id)
+        if job is None:
+            self._apply_error(f"t={now:g}: start of job {job_id}, which is not pending")
+            return
+        total = 0.0
+        for p in placements:
+            free = self.free_share.get(p.gpu_id)
+            if free is None or p.share > free + _EPS:
+                self._apply_error(f"t={now:g}: job {job_id} placed on device {p.gpu_id}, which is not free")
+                return
+            total += p.share
+        if abs(total - job.request) > 1e-6:
+            self._apply_error(f"t={now:g}: job {job_id} asked for {job.request:g} GPUs, got {total:g}")
+        for p in placements:
+            self.free_share[p.gpu_id] -= p.share
+        self.free_total -= job.request
+        self._dequeue(job, now)
+        models: dict[str, float] = {}
+        for p in placements:
+            model = self.model_of[p.gpu_id]
+            models[model] = models.get(model, 0.0) + p.share
+        job.models = models
+        team = job.trace.team
+        for model, amount in models.items():
+            key = (team, model)
+            self.held_by_model[key] = self.held_by_model.get(key, 0.0) + amount
+        self._check_limits(team, models, now)
+        self.ledger.change_held(team, now, job.request)
+        job.placements = placements
+        job.started_at = now
+        if job.first_start is None:
+            job.first_start = now
+        job.attempt += 1
+        self.running[job_id] = job
+        job.info = self._running_info(job, now)
+        run_for = job.overhead + job.remaining
+        limit = self._time_limit(job)
+        if limit is not None:
+            run_for = min(run_for, limit)
+        self._push(now + run_for, _COMPLETE, job)
+
+    def _check_limits(self, team: str, models: dict[str, float], now: float) -> None:
+        """Count a quota violation when a team (or an ancestor) now holds more than its limit."""
+        for model in models:
+            for holder in self.lineage.get(team, (team,)):
+                limit = self.limits.get((holder, model))
+                if limit is None:
+                    continue
+                held = sum(
+                    v
+                    for (t, m), v in self.held_by_model.items()
+                    if m == model and holder in self.lineage.get(t, (t,))
+                )
+                if held > limit + 1e-6:
+                    self.result.quota_violations += 1
+                    if len(self.result.quota_examples) < _MAX_EXAMPLES:
+                        self.result.quota_examples.append(
+                            f"t={now:g}: team {holder} holds {held:g} {model} GPUs, limit {limit:g}"
+                        )
+
+    def _preempt(self, job_id: int, grace_s: float, now: float) -> None:
+        job = self.running.get(job_id)
+        if job is None or job.preempted_at is not None:
+            self._apply_error(f"t={now:g}: preemption of job {job_id}, which is not running")
+            return
+        job.preempted_at = now
+        job.preemptions += 1
+        job.attempt += 1  # cancels its completion event
+        self.result.preemptions += 1
+        job.info = self._running_info(job, now, terminating=True)
+        self._push(now + max(0.0, grace_s), _STOP, job)
+        if grace_s <= 0:
+            self.dirty = True
+
+    def _push(self, at: float, kind: int, job: _Job) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, kind, job.trace.id, job.attempt))
+
+    # -- engine views of a job -----------------------------------------------------------------------
+
+    def _time_limit(self, job: _Job) -> float | None:
+        if self.config.exact_time_limits:
+            return job.trace.duration + self.config.restart_cost_s * (job.preemptions + 1)
+        return job.trace.time_limit_s
+
+    def _pending_info(self, job: _Job) -> JobInfo:
+        t = job.trace
+        cls = self.class_by_name.get(t.priority_class)
+        return JobInfo(
+            id=t.id,
+            team=t.team,
+            user=t.user,
+            kind=t.kind,
+            priority_class=t.priority_class,
+            priority=cls.value if cls else 0,
+            preemptible=cls.preemptible if cls else True,
+            gpus=t.gpus,
+            gpu_fraction=t.gpu_fraction,
+            gpu_models=t.gpu_models,
+            cpus=t.cpus,
+            memory_mb=t.memory_mb,
+            submitted_at=t.submit_time,
+            time_limit_s=self._time_limit(job),
+            state=PENDING,
+            attained_gpu_s=job.attained,
+        )
+
+    def _running_info(self, job: _Job, now: float, terminating: bool = False) -> JobInfo:
+        t = job.trace
+        cls = self.class_by_name.get(t.priority_class)
+        return JobInfo(
+            id=t.id,
+            team=t.team,
+            user=t.user,
+            kind=t.kind,
+            priority_class=t.priority_class,
+            priority=cls.value if cls else 0,
+            preemptible=cls.preemptible if cls else True,
+            gpus=t.gpus,
+            gpu_fraction=t.gpu_fraction,
+            gpu_models=t.gpu_models,
+            cpus=t.cpus,
+            memory_mb=t.memory_mb,
+            submitted_at=t.submit_time,
+            time_limit_s=self._time_limit(job),
+            state=RUNNING,
+            started_at=job.started_at,
+            placements=job.placements,
+            terminating=terminating,
+            attained_gpu_s=job.attained + (now - job.started_at) * job.request,
+        )
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def _finish(self, end: float) -> None:
+        result = self.result
+        ledger = self.ledger
+        result.teams = {team: (ledger.contended_gpu_s[team], ledger.starved_s[team]) for team in ledger.teams}
+        result.guaranteed = dict(ledger.guaranteed)
+        result.end_s = end
+        for job in self.jobs.values():
+            t = job.trace
+            result.jobs.append(
+                JobRecord(
+                    id=t.id,
+                    team=t.team,
+                    submit=t.submit_time,
+                    duration=t.duration,
+                    gpus=job.request,
+                    first_start=job.first_start,
+                    end=job.end,
+                    preemptions=job.preemptions,
+                    lost_gpu_s=job.lost_gpu_s,
+                    outcome=job.outcome or ("running" if job.trace.id in self.running else "pending"),
+                )
+            )
+        result.unarrived = len(self.trace.jobs) - len(self.jobs)
+
+
+def _tick(t: float, interval: float) -> float:
+    """The first cycle tick at or after ``t``."""
+    return math.ceil(t / interval - 1e-12) * interval if interval > 0 else t
+
+
+def _clip(start: float, end: float, span: float) -> float:
+    """Length of ``[start, end)`` inside ``[0, span)``."""
+    return max(0.0, min(end, span) - max(start, 0.0))
+
+
+def _lineage(team: str, parents: dict[str, str | None]) -> tuple[str, ...]:
+    """``team`` and its ancestors, nearest first (cycles in the tree are cut)."""
+    out = [team]
+    parent = parents.get(team)
+    while parent is not None and parent not in out:
+        out.append(parent)
+        parent = parents.get(parent)
+    return tuple(out)
+
+
+def simulate(
+    trace: Trace,
+    cluster: Cluster,
+    setup: TeamSetup,
+    policy: Policy,
+    config: SimConfig = SimConfig(),
+    **kwargs: object,
+) -> SimResult:
+    """Replay ``trace`` once; keyword arguments go to :class:`Simulator` (schedule_fn, check_fn, ...)."""
+    return Simulator(trace, cluster, setup, policy, config, **kwargs).run()  # type: ignore[arg-type]
