@@ -1,0 +1,94 @@
+"""The portal's node API over HTTP (``docs/node-protocol.md``), with errors sorted by what to do next."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import requests
+
+log = logging.getLogger(__name__)
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class PortalError(Exception):
+    """Base of the errors below."""
+
+
+class PortalUnavailable(PortalError):
+    """No usable answer: connection refused, timeout, 5xx, 429 or a body that is not JSON. Retry later."""
+
+
+class RegisterRequired(PortalError):
+    """The portal answered 409 ``{"detail": "register"}``: register again, then carry on."""
+
+
+class PortalRejected(PortalError):
+    """A 4xx answer other than "register": the report is wrong or not this node's to make; don't resend."""
+
+    def __init__(self, status: int, detail: str, field: str = "") -> None:
+        """Keep the status code and the portal's ``detail``/``field``."""
+        super().__init__(f"{status}: {detail}" + (f" (field {field})" if field else ""))
+        self.status = status
+        self.detail = detail
+        self.field = field
+
+
+class PortalClient:
+    """Posts the agent's reports; every call raises one of the errors above or returns the JSON answer."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        session: requests.Session | None = None,
+    ) -> None:
+        """``base_url`` is the portal root (``https://rota.example.com``); ``token`` the node's token."""
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = session or requests.Session()
+        self._session.headers.update({"Authorization": f"Node {token}", "User-Agent": "rota-agent"})
+
+    def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout."""
+        return self._post("/api/v1/node/register/", body)
+
+    def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``."""
+        return self._post("/api/v1/node/heartbeat/", body)
+
+    def job_event(self, job_id: int, body: dict[str, Any]) -> None:
+        """``POST /api/v1/node/jobs/{job_id}/events/``."""
+        self._post(f"/api/v1/node/jobs/{job_id}/events/", body)
+
+    def job_log(self, job_id: int, body: dict[str, Any]) -> None:
+        """``POST /api/v1/node/jobs/{job_id}/log/``."""
+        self._post(f"/api/v1/node/jobs/{job_id}/log/", body)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._session.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._session.post(self.base_url + path, json=body, timeout=self.timeout_s)
+        except requests.RequestException as error:
+            raise PortalUnavailable(f"{path}: {error.__class__.__name__}: {error}") from error
+        status = response.status_code
+        try:
+            answer = response.json() if response.content else {}
+        except ValueError:
+            answer = None
+        if status >= 500 or status == 429:
+            raise PortalUnavailable(f"{path}: HTTP {status}")
+        if status >= 400:
+            detail = answer.get("detail", "") if isinstance(answer, dict) else response.text[:200]
+            if status == 409 and detail == "register":
+                raise RegisterRequired(path)
+            field = answer.get("field", "") if isinstance(answer, dict) else ""
+            raise PortalRejected(status, str(detail), str(field or ""))
+        if not isinstance(answer, dict):
+            raise PortalUnavailable(f"{path}: HTTP {status} with a body that is not a JSON object")
+        return answer

@@ -1,0 +1,315 @@
+"""Runs job attempts as real process groups and reports how they start and end.
+
+Each attempt runs ``/bin/sh -c <command>`` under a tiny shim (``shim.py``) that leads a new session, so
+the whole job is one process group: a stop is SIGTERM to the group, the grace period, then SIGKILL to the
+group. An attempt ends (and its GPUs may be released) only when no process of its group is left. The
+records are kept in ``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL
+adopts its running jobs when it comes back, and learns from the shim's status file how the others ended.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from scheduler.agent import procs
+from scheduler.agent.gpu.base import utc_now
+from scheduler.agent.jobs import (
+    RUNNING,
+    STOP_LEFTOVERS,
+    STOP_REQUESTED,
+    STOP_TIME_LIMIT,
+    STOPPING,
+    Assignment,
+    JobEvent,
+    JobRecord,
+    job_key,
+)
+from scheduler.agent.wire import iso
+
+log = logging.getLogger(__name__)
+SHIM = str(Path(__file__).resolve().with_name("shim.py"))
+STATE_FILE = "agent-jobs.json"
+FINISHED_KEPT = 500
+# Variables of the agent's own environment a job inherits; nothing else (the agent's token stays here).
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "SHELL",
+    "LD_LIBRARY_PATH",
+)
+
+
+def visible_devices(assignment: Assignment) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for an assignment: GPU indices, or device UUIDs when MIG slices are in it."""
+    if any(gpu.uuid.startswith("MIG-") for gpu in assignment.gpus):
+        return ",".join(gpu.uuid for gpu in assignment.gpus)
+    return ",".join(str(gpu.index) for gpu in assignment.gpus)
+
+
+class Executor:
+    """Starts, watches and stops the job attempts of one node."""
+
+    def __init__(
+        self,
+        work_dir: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Use ``work_dir`` for job directories, logs and the state file (created if missing)."""
+        self.work_dir = Path(work_dir).resolve()
+        for sub in ("jobs", "logs", "run"):
+            (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        source = os.environ if base_env is None else base_env
+        self._base_env = {k: source[k] for k in INHERITED_ENV if k in source}
+        self.jobs: dict[str, JobRecord] = {}
+        self.finished: dict[str, float] = {}  # attempts that ended here, so they are never started twice
+        self._popens: dict[str, subprocess.Popen[bytes]] = {}
+        self._boot_id = procs.boot_id()
+
+    # persistence ------------------------------------------------------------------------------------
+
+    @property
+    def state_path(self) -> Path:
+        """Where the job records live between agent runs."""
+        return self.work_dir / STATE_FILE
+
+    def save(self) -> None:
+        """Write the records atomically (called after every change)."""
+        recent = sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:]
+        self.finished = dict(recent)
+        data = {"jobs": [job.to_json() for job in self.jobs.values()], "finished": self.finished}
+        temporary = self.state_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(data, indent=1))
+        os.replace(temporary, self.state_path)
+
+    def adopt(self) -> list[JobEvent]:
+        """Load the records left by a previous agent run.
+
+        Attempts whose process group still runs are adopted as they are; the others ended while no agent
+        watched them, and their end events are returned.
+        """
+        try:
+            data = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as error:
+            log.error("state file %s unreadable, starting empty: %s", self.state_path, error)
+            return []
+        self.finished = {str(k): float(v) for k, v in data.get("finished", {}).items()}
+        events = []
+        for raw in data.get("jobs", []):
+            job = JobRecord.from_json(raw)
+            self.jobs[job.key] = job
+            if job.boot_id == self._boot_id and procs.group_members(job.pid):
+                log.info("adopted job %s (pid %d, %s)", job.key, job.pid, job.state)
+            else:
+                events.append(self._finish(job))
+        self.save()
+        return events
+
+    # starting ---------------------------------------------------------------------------------------
+
+    def job_env(self, assignment: Assignment) -> dict[str, str]:
+        """The job's environment: a few of the agent's variables, the assignment's, then Rota's own."""
+        return {
+            **self._base_env,
+            **assignment.env,
+            "ROTA_JOB_ID": str(assignment.job_id),
+            "ROTA_ATTEMPT": str(assignment.attempt),
+            "CUDA_VISIBLE_DEVICES": visible_devices(assignment),
+        }
+
+    def start(self, assignment: Assignment) -> JobEvent:
+        """Start an attempt; returns its ``started`` or ``start_failed`` event."""
+        key = assignment.key
+        if not assignment.command.strip():
+            return self._start_failed(assignment, "empty command")
+        job_dir = self.work_dir / "jobs" / str(assignment.job_id)
+        log_path = self.work_dir / "logs" / f"{assignment.job_id}-{assignment.attempt}.log"
+        status_path = self.work_dir / "run" / f"{assignment.job_id}-{assignment.attempt}.status"
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            status_path.unlink(missing_ok=True)
+            with open(log_path, "ab") as log_file:
+                popen = subprocess.Popen(
+                    [sys.executable, "-I", "-S", SHIM, str(status_path), "/bin/sh", "-c", assignment.command],
+                    cwd=job_dir,
+                    env=self.job_env(assignment),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as error:
+            return self._start_failed(assignment, f"cannot start: {error}")
+        stat = procs.read_stat(popen.pid)
+        job = JobRecord(
+            job_id=assignment.job_id,
+            attempt=assignment.attempt,
+            pid=popen.pid,
+            start_ticks=stat.start_ticks if stat else None,
+            boot_id=self._boot_id,
+            log_path=str(log_path),
+            status_path=str(status_path),
+            started_at=self._clock(),
+            gpus=[gpu.uuid for gpu in assignment.gpus],
+            time_limit_s=assignment.time_limit_s,
+            grace_period_s=assignment.grace_period_s,
+            kind=assignment.kind,
+        )
+        self.jobs[key] = job
+        self._popens[key] = popen
+        self.save()
+        log.info("started job %s as pid %d on GPUs %s", key, popen.pid, visible_devices(assignment) or "-")
+        return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=popen.pid)
+
+    def _start_failed(self, assignment: Assignment, message: str) -> JobEvent:
+        log.warning("job %s failed to start: %s", assignment.key, message)
+        self.finished[assignment.key] = self._clock()
+        self.save()
+        return JobEvent(
+            assignment.job_id, assignment.attempt, "start_failed", iso(utc_now()), message=message
+        )
+
+    # stopping ---------------------------------------------------------------------------------------
+
+    def stop(
+        self, key: str, cause: str = STOP_REQUESTED, message: str = "", grace_s: float | None = None
+    ) -> None:
+        """Ask an attempt to stop: SIGTERM to its group now, SIGKILL once the grace period is over."""
+        job = self.jobs.get(key)
+        if job is None or job.state == STOPPING:
+            return
+        job.state, job.stop_cause, job.stop_message = STOPPING, cause, message
+        job.term_sent_at = self._clock()
+        if grace_s is not None:
+            job.grace_period_s = grace_s
+        log.info("stopping job %s (%s), grace %.1f s", key, message or cause, job.grace_period_s)
+        procs.signal_group(job.pid, signal.SIGTERM)
+        self.save()
+
+    def stop_all(self, cause: str, message: str) -> None:
+        """Stop every attempt on the node (portal lost, agent shutting down)."""
+        for key in list(self.jobs):
+            self.stop(key, cause, message)
+
+    # watching ---------------------------------------------------------------------------------------
+
+    def poll(self) -> list[JobEvent]:
+        """Enforce time limits and grace periods; returns the end events of attempts whose group is gone."""
+        events = []
+        now = self._clock()
+        for key, job in list(self.jobs.items()):
+            popen = self._popens.get(key)
+            if popen is not None:
+                popen.poll()  # reap the shim so it does not linger as a zombie
+            if not procs.group_members(job.pid):
+                events.append(self._finish(job))
+                continue
+            if job.state == RUNNING:
+                if job.time_limit_s is not None and now - job.started_at >= job.time_limit_s:
+                    limit = f"{job.time_limit_s:g}"
+                    self.stop(key, STOP_TIME_LIMIT, f"timed-out: exceeded its time limit of {limit} s")
+                elif not self._leader_alive(job):
+                    self.stop(key, STOP_LEFTOVERS, "the command ended; stopping processes it left behind")
+            elif job.term_sent_at is not None and now - job.term_sent_at >= job.grace_period_s:
+                if not job.killed:
+                    log.warning("job %s outlived its grace period; SIGKILL to its group", key)
+                    job.killed = True
+                    self.save()
+                procs.signal_group(job.pid, signal.SIGKILL)
+        return events
+
+    def _leader_alive(self, job: JobRecord) -> bool:
+        popen = self._popens.get(job.key)
+        if popen is not None:
+            return popen.returncode is None
+        return procs.leader_alive(job.pid, job.start_ticks)
+
+    def _finish(self, job: JobRecord) -> JobEvent:
+        """Forget an attempt whose group is gone and describe how it ended."""
+        popen = self._popens.pop(job.key, None)
+        exit_code, signum, message = self._outcome(job, popen)
+        del self.jobs[job.key]
+        self.finished[job.key] = self._clock()
+        self.save()
+        kind = "exited" if job.stop_cause in (None, STOP_REQUESTED, STOP_LEFTOVERS) else "stopped"
+        if job.stop_cause == STOP_REQUESTED:
+            message = message or "stopped on request"
+        elif job.stop_cause != STOP_LEFTOVERS:
+            message = job.stop_message or message
+        log.info("job %s %s: exit code %s, signal %s %s", job.key, kind, exit_code, signum, message)
+        return JobEvent(
+            job.job_id,
+            job.attempt,
+            kind,
+            iso(utc_now()),
+            pid=job.pid,
+            exit_code=exit_code,
+            signal=signum,
+            message=message,
+            log_path=job.log_path,
+            log_offset=job.log_offset,
+        )
+
+    def _outcome(
+        self, job: JobRecord, popen: subprocess.Popen[bytes] | None
+    ) -> tuple[int | None, int | None, str]:
+        """(exit code, signal, message): from the shim's status file, else from what the agent saw."""
+        try:
+            status = json.loads(Path(job.status_path).read_text())
+        except (OSError, ValueError):
+            status = None
+        if isinstance(status, dict):
+            if status.get("start_error"):
+                return None, None, f"cannot start: {status['start_error']}"
+            return status.get("exit_code"), status.get("signal"), ""
+        returncode = popen.wait() if popen is not None else None
+        if returncode is not None and returncode < 0:
+            return None, -returncode, ""
+        if job.killed:
+            return None, signal.SIGKILL.value, ""
+        if returncode is not None:
+            return returncode, None, ""
+        return None, None, "exit status unknown: the job ended while no agent was watching"
+
+    # views ------------------------------------------------------------------------------------------
+
+    def running(self) -> list[dict[str, object]]:
+        """The heartbeat's ``running`` list: every attempt with a process left, stopping ones included."""
+        return [
+            {"job_id": job.job_id, "attempt": job.attempt, "pid": job.pid, "state": job.state}
+            for job in self.jobs.values()
+        ]
+
+    def busy_gpus(self) -> dict[str, int]:
+        """Device uuid -> leader pid of the attempt holding it."""
+        return {uuid: job.pid for job in self.jobs.values() for uuid in job.gpus}
+
+    def set_log_offset(self, key: str, offset: int) -> None:
+        """Record that the portal holds the log of ``key`` up to ``offset`` bytes."""
+        job = self.jobs.get(key)
+        if job is not None and job.log_offset != offset:
+            job.log_offset = offset
+            self.save()
+
+    def has_run(self, job_id: int, attempt: int) -> bool:
+        """True when this attempt runs here now or already ended here."""
+        key = job_key(job_id, attempt)
+        return key in self.jobs or key in self.finished

@@ -1,0 +1,166 @@
+"""The agent's job records: what the portal assigns, what runs locally, and what gets reported."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RUNNING = "running"
+STOPPING = "stopping"
+
+# Why the agent stopped a job. "requested": the portal asked (an unlisted job or desired=stopped);
+# the others are the agent's own decision and are reported as a "stopped" event.
+STOP_REQUESTED = "requested"
+STOP_TIME_LIMIT = "time-limit"
+STOP_PORTAL_LOST = "portal-lost"
+STOP_SHUTDOWN = "shutdown"
+STOP_LEFTOVERS = "leftovers"  # the command ended but processes it started are still in its group
+
+DEFAULT_GRACE_PERIOD_S = 30.0
+
+
+class AssignmentError(ValueError):
+    """An assignment the agent cannot act on (the message names the field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AssignedGpu:
+    """One device given to a job; ``share`` < 1 for a fraction of a GPU."""
+
+    index: int
+    uuid: str
+    share: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One entry of the heartbeat answer's ``assignments`` list."""
+
+    job_id: int
+    attempt: int
+    desired: str
+    command: str
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: tuple[AssignedGpu, ...] = ()
+    time_limit_s: float | None = None
+    grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    kind: str = "training"
+
+    @property
+    def key(self) -> str:
+        """``"<job_id>:<attempt>"``, the agent's name for one attempt of a job."""
+        return job_key(self.job_id, self.attempt)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Assignment:
+        """Validate one assignment from the portal's JSON."""
+        if not isinstance(data, dict):
+            raise AssignmentError("assignment: must be an object")
+        for name in ("job_id", "attempt"):
+            if not isinstance(data.get(name), int) or isinstance(data.get(name), bool):
+                raise AssignmentError(f"{name}: must be an integer")
+        desired = data.get("desired", RUNNING)
+        if desired not in ("running", "stopped"):
+            raise AssignmentError("desired: must be 'running' or 'stopped'")
+        env = data.get("env") or {}
+        if not isinstance(env, dict):
+            raise AssignmentError("env: must be an object")
+        try:
+            gpus = tuple(
+                AssignedGpu(int(g["index"]), str(g["uuid"]), float(g.get("share", 1.0)))
+                for g in data.get("gpus") or []
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise AssignmentError(f"gpus: each needs index and uuid ({error})") from error
+        limit = data.get("time_limit_s")
+        grace = data.get("grace_period_s")
+        return cls(
+            job_id=data["job_id"],
+            attempt=data["attempt"],
+            desired=desired,
+            command=str(data.get("command") or ""),
+            env={str(k): str(v) for k, v in env.items()},
+            gpus=gpus,
+            time_limit_s=float(limit) if limit else None,
+            grace_period_s=float(grace) if grace is not None else DEFAULT_GRACE_PERIOD_S,
+            kind=str(data.get("kind") or "training"),
+        )
+
+
+def job_key(job_id: int, attempt: int) -> str:
+    """The agent's name for one attempt of a job."""
+    return f"{job_id}:{attempt}"
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One attempt the agent runs (or adopted). Persisted in the state file so a restart can find it.
+
+    ``pid`` is the leader (the shim) and the process group id; ``started_at`` is Unix time; ``log_offset``
+    is how many bytes of the log the portal has acknowledged.
+    """
+
+    job_id: int
+    attempt: int
+    pid: int
+    start_ticks: int | None
+    boot_id: str
+    log_path: str
+    status_path: str
+    started_at: float
+    gpus: list[str]
+    time_limit_s: float | None = None
+    grace_period_s: float = DEFAULT_GRACE_PERIOD_S
+    kind: str = "training"
+    state: str = RUNNING
+    stop_cause: str | None = None
+    stop_message: str = ""
+    term_sent_at: float | None = None
+    killed: bool = False
+    log_offset: int = 0
+
+    @property
+    def key(self) -> str:
+        """``"<job_id>:<attempt>"``."""
+        return job_key(self.job_id, self.attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for the state file."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobRecord:
+        """Rebuild from the state file, ignoring fields a newer agent may have added."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """A lifecycle report for ``POST /api/v1/node/jobs/{job_id}/events/``.
+
+    For end events, ``log_path``/``log_offset`` say what of the log still has to reach the portal first.
+    """
+
+    job_id: int
+    attempt: int
+    type: str  # started | exited | stopped | start_failed
+    at: str
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    message: str = ""
+    log_path: str | None = None
+    log_offset: int = 0
+
+    def body(self) -> dict[str, Any]:
+        """The protocol body."""
+        return {
+            "attempt": self.attempt,
+            "type": self.type,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "message": self.message,
+            "at": self.at,
+        }

@@ -1,0 +1,42 @@
+"""Run one job command and write down how it ended: ``python shim.py STATUS_FILE ARGV...``.
+
+The agent starts this small program as the leader of the job's process group (its own session), and it
+starts the job's command inside that group. It survives the agent being killed, so an agent restarted
+after a crash can still learn the job's exit code from STATUS_FILE (``{"exit_code": N, "signal": S}``).
+SIGTERM, SIGINT and SIGHUP sent to the group reach the command; the shim itself waits for the command
+to end (SIGKILL ends both). Standard library only: it runs with ``python -I -S``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+
+def _write_status(path: str, status: dict) -> None:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(status, handle)
+    os.replace(temporary, path)
+
+
+def main(argv: list[str]) -> int:
+    """Start ``argv[2:]``, wait for it, record its end in ``argv[1]``; exit like the command did."""
+    status_path, command = argv[1], argv[2:]
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: None)  # a handler (not SIG_IGN): the command gets the default
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    except OSError as error:
+        _write_status(status_path, {"exit_code": None, "signal": None, "start_error": str(error)})
+        return 127
+    code = child.wait()
+    _write_status(
+        status_path, {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None}
+    )
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
