@@ -1,0 +1,38 @@
+# Rota's entry points. `make dev` runs the demo; `make test` runs the whole suite.
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed
+
+.PHONY: dev test install lint format migrations-check check bench sim clean
+
+$(VENV_STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(VENV_STAMP)
+
+install: $(VENV_STAMP)
+
+dev: install
+	./scripts/dev.sh
+
+test: install
+	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: install
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+migrations-check: install
+	$(PY) manage.py makemigrations --check --dry-run
+
+check: lint migrations-check test
+
+bench: install
+	$(PY) -m scheduler.bench --pending 10000 --nodes 1000
+
+clean:
+	rm -rf var/broker var/agents var/celerybeat-schedule* .pytest_cache

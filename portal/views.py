@@ -1,0 +1,36 @@
+"""The home dashboard."""
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q, Sum
+from django.shortcuts import render
+
+from portal.access import jobs_for, teams_for
+from scheduler.models import Allocation, Gpu, Node, Quota
+from scheduler.models.jobs import HOLDING_STATES, JobState
+
+
+@login_required
+def home(request):
+    """Your teams' queue at a glance, their quotas and the cluster's capacity."""
+    jobs = jobs_for(request.user)
+    counts = jobs.aggregate(
+        pending=Count("id", filter=Q(state=JobState.PENDING)),
+        running=Count("id", filter=Q(state__in=HOLDING_STATES)),
+        held=Count("id", filter=Q(state=JobState.HELD)),
+        failed=Count("id", filter=Q(state=JobState.FAILED)),
+    )
+    teams = list(teams_for(request.user).order_by("name"))
+    quotas = list(Quota.objects.filter(team__in=teams).select_related("team", "gpu_model", "pool"))
+    in_use = {}
+    for row in Allocation.objects.filter(ended_at__isnull=True, job__team__in=teams).values(
+        "job__team", "gpu__model"
+    ).annotate(total=Sum("share_milli")):
+        in_use[(row["job__team"], row["gpu__model"])] = row["total"] / 1000
+    quota_rows = [
+        {"quota": q, "in_use": in_use.get((q.team_id, q.gpu_model_id), 0.0)} for q in quotas
+    ]
+    capacity = Gpu.objects.filter(present=True, node__state=Node.READY).values("model__name").annotate(n=Count("id"))
+    recent = list(jobs.order_by("-id")[:10])
+    return render(request, "home.html", {
+        "counts": counts, "quota_rows": quota_rows, "capacity": list(capacity), "recent": recent, "teams": teams,
+    })

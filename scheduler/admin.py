@@ -1,0 +1,67 @@
+"""Django admin for the cluster, quotas, priority classes and jobs (governance pages come with issue 6)."""
+
+from django.contrib import admin
+
+from scheduler.models import Allocation, Gpu, GpuModel, Job, JobTransition, Node, NodeToken, Pool, PriorityClass, Quota
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "vendor", "memory_mb", "is_mig_profile"]
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "description"]
+    filter_horizontal = ["teams"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "model", "memory_mb", "healthy", "health_reason", "present"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "state", "state_reason", "driver_version", "last_heartbeat_at"]
+    list_filter = ["state", "pool"]
+    inlines = [GpuInline]
+
+
+@admin.register(NodeToken)
+class NodeTokenAdmin(admin.ModelAdmin):
+    list_display = ["node", "prefix", "created_at", "revoked_at"]
+    readonly_fields = ["token_hash", "prefix"]
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(admin.ModelAdmin):
+    list_display = ["name", "value", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "gpu_model", "pool", "guaranteed", "limit", "weight", "non_lendable"]
+    list_filter = ["gpu_model", "team"]
+
+
+class TransitionInline(admin.TabularInline):
+    model = JobTransition
+    extra = 0
+    readonly_fields = ["from_state", "to_state", "at", "cause", "actor", "details"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "team", "kind", "gpus", "state", "pending_reason_code", "created_at"]
+    list_filter = ["state", "kind", "team"]
+    search_fields = ["name", "command"]
+    inlines = [TransitionInline]
+    readonly_fields = ["state", "attempt", "stop_reason"]
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    list_display = ["job", "attempt", "node", "gpu", "share_milli", "started_at", "ended_at"]
+    list_filter = ["node"]

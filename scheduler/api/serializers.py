@@ -1,0 +1,123 @@
+"""Input and output serializers for the jobs, nodes and cluster API."""
+
+from rest_framework import serializers
+
+from scheduler.kinds import KINDS
+from scheduler.models import Allocation, Job, JobTransition, Node, PriorityClass
+from scheduler.services import jobs as job_services
+
+
+class JobInputSerializer(serializers.Serializer):
+    """What a client may send to submit a job (shape and ranges; the service checks the rest)."""
+
+    name = serializers.CharField(max_length=job_services.MAX_NAME)
+    team = serializers.CharField(max_length=63, required=False, allow_blank=True)
+    kind = serializers.ChoiceField(choices=list(KINDS), default="training")
+    command = serializers.CharField(max_length=job_services.MAX_COMMAND)
+    image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    gpus = serializers.IntegerField(min_value=1, max_value=job_services.MAX_GPUS, default=1)
+    gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, required=False, allow_null=True,
+                                            min_value=0, max_value=1)
+    gpu_model = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
+    gpu_memory_gb = serializers.IntegerField(min_value=0, max_value=job_services.MAX_GPU_MEMORY_GB, default=0)
+    cpus = serializers.IntegerField(min_value=0, max_value=job_services.MAX_CPUS, default=0)
+    memory_gb = serializers.IntegerField(min_value=0, max_value=job_services.MAX_MEMORY_GB, default=0)
+    nodes = serializers.IntegerField(min_value=1, max_value=job_services.MAX_NODES, required=False, allow_null=True)
+    pool = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
+    node_labels = serializers.DictField(child=serializers.CharField(max_length=100), required=False)
+    min_driver_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    time_limit_minutes = serializers.IntegerField(
+        min_value=1, max_value=job_services.MAX_TIME_LIMIT_MINUTES, required=False, allow_null=True
+    )
+    priority_class = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
+    preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
+    env = serializers.DictField(child=serializers.CharField(max_length=4000), required=False)
+
+
+class PendingReasonField(serializers.Field):
+    def to_representation(self, job: Job):
+        if not job.pending_reason_code:
+            return None
+        return {"code": job.pending_reason_code, "message": job.pending_reason_message,
+                "details": job.pending_reason_details}
+
+
+class AllocationSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    gpu_index = serializers.IntegerField(source="gpu.index")
+    gpu_uuid = serializers.CharField(source="gpu.uuid")
+    gpu_model = serializers.CharField(source="gpu.model.name")
+    share = serializers.FloatField()
+
+    class Meta:
+        model = Allocation
+        fields = ["node", "gpu_index", "gpu_uuid", "gpu_model", "share", "attempt", "started_at", "ended_at"]
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", default=None)
+
+    class Meta:
+        model = JobTransition
+        fields = ["from_state", "to_state", "at", "cause", "actor", "details"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as clients see it (the contract in DESIGN.md)."""
+
+    team = serializers.CharField(source="team.name")
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    gpu_model = serializers.CharField(source="gpu_model.name", default=None)
+    pool = serializers.CharField(source="pool.name", default=None)
+    priority_class = serializers.CharField(source="priority_class.name")
+    gpu_fraction = serializers.FloatField(allow_null=True)
+    pending_reason = PendingReasonField(source="*")
+    allocations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "team", "submitted_by", "kind", "command", "image", "gpus", "gpu_fraction", "gpu_model",
+            "gpu_memory_gb", "cpus", "memory_gb", "nodes", "pool", "node_labels", "min_driver_version",
+            "time_limit_minutes", "priority_class", "preemptible", "state", "stop_reason", "attempt",
+            "pending_reason", "queue_position", "estimated_start", "created_at", "admitted_at", "started_at",
+            "finished_at", "exit_code", "failure_class", "allocations",
+        ]
+
+    def get_allocations(self, job: Job) -> list[dict]:
+        allocs = [a for a in job.allocations.all() if a.attempt == job.attempt]
+        return AllocationSerializer(allocs, many=True).data
+
+
+class JobDetailSerializer(JobSerializer):
+    transitions = TransitionSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = JobSerializer.Meta.fields + ["env", "transitions"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["name", "pool", "state", "state_reason", "state_changed_at", "labels", "driver_version",
+                  "cuda_version", "cpus", "memory_mb", "last_heartbeat_at", "gpus"]
+
+    def get_gpus(self, node: Node) -> list[dict]:
+        return [
+            {"index": g.index, "uuid": g.uuid, "model": g.model.name, "memory_mb": g.memory_mb, "healthy": g.healthy,
+             "health_reason": g.health_reason}
+            for g in node.gpus.all() if g.present
+        ]
+
+
+class NodeStateInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=300)
+
+
+class PriorityClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]

@@ -1,0 +1,20 @@
+from django.urls import path
+
+from scheduler.api import node, views
+
+urlpatterns = [
+    path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
+    path("jobs/<int:job_id>/", views.JobDetailAPI.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/cancel/", views.JobActionAPI.as_view(action_name="cancel"), name="api-job-cancel"),
+    path("jobs/<int:job_id>/hold/", views.JobActionAPI.as_view(action_name="hold"), name="api-job-hold"),
+    path("jobs/<int:job_id>/release/", views.JobActionAPI.as_view(action_name="release"), name="api-job-release"),
+    path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
+    path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),
+    path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),
+    path("nodes/<slug:name>/resume/", views.NodeStateAPI.as_view(target_state="ready"), name="api-node-resume"),
+    path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
+    path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
+    path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),
+    path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),
+    path("node/jobs/<int:job_id>/log/", node.NodeJobLogAPI.as_view(), name="node-job-log"),
+]

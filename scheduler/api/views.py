@@ -1,0 +1,164 @@
+"""The user-facing REST API for jobs, nodes and priority classes. Thin: parse, call a service, render."""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.generics import ListAPIView
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.access import job_for, jobs_for
+from scheduler.api.serializers import (
+    JobDetailSerializer,
+    JobInputSerializer,
+    JobSerializer,
+    NodeSerializer,
+    NodeStateInputSerializer,
+    PriorityClassSerializer,
+)
+from scheduler.models import Allocation, Gpu, Job, Node, PriorityClass
+from scheduler.models.jobs import JobState
+from scheduler.services import jobs as job_services
+from scheduler.services.nodes import NodeProtocolError, node_set_state
+
+
+def _allocations_prefetch():
+    return Prefetch("allocations", queryset=Allocation.objects.select_related("node", "gpu", "gpu__model"))
+
+
+def _service_call(fn, **kwargs):
+    """Run a service; turn its errors into API errors that name the field."""
+    try:
+        return fn(**kwargs)
+    except DjangoValidationError as exc:
+        raise ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}) from None
+    except job_services.NotAllowed as exc:
+        raise PermissionDenied(str(exc)) from None
+
+
+class JobListCreateAPI(APIView):
+    """List the jobs you may see (filter with ?state=, ?team=, ?kind=) or submit a new one."""
+
+    @extend_schema(
+        responses=JobSerializer(many=True),
+        parameters=[OpenApiParameter("state", str), OpenApiParameter("team", str), OpenApiParameter("kind", str)],
+    )
+    def get(self, request):
+        qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
+        for field in ("state", "kind"):
+            value = request.query_params.get(field)
+            if value:
+                qs = qs.filter(**{field: value})
+        team = request.query_params.get("team")
+        if team:
+            qs = qs.filter(team__name=team)
+        from rest_framework.pagination import LimitOffsetPagination
+
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(request=JobInputSerializer, responses={201: JobSerializer})
+    def post(self, request):
+        data = JobInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        job = _service_call(job_services.job_submit, user=request.user, **values)
+        job = jobs_for(request.user).prefetch_related(_allocations_prefetch()).get(pk=job.pk)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobDetailAPI(APIView):
+    @extend_schema(responses=JobDetailSerializer)
+    def get(self, request, job_id: int):
+        job = job_for(request.user, job_id)
+        job = Job.objects.prefetch_related(_allocations_prefetch(), "transitions__actor").select_related(
+            "team", "submitted_by", "gpu_model", "priority_class", "pool").get(pk=job.pk)
+        return Response(JobDetailSerializer(job).data)
+
+
+class JobActionAPI(APIView):
+    """POST cancel / hold / release."""
+
+    action_name = ""
+    actions = {
+        "cancel": job_services.job_cancel,
+        "hold": job_services.job_hold,
+        "release": job_services.job_release,
+    }
+
+    @extend_schema(request=None, responses=JobSerializer)
+    def post(self, request, job_id: int):
+        job = job_for(request.user, job_id)
+        job = _service_call(self.actions[self.action_name], user=request.user, job=job)
+        job = jobs_for(request.user).prefetch_related(_allocations_prefetch()).get(pk=job.pk)
+        return Response(JobSerializer(job).data)
+
+
+class JobLogsAPI(APIView):
+    """The job's captured output. ?attempt= picks an attempt (default: the current one); ?offset= returns
+    only what follows that byte offset (for following a running job)."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("attempt", int), OpenApiParameter("offset", int)],
+        responses={200: dict},
+    )
+    def get(self, request, job_id: int):
+        job = job_for(request.user, job_id)
+        try:
+            attempt = int(request.query_params.get("attempt", job.attempt))
+            offset = int(request.query_params.get("offset", 0))
+        except ValueError:
+            raise ValidationError({"attempt": "attempt and offset must be integers"}) from None
+        if offset < 0:
+            raise ValidationError({"offset": "must be >= 0"})
+        entry = job.logs.filter(attempt=attempt).first()
+        content = entry.content if entry else ""
+        raw = content.encode()
+        return Response({
+            "job_id": job.pk, "attempt": attempt, "size": len(raw),
+            "truncated": bool(entry and entry.truncated), "offset": offset,
+            "content": raw[offset:].decode(errors="replace"), "finished": job.state not in (
+                JobState.PENDING, JobState.HELD, JobState.ADMITTED, JobState.STARTING, JobState.RUNNING),
+        })
+
+
+class NodeListAPI(ListAPIView):
+    """Every node with its GPUs (cluster capacity is not tenant-owned data)."""
+
+    serializer_class = NodeSerializer
+    pagination_class = None
+
+    def get_queryset(self):
+        return Node.objects.select_related("pool").prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.select_related("model"))
+        )
+
+
+class NodeStateAPI(APIView):
+    """Platform admins drain or resume a node, with a reason."""
+
+    permission_classes = [IsAdminUser]
+    target_state = Node.DRAINING
+
+    @extend_schema(request=NodeStateInputSerializer, responses=NodeSerializer)
+    def post(self, request, name: str):
+        node = get_object_or_404(Node, name=name)
+        data = NodeStateInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            node = node_set_state(node=node, state=self.target_state, reason=data.validated_data["reason"],
+                                  user=request.user)
+        except NodeProtocolError as exc:
+            raise ValidationError({exc.field or "detail": str(exc)}) from None
+        return Response(NodeSerializer(node).data)
+
+
+class PriorityClassListAPI(ListAPIView):
+    serializer_class = PriorityClassSerializer
+    pagination_class = None
+    queryset = PriorityClass.objects.all()

@@ -1,0 +1,116 @@
+"""core -> ORM: persist one cycle's decisions with guarded updates, inside the cycle's transaction."""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone as dt_timezone
+
+from django.db import IntegrityError, transaction
+
+from scheduler.core.types import Decisions
+from scheduler.models import Allocation, Gpu, Job, Preemption
+from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.services.common import job_transition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DispatchResult:
+    """What a cycle actually changed (a start can be refused by a guard if the world moved on)."""
+
+    started: int = 0
+    refused: int = 0
+    preempted: int = 0
+    pending_updated: int = 0
+
+
+def _from_ts(value: float | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, tz=dt_timezone.utc)
+
+
+def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime) -> DispatchResult:
+    """Apply starts (pending -> admitted + allocations), preemptions (ask the victim to stop, record who
+    preempted whom) and pending reasons/positions/estimates. Each start is all-or-nothing in a savepoint:
+    a start whose job is no longer pending, or whose GPUs the database refuses, changes nothing."""
+    result = DispatchResult()
+    jobs_by_id = {
+        j.pk: j for j in Job.objects.filter(pk__in=[s.job_id for s in decisions.starts]).only("pk", "attempt")
+    }
+    for start in decisions.starts:
+        job = jobs_by_id.get(start.job_id)
+        if job is None:
+            result.refused += 1
+            continue
+        try:
+            with transaction.atomic():
+                if not job_transition(
+                    start.job_id, from_states=(JobState.PENDING,), to_state=JobState.ADMITTED,
+                    cause="admitted by the scheduler", at=now,
+                    details={"gpus": [p.gpu_id for p in start.placements], "borrowed": start.borrowed},
+                    extra={
+                        "admitted_at": now, "pending_reason_code": "", "pending_reason_message": "",
+                        "pending_reason_details": {}, "queue_position": None, "estimated_start": None,
+                        "stop_reason": StopReason.NONE,
+                    },
+                ):
+                    result.refused += 1
+                    continue
+                Allocation.objects.bulk_create(
+                    Allocation(
+                        job_id=start.job_id, attempt=job.attempt, gpu_id=p.gpu_id, node_id=gpus[p.gpu_id].node_id,
+                        share_milli=max(1, round(p.share * 1000)), started_at=now,
+                    )
+                    for p in start.placements
+                )
+                result.started += 1
+        except IntegrityError:
+            log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
+            result.refused += 1
+
+    for pre in decisions.preemptions:
+        updated = Job.objects.filter(pk=pre.job_id, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).update(
+            stop_reason=StopReason.PREEMPT
+        )
+        if updated:
+            attempt = Job.objects.filter(pk=pre.job_id).values_list("attempt", flat=True).first()
+            Preemption.objects.create(
+                job_id=pre.job_id, attempt=attempt, by_job_id=pre.by_job_id, reason=pre.reason,
+                message=pre.message[:500], gpu_seconds_lost=pre.gpu_seconds_lost, at=now,
+            )
+            result.preempted += 1
+
+    pending = {p.job_id: p for p in decisions.pending}
+    if pending:
+        rows = list(Job.objects.filter(pk__in=pending, state__in=(JobState.PENDING, JobState.HELD)).only(
+            "pk", "pending_reason_code", "pending_reason_message", "pending_reason_details", "queue_position",
+            "estimated_start",
+        ))
+        for row in rows:
+            info = pending[row.pk]
+            row.pending_reason_code = info.reason.code
+            row.pending_reason_message = info.reason.message[:500]
+            row.pending_reason_details = dict(info.reason.details)
+            row.queue_position = info.queue_position
+            row.estimated_start = _from_ts(info.estimated_start)
+        Job.objects.bulk_update(
+            rows,
+            ["pending_reason_code", "pending_reason_message", "pending_reason_details", "queue_position",
+             "estimated_start"],
+            batch_size=1000,
+        )
+        result.pending_updated = len(rows)
+    return result
+
+
+def expire_time_limits(now: datetime) -> int:
+    """Ask running jobs past their time limit to stop (the agent enforces it too; this is the backstop)."""
+    count = 0
+    for job in Job.objects.filter(
+        state=JobState.RUNNING, stop_reason=StopReason.NONE, time_limit_minutes__isnull=False,
+        started_at__isnull=False,
+    ).only("pk", "started_at", "time_limit_minutes"):
+        if job.started_at + timedelta(minutes=job.time_limit_minutes) <= now:
+            count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.TIMEOUT)
+    return count

@@ -1,0 +1,122 @@
+"""Load Rota's demo data: a department with three teams, users in each role, priority classes, GPU models,
+two pools, quotas, and a fake GPU cluster whose node agents get tokens and profiles under var/agents/.
+Idempotent: running it again refreshes the node tokens and changes nothing else."""
+
+import json
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from portal.models import Membership, Team
+from scheduler.models import GpuModel, Node, NodeToken, Pool, PriorityClass, Quota
+
+DEMO_PASSWORD = "rota-demo-2026"
+PRIORITY_CLASSES = [
+    # name, value, preemptible by default, may preempt, min runtime s, grace s, description
+    ("production-inference", 1000, False, True, 0, 30, "Serving traffic: never starved"),
+    ("interactive", 800, False, True, 0, 30, "Notebooks and interactive sessions"),
+    ("training", 500, True, True, 300, 60, "Training runs (checkpoint on SIGTERM)"),
+    ("batch", 300, True, False, 60, 30, "Data processing, evaluation, agent tasks"),
+    ("best-effort", 100, True, False, 0, 10, "Runs only on idle capacity"),
+]
+GPU_MODELS = [
+    ("h100-80gb", "NVIDIA H100 80GB HBM3", 81559),
+    ("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960),
+    ("l40s-48gb", "NVIDIA L40S", 46068),
+]
+# node name, pool, profile file, labels
+NODES = [
+    ("gpu-h100-01", "train", "h100x8.json", {"network": "ib", "storage": "nvme"}),
+    ("gpu-h100-02", "train", "h100x8.json", {"network": "ib", "storage": "nvme"}),
+    ("gpu-a100-01", "inference", "a100x4.json", {"network": "eth"}),
+]
+USERS = [
+    # username, team, role, staff
+    ("alice", "vision", Membership.MEMBER, False),
+    ("bob", "vision", Membership.TEAM_ADMIN, False),
+    ("carol", "nlp", Membership.MEMBER, False),
+    ("dave", "speech", Membership.TEAM_ADMIN, False),
+    ("admin", "vision", Membership.MEMBER, True),
+]
+QUOTAS = [
+    # team, model, guaranteed, limit, weight
+    ("vision", "h100-80gb", 6, 12, 2),
+    ("nlp", "h100-80gb", 6, 12, 2),
+    ("speech", "h100-80gb", 2, 4, 1),
+    ("vision", "a100-40gb", 1, 2, 1),
+    ("nlp", "a100-40gb", 2, 4, 1),
+    ("speech", "a100-40gb", 1, 2, 1),
+]
+
+
+class Command(BaseCommand):
+    help = "Load the demo department, teams, users, quotas and fake GPU cluster (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--agents-dir", default=str(settings.VAR_DIR / "agents"))
+        parser.add_argument("--portal", default="http://127.0.0.1:8000")
+
+    def handle(self, *args, agents_dir: str, portal: str, **options):
+        agents = Path(agents_dir)
+        agents.mkdir(parents=True, exist_ok=True)
+        with transaction.atomic():
+            tokens = self._seed()
+        profiles_dir = Path(__file__).resolve().parents[2] / "agent" / "profiles"
+        lines = []
+        for name, _pool, profile_file, _labels in NODES:
+            profile = json.loads((profiles_dir / profile_file).read_text())
+            profile["node"] = name
+            (agents / f"{name}.json").write_text(json.dumps(profile, indent=2))
+            token_path = agents / f"{name}.token"
+            token_path.write_text(tokens[name])
+            token_path.chmod(0o600)
+            lines.append(
+                f"agent-{name}: {sys.executable} -m scheduler.agent --portal {portal} --token-file {token_path} "
+                f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name}"
+            )
+        (agents / "Procfile.agents").write_text("\n".join(lines) + "\n")
+        self.stdout.write(self.style.SUCCESS(f"Demo data loaded; node tokens and profiles in {agents}"))
+
+    def _seed(self) -> dict[str, str]:
+        User = get_user_model()
+        research, _ = Team.objects.get_or_create(name="research", defaults={"display_name": "Research (department)"})
+        teams = {}
+        for name, label in [("vision", "Vision"), ("nlp", "Language"), ("speech", "Speech")]:
+            teams[name], _ = Team.objects.get_or_create(name=name, defaults={"display_name": label, "parent": research})
+        for name, value, preemptible, may_preempt, min_rt, grace, desc in PRIORITY_CLASSES:
+            PriorityClass.objects.get_or_create(name=name, defaults=dict(
+                value=value, preemptible=preemptible, may_preempt=may_preempt, min_runtime_s=min_rt,
+                grace_period_s=grace, description=desc))
+        models = {}
+        for name, label, memory in GPU_MODELS:
+            models[name], _ = GpuModel.objects.get_or_create(name=name, defaults={"display_name": label,
+                                                                                  "memory_mb": memory})
+        pools = {}
+        for name, desc, members in [("train", "H100 training pool", ["vision", "nlp", "speech"]),
+                                    ("inference", "A100 inference pool", ["vision", "nlp", "speech"])]:
+            pools[name], _ = Pool.objects.get_or_create(name=name, defaults={"description": desc})
+            pools[name].teams.add(*[teams[t] for t in members])
+        for username, team, role, staff in USERS:
+            user = User.objects.filter(username=username).first()
+            if user is None:
+                user = User.objects.create_user(username=username, password=DEMO_PASSWORD,
+                                                email=f"{username}@example.com")
+            if staff and not user.is_staff:
+                user.is_staff = user.is_superuser = True
+                user.save(update_fields=["is_staff", "is_superuser"])
+            Membership.objects.get_or_create(user=user, team=teams[team], defaults={"role": role})
+        for team, model, guaranteed, limit, weight in QUOTAS:
+            Quota.objects.get_or_create(team=teams[team], gpu_model=models[model], pool=None, defaults=dict(
+                guaranteed=Decimal(guaranteed), limit=Decimal(limit), weight=Decimal(weight)))
+        tokens = {}
+        for name, pool, _profile, labels in NODES:
+            node, _ = Node.objects.get_or_create(name=name, defaults={"pool": pools[pool], "labels": labels})
+            NodeToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=timezone.now())
+            _, tokens[name] = NodeToken.issue(node)
+        return tokens

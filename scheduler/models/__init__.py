@@ -1,0 +1,21 @@
+"""Scheduler domain models: the cluster (GPU models, pools, nodes, GPUs), quotas, priority classes,
+jobs with their history, and allocations (the source of truth for who holds which GPU)."""
+
+from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
+from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
+from scheduler.models.quota import Quota
+
+__all__ = [
+    "Allocation",
+    "Gpu",
+    "GpuModel",
+    "Job",
+    "JobLog",
+    "JobTransition",
+    "Node",
+    "NodeToken",
+    "Pool",
+    "Preemption",
+    "PriorityClass",
+    "Quota",
+]

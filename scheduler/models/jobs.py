@@ -1,0 +1,218 @@
+"""Jobs, their recorded history and logs, priority classes, allocations and preemption records."""
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from portal.models import Team, slug_validator
+from scheduler.kinds import KIND_CHOICES
+from scheduler.models.cluster import Gpu, GpuModel, Node, Pool
+
+
+class PriorityClass(models.Model):
+    """Higher ``value`` runs first. ``preemptible`` is the default for its jobs; ``may_preempt`` lets its
+    jobs preempt lower-priority work; times in seconds."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    value = models.IntegerField(unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    preemptible = models.BooleanField(default=True)
+    may_preempt = models.BooleanField(default=True)
+    min_runtime_s = models.PositiveIntegerField(default=0)
+    grace_period_s = models.PositiveIntegerField(default=30)
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending"
+    HELD = "held"
+    ADMITTED = "admitted"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed-out"
+    NODE_LOST = "node-lost"
+
+
+WAITING_STATES = (JobState.PENDING, JobState.HELD)
+HOLDING_STATES = (JobState.ADMITTED, JobState.STARTING, JobState.RUNNING)
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT, JobState.NODE_LOST)
+ACTIVE_STATES = WAITING_STATES + HOLDING_STATES
+
+
+class StopReason(models.TextChoices):
+    """Why the portal asked a holding job's processes to stop (carried out by the node agent)."""
+
+    NONE = ""
+    CANCEL = "cancel"
+    PREEMPT = "preempt"
+    TIMEOUT = "timeout"
+    NODE_UNHEALTHY = "node-unhealthy"
+    GANG_EXIT = "gang-exit"  # another member of a multi-node gang ended
+
+
+class Job(models.Model):
+    """One submitted unit of work: its request, state, why it waits and what it holds."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=20, choices=KIND_CHOICES, default="training")
+    command = models.TextField(max_length=10000)
+    image = models.CharField(max_length=300, blank=True)
+    gpus = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(1024)])
+    gpu_fraction = models.DecimalField(max_digits=4, decimal_places=3, null=True, blank=True)
+    gpu_model = models.ForeignKey(GpuModel, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    gpu_memory_gb = models.PositiveIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_gb = models.PositiveIntegerField(default=0)
+    nodes = models.PositiveSmallIntegerField(null=True, blank=True)
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    node_labels = models.JSONField(default=dict, blank=True)
+    min_driver_version = models.CharField(max_length=40, blank=True)
+    time_limit_minutes = models.PositiveIntegerField(null=True, blank=True)
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
+    preemptible = models.BooleanField(default=True)
+    env = models.JSONField(default=dict, blank=True)
+
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING)
+    stop_reason = models.CharField(max_length=20, choices=StopReason.choices, blank=True, default="")
+    attempt = models.PositiveIntegerField(default=1)
+    pending_reason_code = models.CharField(max_length=40, blank=True)
+    pending_reason_message = models.CharField(max_length=500, blank=True)
+    pending_reason_details = models.JSONField(default=dict, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_class = models.CharField(max_length=20, blank=True)  # user | platform | resource
+    attained_gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["state"], name="job_state_idx"),
+            models.Index(fields=["team", "state"], name="job_team_state_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(state__in=[s.value for s in JobState]), name="job_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpu_fraction__isnull=True)
+                | (models.Q(gpu_fraction__gt=0) & models.Q(gpu_fraction__lt=1) & models.Q(gpus=1)),
+                name="job_gpu_fraction_valid",
+            ),
+            models.CheckConstraint(condition=models.Q(gpus__gte=1), name="job_gpus_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs counted against quota: the fraction for a shared job, else the GPU count."""
+        return float(self.gpu_fraction) if self.gpu_fraction is not None else float(self.gpus)
+
+
+class JobTransition(models.Model):
+    """One recorded state change of a job, with its cause (and actor when a person caused it)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=12, blank=True)
+    to_state = models.CharField(max_length=12)
+    at = models.DateTimeField()
+    cause = models.CharField(max_length=300)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class JobLog(models.Model):
+    """The captured stdout/stderr of one attempt of a job, appended by its node."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="logs")
+    attempt = models.PositiveIntegerField()
+    content = models.TextField(blank=True, default="")
+    size = models.PositiveBigIntegerField(default=0)  # bytes received (UTF-8), for offsets
+    truncated = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="joblog_unique_job_attempt")]
+
+
+class Allocation(models.Model):
+    """A job bound to one GPU (or a share of it) on one node over ``[started_at, ended_at)``.
+    Open allocations (``ended_at`` null) are who holds what now; the database refuses to put one GPU in
+    two open exclusive allocations, and (on PostgreSQL) shares of one GPU that add up to more than 1."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
+    attempt = models.PositiveIntegerField()
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    share_milli = models.PositiveIntegerField(default=1000)  # thousandths of the device
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["ended_at"], name="alloc_ended_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"],
+                condition=models.Q(ended_at__isnull=True, share_milli=1000),
+                name="alloc_one_open_exclusive_per_gpu",
+            ),
+            models.UniqueConstraint(
+                fields=["job", "attempt", "gpu"], name="alloc_unique_job_attempt_gpu"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(share_milli__gte=1) & models.Q(share_milli__lte=1000), name="alloc_share_range"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(ended_at__isnull=True) | models.Q(ended_at__gte=models.F("started_at")),
+                name="alloc_interval_ordered",
+            ),
+        ]
+
+    @property
+    def share(self) -> float:
+        return self.share_milli / 1000
+
+
+class Preemption(models.Model):
+    """Who preempted whom, why, and the GPU-seconds of work lost (since the victim's last checkpoint)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="preemptions")
+    attempt = models.PositiveIntegerField()
+    by_job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=40)
+    message = models.CharField(max_length=500)
+    gpu_seconds_lost = models.FloatField(default=0)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-at"]

@@ -1,0 +1,47 @@
+"""Helpers shared by the scheduler services: database time and recorded job transitions."""
+
+from datetime import datetime
+
+from django.db import connection
+from django.utils import timezone
+
+from scheduler.models import Job, JobTransition
+
+
+def db_now() -> datetime:
+    """The database's clock (PostgreSQL ``clock_timestamp()``): one clock for every interval we bill."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            return cursor.fetchone()[0]
+    return timezone.now()
+
+
+def job_transition(
+    job_id: int,
+    *,
+    from_states: tuple[str, ...],
+    to_state: str,
+    cause: str,
+    at: datetime,
+    actor=None,
+    details: dict | None = None,
+    extra: dict | None = None,
+    where: dict | None = None,
+) -> bool:
+    """Move job ``job_id`` to ``to_state`` only if it is in one of ``from_states`` (a guarded UPDATE whose
+    row count is checked) and record the transition. Returns False, changing nothing, if the job had
+    already moved on. ``extra`` sets further fields; ``where`` adds further guards."""
+    current = Job.objects.filter(pk=job_id, state__in=from_states, **(where or {})).values_list(
+        "state", flat=True
+    ).first()
+    if current is None:
+        return False
+    updated = Job.objects.filter(pk=job_id, state=current, **(where or {})).update(state=to_state, **(extra or {}))
+    if updated != 1:
+        return False
+    JobTransition.objects.create(
+        job_id=job_id, from_state=current, to_state=to_state, at=at, cause=cause[:300], actor=actor,
+        details=details or {},
+    )
+    return True

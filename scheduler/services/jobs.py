@@ -1,0 +1,204 @@
+"""Job services: submit, cancel, hold, release. Views, the API and the CLI call these and nothing else."""
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from portal.access import can_manage_job, submit_teams_for
+from portal.models import Team
+from scheduler.kinds import KINDS
+from scheduler.models import GpuModel, Job, Pool, PriorityClass
+from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.services.common import db_now, job_transition
+
+MAX_GPUS = 1024
+MAX_NODES = 64
+MAX_TIME_LIMIT_MINUTES = 30 * 24 * 60
+MAX_CPUS = 4096
+MAX_MEMORY_GB = 16384
+MAX_GPU_MEMORY_GB = 1024
+MAX_NAME = 100
+MAX_COMMAND = 10000
+
+
+def _check_range(errors: dict, field: str, value, low, high) -> None:
+    if value is None:
+        return
+    if value < low or value > high:
+        errors[field] = f"must be between {low} and {high}; got {value}"
+
+
+def job_submit(
+    *,
+    user,
+    team: str | Team | None = None,
+    name: str,
+    command: str,
+    kind: str = "training",
+    gpus: int = 1,
+    gpu_fraction: Decimal | float | None = None,
+    gpu_model: str | None = None,
+    gpu_memory_gb: int = 0,
+    cpus: int = 0,
+    memory_gb: int = 0,
+    nodes: int | None = None,
+    pool: str | None = None,
+    node_labels: dict | None = None,
+    min_driver_version: str = "",
+    time_limit_minutes: int | None = None,
+    priority_class: str | None = None,
+    preemptible: bool | None = None,
+    env: dict | None = None,
+    image: str = "",
+) -> Job:
+    """Validate a request and queue it as a pending job of ``team``. Raises ValidationError naming every
+    bad field (nothing is saved then). The scheduling cycle is woken when the transaction commits."""
+    errors: dict[str, str] = {}
+    allowed = submit_teams_for(user)
+    team_obj = None
+    if isinstance(team, Team):
+        team_obj = allowed.filter(pk=team.pk).first()
+    elif team:
+        team_obj = allowed.filter(name=team).first()
+    elif allowed.count() == 1:
+        team_obj = allowed.first()
+    if team_obj is None:
+        errors["team"] = (
+            "you are not a member of that team" if team else "choose a team (you belong to several or none)"
+        )
+    name = (name or "").strip()
+    if not name:
+        errors["name"] = "must not be empty"
+    elif len(name) > MAX_NAME:
+        errors["name"] = f"must be at most {MAX_NAME} characters; got {len(name)}"
+    command = (command or "").strip()
+    if not command:
+        errors["command"] = "must not be empty"
+    elif len(command) > MAX_COMMAND:
+        errors["command"] = f"must be at most {MAX_COMMAND} characters; got {len(command)}"
+    if kind not in KINDS:
+        errors["kind"] = f"must be one of {', '.join(KINDS)}; got {kind!r}"
+    defaults = KINDS.get(kind, KINDS["training"])
+    _check_range(errors, "gpus", gpus, 1, MAX_GPUS)
+    if gpu_fraction is not None:
+        gpu_fraction = Decimal(str(gpu_fraction)).quantize(Decimal("0.001"))
+        if not (Decimal("0") < gpu_fraction < Decimal("1")):
+            errors["gpu_fraction"] = f"must be greater than 0 and less than 1; got {gpu_fraction}"
+        elif gpus != 1:
+            errors["gpu_fraction"] = "a fractional request shares one GPU: set gpus to 1"
+    _check_range(errors, "gpu_memory_gb", gpu_memory_gb, 0, MAX_GPU_MEMORY_GB)
+    _check_range(errors, "cpus", cpus, 0, MAX_CPUS)
+    _check_range(errors, "memory_gb", memory_gb, 0, MAX_MEMORY_GB)
+    _check_range(errors, "nodes", nodes, 1, MAX_NODES)
+    if nodes and gpus and gpus % nodes:
+        errors["nodes"] = f"gpus ({gpus}) must divide evenly over nodes ({nodes})"
+    if time_limit_minutes is None:
+        time_limit_minutes = defaults.time_limit_minutes
+    _check_range(errors, "time_limit_minutes", time_limit_minutes, 1, MAX_TIME_LIMIT_MINUTES)
+    model_obj = None
+    if gpu_model:
+        model_obj = GpuModel.objects.filter(name=gpu_model).first()
+        if model_obj is None:
+            known = ", ".join(GpuModel.objects.values_list("name", flat=True))
+            errors["gpu_model"] = f"unknown GPU model {gpu_model!r}; known: {known}"
+    pool_obj = None
+    if pool:
+        pool_obj = Pool.objects.filter(name=pool).first()
+        if pool_obj is None or (team_obj is not None and not pool_obj.teams.filter(pk=team_obj.pk).exists()):
+            errors["pool"] = f"unknown pool {pool!r} or your team may not use it"
+    pc_name = priority_class or defaults.priority_class
+    pc = PriorityClass.objects.filter(name=pc_name).first()
+    if pc is None:
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+        errors["priority_class"] = f"unknown priority class {pc_name!r}; known: {known}"
+    labels = node_labels or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        errors["node_labels"] = "must be an object of string keys and string values"
+    environment = env or {}
+    if not isinstance(environment, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in environment.items()
+    ):
+        errors["env"] = "must be an object of string keys and string values"
+    if len(min_driver_version or "") > 40:
+        errors["min_driver_version"] = "must be at most 40 characters"
+    if errors:
+        raise ValidationError(errors)
+    if preemptible is None:
+        preemptible = pc.preemptible if priority_class else defaults.preemptible
+
+    with transaction.atomic():
+        now = db_now()
+        job = Job.objects.create(
+            team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image or "",
+            gpus=gpus, gpu_fraction=gpu_fraction, gpu_model=model_obj, gpu_memory_gb=gpu_memory_gb or 0,
+            cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
+            min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
+            priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
+            pending_reason_code="Scheduling", pending_reason_message="waiting for the next scheduling cycle",
+        )
+        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause="submitted", actor=user)
+        _wake_cycle()
+    return job
+
+
+def _wake_cycle() -> None:
+    """Ask for a scheduling cycle once the current transaction commits (a hint: beat runs it anyway)."""
+    from scheduler.tasks import run_cycle
+
+    run_cycle.delay_on_commit()
+
+
+class NotAllowed(Exception):
+    """The user may see the job but not act on it."""
+
+
+def job_cancel(*, user, job: Job) -> Job:
+    """Cancel ``job``: a waiting job ends at once; a holding job is asked to stop and ends when its node
+    confirms the processes are gone (its GPUs are freed then). Idempotent for finished jobs."""
+    if not can_manage_job(user, job):
+        raise NotAllowed("only the submitter, a team-admin or a platform admin may cancel this job")
+    with transaction.atomic():
+        now = db_now()
+        if job_transition(
+            job.pk, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
+            cause=f"cancelled by {user}", at=now, actor=user,
+            extra={"finished_at": now, "queue_position": None, "estimated_start": None},
+        ):
+            _wake_cycle()
+        else:
+            Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
+                stop_reason=StopReason.CANCEL
+            )
+    job.refresh_from_db()
+    return job
+
+
+def job_hold(*, user, job: Job) -> Job:
+    """Hold a pending job: the scheduler skips it until it is released."""
+    if not can_manage_job(user, job):
+        raise NotAllowed("only the submitter, a team-admin or a platform admin may hold this job")
+    with transaction.atomic():
+        if not job_transition(
+            job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=f"held by {user}",
+            at=db_now(), actor=user,
+            extra={"pending_reason_code": "Held", "pending_reason_message": f"held by {user}"},
+        ):
+            raise ValidationError({"state": f"only a pending job can be held; this one is {job.state}"})
+    job.refresh_from_db()
+    return job
+
+
+def job_release(*, user, job: Job) -> Job:
+    """Release a held job back to the queue."""
+    if not can_manage_job(user, job):
+        raise NotAllowed("only the submitter, a team-admin or a platform admin may release this job")
+    with transaction.atomic():
+        if not job_transition(
+            job.pk, from_states=(JobState.HELD,), to_state=JobState.PENDING, cause=f"released by {user}",
+            at=db_now(), actor=user,
+        ):
+            raise ValidationError({"state": f"only a held job can be released; this one is {job.state}"})
+        _wake_cycle()
+    job.refresh_from_db()
+    return job

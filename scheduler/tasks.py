@@ -1,0 +1,21 @@
+"""Celery tasks: thin, named, id-free wrappers over the cycle and node liveness. Safe to run twice."""
+
+from celery import shared_task
+
+from scheduler.cycle import run_cycle as _run_cycle
+from scheduler.services.nodes import nodes_check_liveness
+
+
+@shared_task(name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)
+def run_cycle(**_ignored) -> dict:
+    """One scheduling cycle (single-flight: returns at once if another is running)."""
+    return _run_cycle().as_dict()
+
+
+@shared_task(name="scheduler.node_liveness", time_limit=60, ignore_result=True)
+def node_liveness(**_ignored) -> list[str]:
+    """Mark silent nodes down and requeue their jobs; wake the cycle if anything changed."""
+    marked = nodes_check_liveness()
+    if marked:
+        run_cycle.delay()
+    return marked

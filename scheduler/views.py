@@ -1,0 +1,100 @@
+"""Pages for jobs and the cluster. Thin: parse, call one service or selector, render."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for
+from scheduler.forms import JobSubmitForm
+from scheduler.models import Allocation, Gpu, Node
+from scheduler.models.jobs import ACTIVE_STATES
+from scheduler.services import jobs as job_services
+
+
+@login_required
+def job_list(request):
+    """My teams' jobs (admins: all), newest first; ?state=active|finished filters."""
+    qs = jobs_for(request.user).prefetch_related(
+        Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"))
+    )
+    which = request.GET.get("state", "")
+    if which == "active":
+        qs = qs.filter(state__in=ACTIVE_STATES)
+    elif which == "finished":
+        qs = qs.exclude(state__in=ACTIVE_STATES)
+    jobs = list(qs.order_by("-id")[:200])
+    template = "jobs/_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
+    return render(request, template, {"jobs": jobs, "which": which})
+
+
+@login_required
+def job_submit_view(request):
+    teams = list(submit_teams_for(request.user))
+    form = JobSubmitForm(request.POST or None, teams=teams)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = job_services.job_submit(user=request.user, **form.submit_kwargs())
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, f"Job #{job.pk} submitted.")
+            return redirect("job-detail", job_id=job.pk)
+    return render(request, "jobs/submit.html", {"form": form, "teams": teams})
+
+
+def _job_context(request, job_id):
+    job = job_for(request.user, job_id)
+    allocations = list(job.allocations.filter(attempt=job.attempt).select_related("node", "gpu", "gpu__model"))
+    log = job.logs.filter(attempt=job.attempt).first()
+    return {
+        "job": job, "allocations": allocations, "log": log,
+        "transitions": list(job.transitions.select_related("actor")),
+        "preemptions": list(job.preemptions.select_related("by_job")),
+        "can_manage": can_manage_job(request.user, job),
+    }
+
+
+@login_required
+def job_detail(request, job_id: int):
+    return render(request, "jobs/detail.html", _job_context(request, job_id))
+
+
+@login_required
+def job_log_partial(request, job_id: int):
+    """The state badge, reason and log tail, refreshed by htmx while the job is active."""
+    return render(request, "jobs/_live.html", _job_context(request, job_id))
+
+
+@login_required
+@require_POST
+def job_action(request, job_id: int, action: str):
+    actions = {"cancel": job_services.job_cancel, "hold": job_services.job_hold, "release": job_services.job_release}
+    if action not in actions:
+        raise Http404("No such action")
+    job = job_for(request.user, job_id)
+    try:
+        actions[action](user=request.user, job=job)
+        messages.success(request, f"Job #{job.pk}: {action} requested.")
+    except job_services.NotAllowed as exc:
+        return HttpResponse(str(exc), status=403)
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    return redirect("job-detail", job_id=job.pk)
+
+
+@login_required
+def cluster(request):
+    """Nodes and their GPUs with what each GPU holds now."""
+    nodes = list(Node.objects.select_related("pool").prefetch_related(
+        Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model").prefetch_related(
+            Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related(
+                "job", "job__team"), to_attr="open_allocations")
+        ))
+    ))
+    visible = set(jobs_for(request.user).filter(state__in=ACTIVE_STATES).values_list("pk", flat=True))
+    return render(request, "cluster.html", {"nodes": nodes, "visible_jobs": visible})

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make dev: install, pick PostgreSQL/Redis (or the SQLite + file-broker fallback), migrate, load the demo,
+# then run web + Celery worker + beat + one fake node agent per demo node under honcho.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+PORT="${PORT:-8000}"
+mkdir -p var
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  if $PY - <<'PYEOF' 2>/dev/null
+import psycopg
+with psycopg.connect("postgresql://postgres@localhost:5432/postgres", connect_timeout=2, autocommit=True) as c:
+    if not c.execute("SELECT 1 FROM pg_database WHERE datname='rota'").fetchone():
+        c.execute("CREATE DATABASE rota")
+PYEOF
+  then
+    export DATABASE_URL="postgres://postgres@localhost:5432/rota"
+    echo "Database: PostgreSQL at localhost:5432/rota"
+  else
+    export DATABASE_URL="sqlite:///$PWD/var/rota.sqlite3"
+    echo "PostgreSQL is not reachable on localhost:5432: falling back to SQLite at var/rota.sqlite3 (demo only)."
+  fi
+fi
+if [ -z "${REDIS_URL:-}" ]; then
+  if $PY -c "import redis; redis.Redis.from_url('redis://localhost:6379/0', socket_connect_timeout=2).ping()" 2>/dev/null; then
+    export REDIS_URL="redis://localhost:6379/0"
+    echo "Broker: Redis at localhost:6379"
+  else
+    export REDIS_URL="filesystem"
+    echo "Redis is not reachable on localhost:6379: falling back to a file-based Celery broker in var/broker (demo only)."
+  fi
+fi
+
+$PY manage.py migrate --noinput
+$PY manage.py seed_demo --portal "http://127.0.0.1:${PORT}"
+
+cat > var/Procfile <<PROCEOF
+web: $PY manage.py runserver 127.0.0.1:${PORT} --noreload
+worker: .venv/bin/celery -A portal worker --loglevel=INFO --concurrency=2 --without-gossip --without-mingle
+beat: .venv/bin/celery -A portal beat --loglevel=INFO --schedule=var/celerybeat-schedule
+PROCEOF
+cat var/agents/Procfile.agents >> var/Procfile
+
+cat <<MSG
+
+  Rota is starting at  http://127.0.0.1:${PORT}/
+  Demo logins (password: rota-demo-2026):
+    alice  member of vision        bob    team-admin of vision
+    carol  member of nlp           dave   team-admin of speech
+    admin  platform admin (Django admin at /admin/)
+  API docs: http://127.0.0.1:${PORT}/api/docs/   Stop with Ctrl-C.
+
+MSG
+exec .venv/bin/honcho -f var/Procfile -d . start

@@ -1,0 +1,127 @@
+"""The jobs API: submit, validation with named fields, tenancy (the outsider gets 404), actions, logs."""
+
+import pytest
+
+from scheduler.models import Job
+
+pytestmark = pytest.mark.django_db
+
+VALID = {"name": "resnet", "command": "python train.py", "gpus": 1, "gpu_model": "h100-80gb"}
+
+
+def submit(client, **overrides):
+    return client.post("/api/v1/jobs/", {**VALID, **overrides}, format="json")
+
+
+def test_it_submits_a_job_as_pending_for_the_members_only_team(api, alice):
+    response = submit(api(alice))
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["team"] == "vision" and body["state"] == "pending" and body["kind"] == "training"
+    assert body["priority_class"] == "training" and body["preemptible"] is True
+    job = Job.objects.get(pk=body["id"])
+    assert list(job.transitions.values_list("to_state", flat=True)) == ["pending"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"gpus": 0}, "gpus"),
+        ({"gpus": -3}, "gpus"),
+        ({"gpus": 100000}, "gpus"),
+        ({"gpu_model": "tpu-v9"}, "gpu_model"),
+        ({"command": ""}, "command"),
+        ({"command": "   "}, "command"),
+        ({"name": "x" * 101}, "name"),
+        ({"team": "nlp"}, "team"),
+        ({"team": "no-such-team"}, "team"),
+        ({"kind": "mining"}, "kind"),
+        ({"gpu_fraction": "1.5"}, "gpu_fraction"),
+        ({"gpu_fraction": "0.5", "gpus": 2}, "gpu_fraction"),
+        ({"time_limit_minutes": 0}, "time_limit_minutes"),
+        ({"priority_class": "vip"}, "priority_class"),
+        ({"nodes": 3, "gpus": 4}, "nodes"),
+    ],
+)
+def test_it_rejects_bad_input_naming_the_field_and_saves_nothing(api, alice, overrides, field):
+    response = submit(api(alice), **overrides)
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert field in body["errors"], body
+    assert field in body["detail"]
+    assert Job.objects.count() == 0
+
+
+def test_it_rejects_a_body_that_is_not_json(api, alice):
+    response = api(alice).post("/api/v1/jobs/", "{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert "JSON" in response.json()["detail"]
+    assert Job.objects.count() == 0
+
+
+def test_it_requires_authentication(api, cluster):
+    assert api().get("/api/v1/jobs/").status_code in (401, 403)
+    assert submit(api()).status_code in (401, 403)
+
+
+def test_an_outsider_gets_404_for_another_teams_job_and_never_sees_it_listed(api, alice, charlie):
+    job_id = submit(api(alice)).json()["id"]
+    outsider = api(charlie)
+    assert outsider.get(f"/api/v1/jobs/{job_id}/").status_code == 404
+    assert outsider.get(f"/api/v1/jobs/{job_id}/logs/").status_code == 404
+    assert outsider.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404
+    assert outsider.get("/api/v1/jobs/").json()["results"] == []
+    assert outsider.get("/api/v1/jobs/999999/").status_code == 404
+    assert Job.objects.get(pk=job_id).state == "pending"
+
+
+def test_a_team_mate_sees_the_job_but_may_not_cancel_it(api, alice, bob):
+    job_id = submit(api(alice)).json()["id"]
+    mate = api(bob)
+    assert mate.get(f"/api/v1/jobs/{job_id}/").status_code == 200
+    assert [j["id"] for j in mate.get("/api/v1/jobs/").json()["results"]] == [job_id]
+    assert mate.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 403
+    assert Job.objects.get(pk=job_id).state == "pending"
+
+
+def test_cancelling_a_pending_job_ends_it_at_once(api, alice):
+    client = api(alice)
+    job_id = submit(client).json()["id"]
+    response = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert response.status_code == 200
+    assert response.json()["state"] == "cancelled"
+    assert response.json()["finished_at"] is not None
+
+
+def test_hold_and_release_move_a_pending_job_out_of_and_back_into_the_queue(api, alice):
+    client = api(alice)
+    job_id = submit(client).json()["id"]
+    assert client.post(f"/api/v1/jobs/{job_id}/hold/").json()["state"] == "held"
+    assert client.post(f"/api/v1/jobs/{job_id}/hold/").status_code == 400
+    assert client.post(f"/api/v1/jobs/{job_id}/release/").json()["state"] == "pending"
+
+
+def test_the_job_list_filters_by_state(api, alice):
+    client = api(alice)
+    first = submit(client).json()["id"]
+    second = submit(client, name="other").json()["id"]
+    client.post(f"/api/v1/jobs/{first}/cancel/")
+    assert [j["id"] for j in client.get("/api/v1/jobs/?state=pending").json()["results"]] == [second]
+
+
+def test_a_token_from_the_token_endpoint_authenticates(api, alice):
+    response = api().post("/api/v1/auth/token/", {"username": "alice", "password": "pw-Example-123"}, format="json")
+    token = response.json()["token"]
+    client = api()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/v1/jobs/").status_code == 200
+
+
+def test_the_openapi_schema_and_docs_are_served(api, alice):
+    client = api(alice)
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200
+    assert b"/api/v1/jobs/" in schema.content
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"cdn" not in docs.content.lower()
