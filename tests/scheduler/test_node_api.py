@@ -1,0 +1,169 @@
+"""The node API: a node registers, heartbeats, gets its assignments and reports only about itself."""
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler.cycle import run_cycle
+from scheduler.models import Allocation, Gpu, Node, NodeToken
+from scheduler.services.jobs import job_cancel, job_submit
+from scheduler.services.nodes import nodes_check_liveness
+
+pytestmark = pytest.mark.django_db
+
+H100_REPORT = {
+    "hostname": "node-h100", "gpu_backend": "fake", "driver_version": "550.54.15", "cuda_version": "12.4",
+    "cpus": 64, "memory_mb": 512000,
+    "gpus": [{"index": i, "uuid": f"GPU-h100-{i}", "model": "h100-80gb", "memory_mb": 81559} for i in range(4)],
+}
+
+
+def admitted_job(user, **kw):
+    job = job_submit(user=user, name="j", command="echo hi", gpu_model="h100-80gb", **kw)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted"
+    return job
+
+
+def beat(client, seq, **body):
+    return client.post("/api/v1/node/heartbeat/", {"seq": seq, **body}, format="json")
+
+
+def test_register_records_the_hosts_gpus_and_makes_a_down_node_ready(cluster, node_client):
+    node = cluster["nodes"][0]
+    Node.objects.filter(pk=node.pk).update(state=Node.DOWN)
+    response = node_client(node).post("/api/v1/node/register/", H100_REPORT, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["node"] == "node-h100"
+    node.refresh_from_db()
+    assert node.state == Node.READY and node.driver_version == "550.54.15" and node.cpus == 64
+
+
+def test_a_node_returning_with_fewer_gpus_is_drained_with_a_reason(cluster, node_client):
+    node = cluster["nodes"][0]
+    report = {**H100_REPORT, "gpus": H100_REPORT["gpus"][:3]}
+    node_client(node).post("/api/v1/node/register/", report, format="json")
+    node.refresh_from_db()
+    assert node.state == Node.DRAINING and "fewer GPUs" in node.state_reason
+    assert Gpu.objects.get(node=node, index=3).present is False
+
+
+def test_heartbeats_must_increase_and_return_the_nodes_assignments(alice, cluster, node_client):
+    client = node_client()
+    client.post("/api/v1/node/register/", H100_REPORT, format="json")
+    job = admitted_job(alice, gpus=2)
+    response = beat(client, 1)
+    assert response.status_code == 200
+    [assignment] = response.json()["assignments"]
+    assert assignment["job_id"] == job.pk and assignment["desired"] == "running"
+    assert [g["index"] for g in assignment["gpus"]] == [0, 1]
+    assert assignment["command"] == "echo hi"
+    job.refresh_from_db()
+    assert job.state == "starting"
+    replay = beat(client, 1)
+    assert replay.status_code == 409 and replay.json()["field"] == "seq"
+
+
+def test_a_job_runs_then_succeeds_and_its_gpus_are_released_only_then(alice, cluster, node_client):
+    client = node_client()
+    job = admitted_job(alice)
+    url = f"/api/v1/node/jobs/{job.pk}/events/"
+    assert client.post(url, {"attempt": 1, "type": "started", "pid": 42}, format="json").json()["state"] == "running"
+    assert Allocation.objects.filter(job=job, ended_at__isnull=True).count() == 1
+    log = client.post(f"/api/v1/node/jobs/{job.pk}/log/", {"attempt": 1, "offset": 0, "data": "hi\n"}, format="json")
+    assert log.json()["size"] == 3
+    dup = client.post(f"/api/v1/node/jobs/{job.pk}/log/", {"attempt": 1, "offset": 0, "data": "hi\n"}, format="json")
+    assert dup.json()["size"] == 3
+    done = client.post(url, {"attempt": 1, "type": "exited", "exit_code": 0}, format="json")
+    assert done.json()["state"] == "succeeded"
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    job.refresh_from_db()
+    assert job.exit_code == 0 and job.logs.get(attempt=1).content == "hi\n"
+
+
+def test_a_nonzero_exit_fails_the_job_as_a_user_failure(alice, node_client):
+    client = node_client()
+    job = admitted_job(alice)
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "started"}, format="json")
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "exited", "exit_code": 3},
+                format="json")
+    job.refresh_from_db()
+    assert job.state == "failed" and job.exit_code == 3 and job.failure_class == "user"
+
+
+def test_cancelling_a_running_job_asks_its_node_to_stop_it_and_frees_gpus_on_confirmation(alice, node_client):
+    client = node_client()
+    job = admitted_job(alice)
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "started"}, format="json")
+    job_cancel(user=alice, job=job)
+    [assignment] = beat(client, 1).json()["assignments"]
+    assert assignment["desired"] == "stopped"
+    assert Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "exited", "signal": 15},
+                format="json")
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+
+
+def test_a_node_may_not_report_about_a_job_on_another_node(alice, cluster, node_client):
+    job = admitted_job(alice)
+    other = node_client(cluster["nodes"][1])
+    response = other.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "exited", "exit_code": 0},
+                          format="json")
+    assert response.status_code == 404
+    log = other.post(f"/api/v1/node/jobs/{job.pk}/log/", {"attempt": 1, "offset": 0, "data": "x"}, format="json")
+    assert log.status_code == 404
+    job.refresh_from_db()
+    assert job.state == "admitted"
+
+
+def test_an_event_for_an_old_attempt_is_refused(alice, node_client):
+    job = admitted_job(alice)
+    response = node_client().post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 7, "type": "started"},
+                                  format="json")
+    assert response.status_code == 409 and response.json()["field"] == "attempt"
+
+
+def test_malformed_reports_are_refused_with_the_field_named(cluster, node_client):
+    client = node_client()
+    bad = {**H100_REPORT, "gpus": [{"index": 0, "uuid": "a", "model": "x", "memory_mb": -1}]}
+    response = client.post("/api/v1/node/register/", bad, format="json")
+    assert response.status_code == 400 and "gpus" in response.json()["errors"]
+    response = client.post("/api/v1/node/heartbeat/", {"seq": "soon"}, format="json")
+    assert response.status_code == 400 and "seq" in response.json()["errors"]
+
+
+def test_a_revoked_or_unknown_token_is_refused(cluster, api):
+    node = cluster["nodes"][0]
+    token, raw = NodeToken.issue(node)
+    token.revoked_at = token.created_at
+    token.save()
+    client = api()
+    client.credentials(HTTP_AUTHORIZATION=f"Node {raw}")
+    assert client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").status_code == 401
+    client.credentials(HTTP_AUTHORIZATION="Node rn_not-a-token")
+    assert client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").status_code == 401
+
+
+def test_nodes_cannot_reach_user_endpoints_and_users_cannot_reach_node_endpoints(alice, api, node_client):
+    node = node_client()
+    assert node.get("/api/v1/jobs/").status_code in (401, 403)
+    assert node.post("/api/v1/jobs/", {"name": "x", "command": "y"}, format="json").status_code in (401, 403)
+    assert api(alice).post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").status_code in (401, 403)
+
+
+def test_a_silent_node_goes_down_and_its_jobs_are_requeued(alice, cluster, node_client, settings):
+    client = node_client()
+    client.post("/api/v1/node/register/", H100_REPORT, format="json")
+    job = admitted_job(alice)
+    node = cluster["nodes"][0]
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=job.admitted_at - timedelta(hours=1))
+    assert nodes_check_liveness() == ["node-h100"]
+    node.refresh_from_db()
+    job.refresh_from_db()
+    assert node.state == Node.DOWN
+    assert job.state == "pending" and job.attempt == 2
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+    assert beat(client, 5).status_code == 409
