@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 from scheduler.agent import procs
@@ -79,6 +80,7 @@ class Executor:
         self._base_env = {k: source[k] for k in INHERITED_ENV if k in source}
         self.jobs: dict[str, JobRecord] = {}
         self.finished: dict[str, float] = {}  # attempts that ended here, so they are never started twice
+        self.unreported: dict[str, JobEvent] = {}  # end events the portal has not acknowledged yet
         self._popens: dict[str, subprocess.Popen[bytes]] = {}
         self._boot_id = procs.boot_id()
 
@@ -93,7 +95,11 @@ class Executor:
         """Write the records atomically (called after every change)."""
         recent = sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:]
         self.finished = dict(recent)
-        data = {"jobs": [job.to_json() for job in self.jobs.values()], "finished": self.finished}
+        data = {
+            "jobs": [job.to_json() for job in self.jobs.values()],
+            "finished": self.finished,
+            "unreported": [asdict(event) for event in self.unreported.values()],
+        }
         temporary = self.state_path.with_suffix(".tmp")
         temporary.write_text(json.dumps(data, indent=1))
         os.replace(temporary, self.state_path)
@@ -102,7 +108,7 @@ class Executor:
         """Load the records left by a previous agent run.
 
         Attempts whose process group still runs are adopted as they are; the others ended while no agent
-        watched them, and their end events are returned.
+        watched them. Returns the end events the portal has not acknowledged, older ones included.
         """
         try:
             data = json.loads(self.state_path.read_text())
@@ -112,16 +118,18 @@ class Executor:
             log.error("state file %s unreadable, starting empty: %s", self.state_path, error)
             return []
         self.finished = {str(k): float(v) for k, v in data.get("finished", {}).items()}
-        events = []
+        for raw_event in data.get("unreported", []):
+            event = JobEvent(**raw_event)
+            self.unreported[job_key(event.job_id, event.attempt)] = event
         for raw in data.get("jobs", []):
             job = JobRecord.from_json(raw)
             self.jobs[job.key] = job
             if job.boot_id == self._boot_id and procs.group_members(job.pid):
                 log.info("adopted job %s (pid %d, %s)", job.key, job.pid, job.state)
             else:
-                events.append(self._finish(job))
+                self._finish(job)
         self.save()
-        return events
+        return list(self.unreported.values())
 
     # starting ---------------------------------------------------------------------------------------
 
@@ -248,14 +256,13 @@ class Executor:
         exit_code, signum, message = self._outcome(job, popen)
         del self.jobs[job.key]
         self.finished[job.key] = self._clock()
-        self.save()
         kind = "exited" if job.stop_cause in (None, STOP_REQUESTED, STOP_LEFTOVERS) else "stopped"
         if job.stop_cause == STOP_REQUESTED:
             message = message or "stopped on request"
         elif job.stop_cause != STOP_LEFTOVERS:
             message = job.stop_message or message
         log.info("job %s %s: exit code %s, signal %s %s", job.key, kind, exit_code, signum, message)
-        return JobEvent(
+        event = JobEvent(
             job.job_id,
             job.attempt,
             kind,
@@ -267,6 +274,9 @@ class Executor:
             log_path=job.log_path,
             log_offset=job.log_offset,
         )
+        self.unreported[job.key] = event
+        self.save()
+        return event
 
     def _outcome(
         self, job: JobRecord, popen: subprocess.Popen[bytes] | None
@@ -307,6 +317,20 @@ class Executor:
         job = self.jobs.get(key)
         if job is not None and job.log_offset != offset:
             job.log_offset = offset
+            self.save()
+
+    def acknowledge(self, event: JobEvent) -> None:
+        """The portal has the end event (or refused it for good): stop keeping it for a resend."""
+        key = job_key(event.job_id, event.attempt)
+        if event.type != "started" and key in self.unreported:
+            del self.unreported[key]
+            self.save()
+
+    def update_unreported(self, event: JobEvent) -> None:
+        """Keep the progress of an end event's log upload (its ``log_offset``) across restarts."""
+        key = job_key(event.job_id, event.attempt)
+        if key in self.unreported:
+            self.unreported[key] = event
             self.save()
 
     def has_run(self, job_id: int, attempt: int) -> bool:

@@ -1,0 +1,336 @@
+"""The reconcile loop: register, then heartbeat, and make the node run exactly what the portal assigns.
+
+Level-triggered (DESIGN.md, principle 3): every heartbeat answer lists all the attempts that should run
+here; the agent starts what is missing and stops what is not listed or listed as ``stopped``. Between
+heartbeats it watches its jobs (exits, time limits, grace periods) and sends their events. When the
+portal has not answered a heartbeat for ``heartbeat_timeout_s`` the agent stops all its jobs itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler.agent.client import (
+    PortalClient,
+    PortalError,
+    PortalRejected,
+    PortalUnavailable,
+    RegisterRequired,
+)
+from scheduler.agent.executor import Executor
+from scheduler.agent.gpu.base import GpuBackend
+from scheduler.agent.health import DEFAULT_MAX_TEMPERATURE_C, HealthTracker
+from scheduler.agent.jobs import (
+    STOP_PORTAL_LOST,
+    STOP_REQUESTED,
+    STOP_SHUTDOWN,
+    Assignment,
+    AssignmentError,
+    JobEvent,
+    job_key,
+)
+from scheduler.agent.logship import ship_log
+from scheduler.agent.wire import register_body, telemetry_entries
+
+log = logging.getLogger(__name__)
+AGENT_STATE_FILE = "agent.json"
+MAX_TELEMETRY_BUFFER = 4000  # rows kept while the portal is away; the oldest go first
+MAX_TELEMETRY_BATCH = 500  # rows per heartbeat
+MAX_REGISTER_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Settings of one agent. Times in seconds.
+
+    ``interval_s`` is used until the portal names its own heartbeat interval; ``heartbeat_timeout_s``
+    likewise (it is how long the agent keeps its jobs without hearing from the portal).
+    """
+
+    work_dir: Path
+    interval_s: float = 2.0
+    heartbeat_timeout_s: float = 30.0
+    max_temperature_c: int = DEFAULT_MAX_TEMPERATURE_C
+    hostname: str | None = None
+
+
+class Agent:
+    """One node's agent: a GPU backend, an executor and a portal client, driven by ``run``."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        backend: GpuBackend,
+        client: PortalClient,
+        executor: Executor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Wire the parts together; nothing talks to the portal before ``run`` (or ``register``)."""
+        self.config = config
+        self.backend = backend
+        self.client = client
+        self.executor = executor or Executor(config.work_dir)
+        self._clock = clock
+        self.node = config.hostname or backend.system_info().hostname
+        self.interval_s = config.interval_s
+        self.timeout_s = config.heartbeat_timeout_s
+        self.registered = False
+        self.seq = 0
+        self.outbox: collections.deque[JobEvent] = collections.deque()
+        self.telemetry: list[dict[str, Any]] = []
+        self.devices = backend.discover()
+        self.health = HealthTracker(self.devices, max_temperature_c=config.max_temperature_c)
+        self.last_contact = clock()
+        self.portal_lost = False
+        self.shutting_down = False
+        self._next_heartbeat = 0.0
+        self._next_register = 0.0
+        self._register_backoff = 1.0
+        self._load_state()
+
+    # persistence ------------------------------------------------------------------------------------
+
+    @property
+    def _state_path(self) -> Path:
+        return Path(self.config.work_dir) / AGENT_STATE_FILE
+
+    def _load_state(self) -> None:
+        """Resume ``seq`` (never replay one) and the last known timeout from the previous run."""
+        try:
+            data = json.loads(self._state_path.read_text())
+            self.seq = int(data.get("seq", 0))
+            self.timeout_s = float(data.get("heartbeat_timeout_s", self.timeout_s))
+        except (OSError, ValueError):
+            pass
+
+    def _save_state(self) -> None:
+        temporary = self._state_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"seq": self.seq, "heartbeat_timeout_s": self.timeout_s}))
+        temporary.replace(self._state_path)
+
+    # talking to the portal --------------------------------------------------------------------------
+
+    def register(self) -> bool:
+        """Register (again); True on success. Failures are logged and retried with a growing delay."""
+        self.devices = self.backend.discover()
+        self.health.track(self.devices)
+        body = register_body(self.backend.system_info(), self.devices, self.backend.kind)
+        if self.config.hostname:
+            body["hostname"] = self.config.hostname
+        try:
+            answer = self.client.register(body)
+        except PortalError as error:
+            log.warning("register failed (retrying in %.0f s): %s", self._register_backoff, error)
+            self._next_register = self._clock() + self._register_backoff
+            self._register_backoff = min(self._register_backoff * 2, MAX_REGISTER_BACKOFF_S)
+            return False
+        self.node = str(answer.get("node") or self.node)
+        self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
+        self.timeout_s = float(answer.get("heartbeat_timeout_s") or self.timeout_s)
+        self.registered, self._register_backoff = True, 1.0
+        self._contact()
+        self._save_state()
+        log.info(
+            "registered as %s with %d GPUs (heartbeat every %g s)",
+            self.node,
+            len(self.devices),
+            self.interval_s,
+        )
+        return True
+
+    def _contact(self) -> None:
+        self.last_contact = self._clock()
+        if self.portal_lost:
+            log.info("the portal is back")
+        self.portal_lost = False
+
+    def heartbeat(self) -> bool:
+        """Sample the GPUs, send one heartbeat and act on its assignments; True when it was answered."""
+        samples, events = self.backend.sample(), self.backend.events()
+        xids = self.health.observe(samples, events)
+        self.telemetry.extend(telemetry_entries(samples, xids))
+        del self.telemetry[:-MAX_TELEMETRY_BUFFER]
+        batch = self.telemetry[:MAX_TELEMETRY_BATCH]
+        self.seq += 1
+        self._save_state()
+        body = {
+            "seq": self.seq,
+            "running": self.executor.running(),
+            "gpus": self.health.report(),
+            "telemetry": batch,
+        }
+        try:
+            answer = self.client.heartbeat(body)
+        except RegisterRequired:
+            log.info("the portal asks this node to register again")
+            self.registered = False
+            return False
+        except PortalUnavailable as error:
+            log.warning("heartbeat %d failed: %s", self.seq, error)
+            return False
+        except PortalRejected as error:
+            log.error("heartbeat %d refused: %s", self.seq, error)
+            if error.status == 409:  # a seq the portal has seen: registering starts a new sequence
+                self.registered = False
+            elif error.status in (400, 413):
+                del self.telemetry[: len(batch)]  # do not resend a batch the portal cannot take
+            return False
+        self._contact()
+        del self.telemetry[: len(batch)]
+        self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
+        self.reconcile(answer.get("assignments") or [])
+        return True
+
+    def reconcile(self, assignments: list[Any]) -> None:
+        """Start the listed attempts that do not run yet; stop running ones not listed or desired stopped."""
+        listed: set[str] = set()
+        for raw in assignments:
+            try:
+                assignment = Assignment.from_wire(raw)
+            except AssignmentError as error:
+                log.error("ignoring an assignment: %s: %r", error, raw)
+                if isinstance(raw, dict) and isinstance(raw.get("job_id"), int):
+                    listed.add(job_key(raw["job_id"], raw.get("attempt", 0)))  # keep it running if it does
+                continue
+            listed.add(assignment.key)
+            if assignment.desired == "stopped":
+                self.executor.stop(assignment.key, STOP_REQUESTED, grace_s=assignment.grace_period_s)
+            elif not self.shutting_down and not self.executor.has_run(assignment.job_id, assignment.attempt):
+                self.outbox.append(self.executor.start(assignment))
+        for key in list(self.executor.jobs):
+            if key not in listed:
+                self.executor.stop(key, STOP_REQUESTED, "no longer assigned to this node")
+
+    def flush_outbox(self) -> None:
+        """Send queued job events in order; an end event first sends the rest of its log."""
+        while self.outbox:
+            event = self.outbox[0]
+            try:
+                if event.log_path:
+                    self._ship_final_log(event)
+                self.client.job_event(event.job_id, event.body())
+            except PortalUnavailable as error:
+                log.debug("event for job %s waits: %s", event.job_id, error)
+                return
+            except RegisterRequired:
+                self.registered = False
+                return
+            except PortalRejected as error:
+                log.warning("the portal refused the %s event of job %s: %s", event.type, event.job_id, error)
+            self.outbox.popleft()
+            self.executor.acknowledge(event)
+
+    def _ship_final_log(self, event: JobEvent) -> None:
+        def remember(offset: int) -> None:
+            self.outbox[0] = dataclasses.replace(self.outbox[0], log_offset=offset)
+            self.executor.update_unreported(self.outbox[0])
+
+        try:
+            ship_log(
+                self.client,
+                event.job_id,
+                event.attempt,
+                event.log_path or "",
+                event.log_offset,
+                max_bytes=1 << 40,
+                final=True,
+                progress=remember,
+            )
+        except PortalRejected as error:
+            log.warning("the portal refused the log of job %s: %s", event.job_id, error)
+
+    def ship_logs(self) -> None:
+        """Send what running jobs wrote since the last heartbeat."""
+        for job in list(self.executor.jobs.values()):
+            try:
+                ship_log(
+                    self.client,
+                    job.job_id,
+                    job.attempt,
+                    job.log_path,
+                    job.log_offset,
+                    progress=lambda offset, key=job.key: self.executor.set_log_offset(key, offset),
+                )
+            except RegisterRequired:
+                self.registered = False
+                return
+            except PortalUnavailable:
+                return
+            except PortalRejected as error:
+                log.debug("log of job %s refused: %s", job.key, error)
+
+    # local supervision ------------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Watch the jobs: queue end events, enforce time limits, tell the backend which GPUs are busy."""
+        self.outbox.extend(self.executor.poll())
+        self.backend.set_busy(self.executor.busy_gpus())
+        silent = self._clock() - self.last_contact
+        if not self.portal_lost and silent >= self.timeout_s:
+            self.portal_lost = True
+            log.error("no answer from the portal for %.0f s: stopping all jobs on this node", silent)
+            self.executor.stop_all(STOP_PORTAL_LOST, f"stopped: portal unreachable for {self.timeout_s:g} s")
+
+    # driving ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Adopt what a previous run left (running jobs, unreported end events)."""
+        self.outbox.extend(self.executor.adopt())
+
+    def step(self) -> bool:
+        """One pass: supervise, register if needed, heartbeat when due, send events. True if it beat."""
+        self.supervise()
+        beat = False
+        now = self._clock()
+        if not self.registered and now >= self._next_register:
+            self.register()
+        if self.registered and now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.interval_s
+            beat = self.heartbeat()
+            if beat:
+                self.ship_logs()
+        if self.registered:
+            self.flush_outbox()
+        return beat
+
+    def run(self, stop: threading.Event, *, once: bool = False) -> bool:
+        """Loop until ``stop`` is set, then stop the jobs gracefully. With ``once``: one heartbeat and return.
+
+        Returns False when ``once`` could not reach the portal.
+        """
+        self.start()
+        while not stop.is_set():
+            beat = self.step()
+            if once and (beat or not self.registered):
+                return beat
+            stop.wait(min(0.25, self.interval_s / 4))
+        self.shutdown()
+        return True
+
+    def shutdown(self) -> None:
+        """Stop every job (SIGTERM, grace, SIGKILL), report their ends, send a last heartbeat."""
+        self.shutting_down = True
+        if self.executor.jobs:
+            log.info("shutting down: stopping %d jobs", len(self.executor.jobs))
+        self.executor.stop_all(STOP_SHUTDOWN, "stopped: the node agent is shutting down")
+        longest = max((job.grace_period_s for job in self.executor.jobs.values()), default=0.0)
+        deadline = self._clock() + longest + 5.0
+        while self.executor.jobs and self._clock() < deadline:
+            self.outbox.extend(self.executor.poll())
+            time.sleep(0.05)
+        self.outbox.extend(self.executor.poll())
+        if self.registered:
+            self.flush_outbox()
+            self.heartbeat()
+        self.backend.close()
+        self.client.close()
