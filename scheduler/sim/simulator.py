@@ -25,16 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.core.types import (
-    PENDING,
-    RUNNING,
     Decisions,
-    JobInfo,
     Placement,
     Policy,
     PriorityClassInfo,
     Snapshot,
 )
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.jobstate import JobViews, SimJob
 from scheduler.sim.ledger import TeamLedger
 from scheduler.sim.quotas import DEFAULT_PRIORITY_CLASSES, TeamSetup
 from scheduler.sim.results import JobRecord, SimResult
@@ -67,47 +65,6 @@ class SimConfig:
     until: float | None = None
 
 
-class _Job:
-    """Mutable replay state of one trace job."""
-
-    __slots__ = (
-        "attained",
-        "attempt",
-        "end",
-        "first_start",
-        "info",
-        "lost_gpu_s",
-        "models",
-        "outcome",
-        "overhead",
-        "placements",
-        "preempted_at",
-        "preemptions",
-        "remaining",
-        "request",
-        "started_at",
-        "trace",
-    )
-
-    def __init__(self, job: TraceJob) -> None:
-        self.trace = job
-        self.request = job.gpu_request
-        self.remaining = job.duration
-        self.overhead = 0.0  # restart cost owed at the next start
-        self.attained = 0.0  # GPU-seconds held in finished attempts
-        self.attempt = 0
-        self.started_at = 0.0
-        self.first_start: float | None = None
-        self.end: float | None = None
-        self.preempted_at: float | None = None
-        self.preemptions = 0
-        self.lost_gpu_s = 0.0
-        self.placements: tuple[Placement, ...] = ()
-        self.models: dict[str, float] = {}
-        self.outcome = ""
-        self.info: JobInfo | None = None
-
-
 class Simulator:
     """One replay of ``trace`` on ``cluster`` under ``policy``. Call :meth:`run` once."""
 
@@ -133,14 +90,14 @@ class Simulator:
         self.check_fn = check_fn
         self.trace, self.cluster, self.setup, self.policy, self.config = trace, cluster, setup, policy, config
         self.priority_classes = priority_classes
-        self.class_by_name = {c.name: c for c in priority_classes}
+        self.views = JobViews({c.name: c for c in priority_classes}, config.exact_time_limits)
         self.progress = progress
         self.model_of = {g.id: g.model for n in cluster.nodes for g in n.gpus}
         self.free_share = dict.fromkeys(self.model_of, 1.0)
         self.free_total = float(len(self.model_of))
-        self.pending: dict[int, _Job] = {}
-        self.running: dict[int, _Job] = {}
-        self.jobs: dict[int, _Job] = {}
+        self.pending: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.jobs: dict[int, SimJob] = {}
         self.pending_requests: dict[float, int] = {}
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -227,19 +184,19 @@ class Simulator:
     # -- events --------------------------------------------------------------------------------------
 
     def _arrive(self, trace_job: TraceJob) -> None:
-        job = _Job(trace_job)
+        job = SimJob(trace_job)
         self.jobs[trace_job.id] = job
-        job.info = self._pending_info(job)
+        job.info = self.views.pending(job)
         self._enqueue(job, trace_job.submit_time)
 
-    def _enqueue(self, job: _Job, now: float) -> None:
+    def _enqueue(self, job: SimJob, now: float) -> None:
         self.pending[job.trace.id] = job
         self.pending_requests[job.request] = self.pending_requests.get(job.request, 0) + 1
         self.ledger.change_pending(job.trace.team, now, job.request, +1)
         self.ledger.set_contended(now, True)
         self.dirty = True
 
-    def _dequeue(self, job: _Job, now: float) -> None:
+    def _dequeue(self, job: SimJob, now: float) -> None:
         del self.pending[job.trace.id]
         count = self.pending_requests[job.request] - 1
         if count:
@@ -250,7 +207,7 @@ class Simulator:
         if not self.pending:
             self.ledger.set_contended(now, False)
 
-    def _release(self, job: _Job, now: float) -> None:
+    def _release(self, job: SimJob, now: float) -> None:
         """Free the job's devices at ``now`` and account the attempt's GPU-seconds."""
         for p in job.placements:
             self.free_share[p.gpu_id] += p.share
@@ -265,7 +222,7 @@ class Simulator:
         self.result.allocated_gpu_s += _clip(job.started_at, now, self.span) * job.request
         self.dirty = True
 
-    def _complete(self, job: _Job, now: float) -> None:
+    def _complete(self, job: SimJob, now: float) -> None:
         work_from = job.started_at + job.overhead
         job.remaining = max(0.0, job.remaining - max(0.0, now - work_from))
         overhead_gpu_s = min(job.overhead, now - job.started_at) * job.request
@@ -275,10 +232,10 @@ class Simulator:
         job.overhead = 0.0
         self._release(job, now)
         job.end = now
-        job.outcome = "completed" if job.remaining <= _EPS else "timed-out"
+        job.outcome = "completed" if job.remaining <= 1e-6 else "timed-out"
         job.info = None
 
-    def _stopped(self, job: _Job, now: float) -> None:
+    def _stopped(self, job: SimJob, now: float) -> None:
         """A preempted job's grace period is over: free its devices and requeue it."""
         stop = job.preempted_at if job.preempted_at is not None else now
         work_from = job.started_at + job.overhead
@@ -295,7 +252,7 @@ class Simulator:
         self._release(job, now)
         job.overhead = self.config.restart_cost_s
         job.preempted_at = None
-        job.info = self._pending_info(job)
+        job.info = self.views.pending(job)
         self._enqueue(job, now)
 
     # -- a cycle -------------------------------------------------------------------------------------
@@ -306,7 +263,7 @@ class Simulator:
         jobs = [job.info for job in self.pending.values()]
         if self.policy.ordering == "las":
             for job in self.running.values():
-                job.info = self._running_info(job, now)
+                job.info = self.views.running(job, now)
         jobs.extend(job.info for job in self.running.values())
         snapshot = Snapshot(
             now=now,
@@ -378,9 +335,9 @@ class Simulator:
             job.first_start = now
         job.attempt += 1
         self.running[job_id] = job
-        job.info = self._running_info(job, now)
+        job.info = self.views.running(job, now)
         run_for = job.overhead + job.remaining
-        limit = self._time_limit(job)
+        limit = self.views.time_limit(job)
         if limit is not None:
             run_for = min(run_for, limit)
         self._push(now + run_for, _COMPLETE, job)
@@ -413,68 +370,14 @@ class Simulator:
         job.preemptions += 1
         job.attempt += 1  # cancels its completion event
         self.result.preemptions += 1
-        job.info = self._running_info(job, now, terminating=True)
+        job.info = self.views.running(job, now, terminating=True)
         self._push(now + max(0.0, grace_s), _STOP, job)
         if grace_s <= 0:
             self.dirty = True
 
-    def _push(self, at: float, kind: int, job: _Job) -> None:
+    def _push(self, at: float, kind: int, job: SimJob) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (at, self.seq, kind, job.trace.id, job.attempt))
-
-    # -- engine views of a job -----------------------------------------------------------------------
-
-    def _time_limit(self, job: _Job) -> float | None:
-        if self.config.exact_time_limits:
-            return job.trace.duration + self.config.restart_cost_s * (job.preemptions + 1)
-        return job.trace.time_limit_s
-
-    def _pending_info(self, job: _Job) -> JobInfo:
-        t = job.trace
-        cls = self.class_by_name.get(t.priority_class)
-        return JobInfo(
-            id=t.id,
-            team=t.team,
-            user=t.user,
-            kind=t.kind,
-            priority_class=t.priority_class,
-            priority=cls.value if cls else 0,
-            preemptible=cls.preemptible if cls else True,
-            gpus=t.gpus,
-            gpu_fraction=t.gpu_fraction,
-            gpu_models=t.gpu_models,
-            cpus=t.cpus,
-            memory_mb=t.memory_mb,
-            submitted_at=t.submit_time,
-            time_limit_s=self._time_limit(job),
-            state=PENDING,
-            attained_gpu_s=job.attained,
-        )
-
-    def _running_info(self, job: _Job, now: float, terminating: bool = False) -> JobInfo:
-        t = job.trace
-        cls = self.class_by_name.get(t.priority_class)
-        return JobInfo(
-            id=t.id,
-            team=t.team,
-            user=t.user,
-            kind=t.kind,
-            priority_class=t.priority_class,
-            priority=cls.value if cls else 0,
-            preemptible=cls.preemptible if cls else True,
-            gpus=t.gpus,
-            gpu_fraction=t.gpu_fraction,
-            gpu_models=t.gpu_models,
-            cpus=t.cpus,
-            memory_mb=t.memory_mb,
-            submitted_at=t.submit_time,
-            time_limit_s=self._time_limit(job),
-            state=RUNNING,
-            started_at=job.started_at,
-            placements=job.placements,
-            terminating=terminating,
-            attained_gpu_s=job.attained + (now - job.started_at) * job.request,
-        )
 
     # -- results -------------------------------------------------------------------------------------
 

@@ -6,7 +6,16 @@ newest running job when the head of the queue is blocked (to exercise the preemp
 
 from __future__ import annotations
 
-from scheduler.core.types import PENDING, Decisions, PendingInfo, Placement, Preemption, Reason, Snapshot, Start
+from scheduler.core.types import (
+    PENDING,
+    Decisions,
+    PendingInfo,
+    Placement,
+    Preemption,
+    Reason,
+    Snapshot,
+    Start,
+)
 
 
 def fifo_first_fit(snapshot: Snapshot, *, preempt: bool = False, backfill: bool = False) -> Decisions:
@@ -24,10 +33,14 @@ def fifo_first_fit(snapshot: Snapshot, *, preempt: bool = False, backfill: bool 
         placements = None if blocked and not backfill else _fit(snapshot, used, job.gpus, job.gpu_fraction)
         if placements is None:
             if not blocked and preempt and not any(j.terminating for j in snapshot.jobs):
-                victims = sorted((j for j in snapshot.jobs if j.placements and j.submitted_at > job.submitted_at),
-                                 key=lambda j: (-j.submitted_at, j.id))
+                victims = sorted(
+                    (j for j in snapshot.jobs if j.placements and j.submitted_at > job.submitted_at),
+                    key=lambda j: (-j.submitted_at, j.id),
+                )
                 if victims:
-                    preemptions.append(Preemption(victims[0].id, job.id, "Priority", "toy", grace_period_s=30))
+                    preemptions.append(
+                        Preemption(victims[0].id, job.id, "Priority", "toy", grace_period_s=30)
+                    )
             blocked = True
             pending.append(PendingInfo(job.id, Reason("Resources", "no room"), len(pending) + 1))
             continue
@@ -37,7 +50,9 @@ def fifo_first_fit(snapshot: Snapshot, *, preempt: bool = False, backfill: bool 
     return Decisions(starts=tuple(starts), preemptions=tuple(preemptions), pending=tuple(pending))
 
 
-def _fit(snapshot: Snapshot, used: dict[int, float], gpus: int, fraction: float | None) -> tuple[Placement, ...] | None:
+def _fit(
+    snapshot: Snapshot, used: dict[int, float], gpus: int, fraction: float | None
+) -> tuple[Placement, ...] | None:
     share = fraction if fraction is not None else 1.0
     if gpus <= max(len(n.gpus) for n in snapshot.nodes):
         for node in snapshot.nodes:
