@@ -35,7 +35,7 @@ class HealthTracker:
 
     def track(self, devices: Iterable[GpuInfo]) -> None:
         """Follow exactly these devices (after a new discovery), keeping what is known about them."""
-        self._health = {d.uuid: self._health.get(d.uuid) or _Health(d.index) for d in devices}
+        self._health = {d.uuid: self._health.get(d.uuid) or _Health(d.physical_index) for d in devices}
 
     def observe(self, samples: Iterable[GpuSample], events: Iterable[GpuEvent]) -> dict[str, list[int]]:
         """Update health; returns the XIDs seen per device uuid, for the telemetry batch."""

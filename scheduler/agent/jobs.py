@@ -154,13 +154,13 @@ class JobEvent:
     log_offset: int = 0
 
     def body(self) -> dict[str, Any]:
-        """The protocol body."""
+        """The protocol body (the message cut to the portal's 500 characters)."""
         return {
             "attempt": self.attempt,
             "type": self.type,
             "pid": self.pid,
             "exit_code": self.exit_code,
             "signal": self.signal,
-            "message": self.message,
+            "message": self.message[:500],
             "at": self.at,
         }

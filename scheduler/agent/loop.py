@@ -235,19 +235,24 @@ class Agent:
             self.outbox[0] = dataclasses.replace(self.outbox[0], log_offset=offset)
             self.executor.update_unreported(self.outbox[0])
 
-        try:
-            ship_log(
-                self.client,
-                event.job_id,
-                event.attempt,
-                event.log_path or "",
-                event.log_offset,
-                max_bytes=1 << 40,
-                final=True,
-                progress=remember,
-            )
-        except PortalRejected as error:
-            log.warning("the portal refused the log of job %s: %s", event.job_id, error)
+        for _ in range(2):  # a second pass from 0 when the portal holds less than we thought
+            try:
+                ship_log(
+                    self.client,
+                    event.job_id,
+                    event.attempt,
+                    event.log_path or "",
+                    self.outbox[0].log_offset,
+                    max_bytes=1 << 40,
+                    final=True,
+                    progress=remember,
+                )
+                return
+            except PortalRejected as error:
+                log.warning("the portal refused the log of job %s: %s", event.job_id, error)
+                if not (error.status == 409 and error.field == "offset"):
+                    return
+                remember(0)
 
     def ship_logs(self) -> None:
         """Send what running jobs wrote since the last heartbeat."""
@@ -268,6 +273,8 @@ class Agent:
                 return
             except PortalRejected as error:
                 log.debug("log of job %s refused: %s", job.key, error)
+                if error.status == 409 and error.field == "offset":  # the portal holds less than we thought
+                    self.executor.set_log_offset(job.key, 0)
 
     # local supervision ------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ def gpu_entry(gpu: GpuInfo) -> dict[str, Any]:
         "mig": gpu.mig,
     }
     if gpu.mig:
+        entry["parent_index"] = gpu.physical_index
         entry["parent_uuid"] = gpu.parent_uuid
         entry["mig_profile"] = gpu.mig_profile
     return entry

@@ -38,9 +38,10 @@ class SystemInfo:
 class GpuInfo:
     """One schedulable device: a whole GPU, or one MIG slice (then ``mig`` is True).
 
-    ``index`` is the physical GPU index (a MIG slice carries its parent's index); ``uuid`` is unique
-    on the node (``GPU-…`` or ``MIG-…``); ``model`` is Rota's GPU-model slug, e.g. ``h100-80gb`` or
-    ``a100-1g.10gb``; ``name`` is the vendor's marketing name as the driver reports it.
+    ``index`` is unique on the node: the GPU's own index for a whole GPU, ``mig_index(parent, slot)`` for
+    a MIG slice (``physical_index`` is then the parent's index). ``uuid`` is ``GPU-…`` or ``MIG-…``;
+    ``model`` is Rota's GPU-model slug, e.g. ``h100-80gb`` or ``a100-1g.10gb``; ``name`` is the name the
+    driver reports.
     """
 
     index: int
@@ -51,6 +52,20 @@ class GpuInfo:
     mig: bool = False
     parent_uuid: str | None = None
     mig_profile: str | None = None
+    physical_index: int = -1
+
+    def __post_init__(self) -> None:
+        if self.physical_index < 0:
+            object.__setattr__(self, "physical_index", self.index)
+
+
+def mig_index(parent: int, slot: int) -> int:
+    """The schedulable index of MIG slice ``slot`` of GPU ``parent``: 100 + 10 x parent + slot.
+
+    The portal keys a node's devices by index, so slices need indexes of their own; this one reads back
+    as "slice 2 of GPU 3" (132) and stays below the portal's limit of 1023 for up to 90 GPUs.
+    """
+    return 100 + 10 * parent + slot
 
 
 @dataclass(frozen=True, slots=True)

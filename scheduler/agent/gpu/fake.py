@@ -25,6 +25,7 @@ from scheduler.agent.gpu.base import (
     GpuSample,
     ProcessUsage,
     SystemInfo,
+    mig_index,
     utc_now,
 )
 from scheduler.agent.gpu.models import model_slug
@@ -88,7 +89,8 @@ class FakeBackend:
             name = f"{gpu.name} MIG {slice_profile}"
             devices.append(
                 GpuInfo(
-                    index=gpu.index,
+                    index=mig_index(gpu.index, position),
+                    physical_index=gpu.index,
                     uuid=f"MIG-{self._uuid(gpu.index, position)}",
                     name=name,
                     model=model_slug(name, mig_slice_memory_mb(slice_profile), parent_name=gpu.name),
@@ -131,7 +133,7 @@ class FakeBackend:
         self, gpu: FakeGpu, state: _GpuState, device: GpuInfo, now: object, elapsed: float
     ) -> GpuSample:
         pid = self._busy.get(device.uuid)
-        wave = (math.sin(elapsed / 7.0 + device.index) + 1) / 2  # 0..1, slow and per-GPU
+        wave = (math.sin(elapsed / 7.0 + device.physical_index) + 1) / 2  # 0..1, slow and per-GPU
         share = device.memory_mb / gpu.memory_mb
         if pid is None:
             util, mem, temp = 0.0, 0, IDLE_TEMPERATURE_C

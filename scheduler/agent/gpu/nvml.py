@@ -24,6 +24,7 @@ from scheduler.agent.gpu.base import (
     GpuSample,
     ProcessUsage,
     SystemInfo,
+    mig_index,
     utc_now,
 )
 from scheduler.agent.gpu.models import mig_profile_of, model_slug
@@ -141,19 +142,20 @@ class NvmlBackend:
             for slot in range(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
                 mig = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
                 if mig is not None:
-                    gpu.devices.append(self._mig_device(gpu, mig))
+                    gpu.devices.append(self._mig_device(gpu, mig, slot))
             return gpu
         memory_mb = int(nv.nvmlDeviceGetMemoryInfo(handle).total // MIB)
         info = GpuInfo(index, gpu.uuid, gpu.name, model_slug(gpu.name, memory_mb), memory_mb)
         gpu.devices.append((info, handle, None))
         return gpu
 
-    def _mig_device(self, gpu: _Physical, handle: Any) -> tuple[GpuInfo, Any, int | None]:
+    def _mig_device(self, gpu: _Physical, handle: Any, slot: int) -> tuple[GpuInfo, Any, int | None]:
         nv = self._nvml
         name = _text(nv.nvmlDeviceGetName(handle))
         memory_mb = int(nv.nvmlDeviceGetMemoryInfo(handle).total // MIB)
         info = GpuInfo(
-            index=gpu.index,
+            index=mig_index(gpu.index, slot),
+            physical_index=gpu.index,
             uuid=_text(nv.nvmlDeviceGetUUID(handle)),
             name=name,
             model=model_slug(name, memory_mb, parent_name=gpu.name),
