@@ -55,7 +55,8 @@ class Node:
 class Group:
     """Schedulable nodes of one pool that carry one GPU model, indexed by free whole devices."""
 
-    __slots__ = ("buckets", "capacity", "count", "max_devices", "model", "nodes", "partial", "pool")
+    __slots__ = ("all_counts", "buckets", "capacity", "count", "healthy_counts", "max_devices", "min_memory_mb",
+                 "model", "nodes", "partial", "pool")
 
     def __init__(self, pool: str, model: str):
         self.pool = pool
@@ -66,6 +67,9 @@ class Group:
         self.partial: list[tuple[float, int]] = []  # (free share, device id) of partly used devices
         self.max_devices = 0  # most healthy devices of the model on one schedulable node
         self.capacity = 0.0  # healthy devices of the model on schedulable nodes
+        self.all_counts: list[int] = []  # devices of the model per node, healthy or not
+        self.healthy_counts: list[int] = []  # healthy devices per schedulable node
+        self.min_memory_mb = 0  # the smallest device memory of the model in the group
 
     def max_free(self) -> int:
         """The largest number of whole free devices on a single node of this group."""
@@ -104,9 +108,13 @@ class Cluster:
                 if group is None:
                     group = self.groups[(node.pool, model)] = Group(node.pool, model)
                 group.nodes.append(node)
+                group.all_counts.append(len(devs))
+                least = min(d.memory_mb for d in devs)
+                group.min_memory_mb = least if len(group.nodes) == 1 else min(group.min_memory_mb, least)
                 if not node.schedulable:
                     continue
                 healthy = sum(1 for d in devs if d.healthy)
+                group.healthy_counts.append(healthy)
                 group.max_devices = max(group.max_devices, healthy)
                 group.capacity += healthy
                 while len(group.buckets) <= healthy:

@@ -2,19 +2,23 @@
 
 The shape follows Volcano/KAI: build a working copy of the cluster (``Cluster``) and of quota usage
 (``QuotaBook``), walk the queue in policy order, and for each waiting job either start it, plan
-preemptions for it, or record why it waits. Everything is deterministic: inputs are sorted, ties break on
-job id, node name and device index, and no clock is read (time is ``snapshot.now``).
+preemptions for it, or record why it waits; then estimate starts for everything that waits. Everything is
+deterministic: inputs are sorted, ties break on job id, node name and device index, and no clock is read
+(time is ``snapshot.now``).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 
 from scheduler.core import reasons as R
-from scheduler.core.cluster import EPS, Cluster
+from scheduler.core.backfill import Reservation, Timeline
+from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.feasibility import Feasibility, analyse, shape_text
 from scheduler.core.ordering import sort_key
 from scheduler.core.placement import Request, place, request_of
+from scheduler.core.preemption import RECLAIM, Plan, eligible, index_running, plan_on_nodes, victim_order
 from scheduler.core.quota import QuotaBook
 from scheduler.core.types import (
     HELD,
@@ -22,6 +26,8 @@ from scheduler.core.types import (
     Decisions,
     JobInfo,
     PendingInfo,
+    Placement,
+    Preemption,
     Reason,
     Snapshot,
     Start,
@@ -35,115 +41,260 @@ class Cycle:
 
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot
+        self.now = snapshot.now
         self.policy = snapshot.policy
-        self.cluster = Cluster(snapshot)
-        devices = self.cluster.devices
+        self.classes = {c.name: c for c in snapshot.priority_classes}
+        self.cluster = cluster = Cluster(snapshot)
         self.quota = QuotaBook(
             snapshot,
-            {i: d.node.pool for i, d in devices.items()},
-            {i: d.model for i, d in devices.items()},
+            {i: d.node.pool for i, d in cluster.devices.items()},
+            {i: d.model for i, d in cluster.devices.items()},
         )
         self.pools = sorted({n.pool for n in snapshot.nodes})
         self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools}
-        self.models_in_cluster = sorted({m for (_p, m) in self.cluster.groups})
+        self.models_in_cluster = tuple(sorted({m for (_p, m) in cluster.groups}))
+        self.free_of_model: dict[str, float] = defaultdict(float)
+        for dev in cluster.devices.values():
+            if dev.healthy and dev.node.schedulable:
+                self.free_of_model[dev.model] += max(dev.free, 0.0)
+        self.nl_teams: dict[str, list[str]] = defaultdict(list)
+        for (team, model), nl in sorted(self.quota.non_lendable.items()):
+            if nl > 0:
+                self.nl_teams[model].append(team)
+        self.timeline = Timeline(cluster, snapshot.jobs, self.now, self.classes)
+        self.running_by_team, self.running_by_model = index_running(cluster, snapshot.jobs)
+        # Devices of terminating jobs, per node: they free up once their processes are gone.
+        self.stopping: dict[str, dict[int, float]] = defaultdict(dict)
+        for job in snapshot.jobs:
+            if job.terminating:
+                for p in job.placements:
+                    dev = cluster.devices.get(p.gpu_id)
+                    if dev is not None:
+                        held = self.stopping[dev.node.name]
+                        held[p.gpu_id] = held.get(p.gpu_id, 0.0) + p.share
         self.starts: list[Start] = []
-        self.waiting: list[tuple[JobInfo, Reason, float | None]] = []
-        self.stats: dict[str, int] = {}
+        self.preemptions: list[Preemption] = []
+        self.victims: set[int] = set()
+        self.waiting: list[tuple[JobInfo, Reason, Group | None, Request | None]] = []
+        self.preempting_eta: dict[int, float] = {}
+        self.stats: dict[str, int] = defaultdict(int)
+        self.reservations: dict[tuple[str, str], Reservation] = {}
+        self.reserved_nodes: dict[int, Reservation] = {}
+        self.blocked_by: dict[tuple[str, str], int] = {}  # strict order: group -> first blocked job
         self._feasible: dict[tuple, Feasibility] = {}
+        self._pools_of: dict[str, tuple[str, ...]] = {}
+        self._models_of: dict[str, tuple[str, ...]] = {}
         self._quota_blocked: dict[tuple, Reason] = {}
         self._full: set[tuple] = set()
-
-    def bump(self, counter: str, by: int = 1) -> None:
-        """Count something for ``Decisions.stats``."""
-        self.stats[counter] = self.stats.get(counter, 0) + by
+        self._no_plan: set[tuple] = set()
+        self._requests: dict[tuple, Request] = {}
 
     # -- static part -------------------------------------------------------------------------------
 
+    def request(self, job: JobInfo) -> Request:
+        """The job's placement request (shared between jobs of the same shape)."""
+        key = (job.gpus, job.gpu_fraction, job.nodes, job.gpu_memory_mb, job.cpus, job.memory_mb,
+               tuple(job.node_labels.items()) if job.node_labels else (), job.min_driver_version)
+        req = self._requests.get(key)
+        if req is None:
+            req = self._requests[key] = request_of(job)
+        return req
+
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
-        """Groups that could ever hold the job (cached per team/pool/models/request shape)."""
-        key = (job.team, job.pool, job.gpu_models, req)
-        hit = self._feasible.get(key)
-        if hit is not None:
-            return hit
+        """Groups that could ever hold the job (cached per pools/models/request shape)."""
         allowed = self.team_pools.get(job.team)
         if job.pool is not None:
             if allowed is not None and job.pool not in allowed:
-                res = Feasibility((), R.reason(
+                return Feasibility((), R.reason(
                     R.NO_MATCHING_POOL,
                     f"team {job.team} may not use pool {job.pool} (allowed: {', '.join(sorted(allowed))})",
                     team=job.team, pool=job.pool, allowed=sorted(allowed)))
-            elif job.pool not in self.pools:
-                res = Feasibility((), R.reason(R.NO_MATCHING_POOL, f"no pool named {job.pool} has nodes",
-                                               pool=job.pool))
-            else:
-                res = self._analyse(job, req, [job.pool])
+            if job.pool not in self.pools:
+                return Feasibility((), R.reason(R.NO_MATCHING_POOL, f"no pool named {job.pool} has nodes",
+                                                pool=job.pool))
+            pools = (job.pool,)
         else:
-            pools = [p for p in self.pools if allowed is None or p in allowed]
+            pools = self._pools_of.get(job.team)
+            if pools is None:
+                pools = self._pools_of[job.team] = tuple(p for p in self.pools if allowed is None or p in allowed)
             if not pools:
-                res = Feasibility((), R.reason(
+                return Feasibility((), R.reason(
                     R.NO_MATCHING_POOL, f"team {job.team} may not use any pool that has nodes",
                     team=job.team, allowed=sorted(allowed or ())))
-            else:
-                res = self._analyse(job, req, pools)
-        self._feasible[key] = res
-        return res
-
-    def _analyse(self, job: JobInfo, req: Request, pools: list[str]) -> Feasibility:
-        models = list(job.gpu_models)
+        models = job.gpu_models
         if not models:
-            models = sorted(self.quota.models_of_team.get(job.team, ())) or self.models_in_cluster
-        return analyse(self.cluster, job, req, pools, models)
+            models = self._models_of.get(job.team)
+            if models is None:
+                models = tuple(sorted(self.quota.models_of_team.get(job.team, ()))) or self.models_in_cluster
+                self._models_of[job.team] = models
+        key = (pools, models, req)
+        hit = self._feasible.get(key)
+        if hit is None:
+            hit = self._feasible[key] = analyse(self.cluster, job, req, pools, models)
+        return hit
+
+    def plan_borrowing(self, queue: list[JobInfo]) -> None:
+        """Find, per model, the teams that borrow or would borrow, and split borrowable capacity by weight."""
+        if not self.policy.borrowing:
+            return
+        quota = self.quota
+        borrowers: dict[str, set[str]] = defaultdict(set)
+        for (team, model, pool), used in list(quota.used.items()):
+            if pool is None and used > quota.guaranteed.get((team, model), 0.0) + EPS and (team, model) in quota.weight:
+                borrowers[model].add(team)
+        seen: set[tuple] = set()
+        for job in queue:
+            if job.state != PENDING:
+                continue
+            models = job.gpu_models or tuple(quota.models_of_team.get(job.team, ()))
+            amount = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
+            for model in models:
+                key = (job.team, model)
+                if key in seen or key not in quota.weight:
+                    continue
+                if quota.team_used(job.team, model) + amount > quota.guaranteed.get(key, 0.0) + EPS:
+                    borrowers[model].add(job.team)
+                    seen.add(key)
+        quota.plan_borrowing(dict(self.free_of_model), borrowers)
 
     # -- per job -----------------------------------------------------------------------------------
 
+    def wait(self, job: JobInfo, reason: Reason, group: Group | None = None, req: Request | None = None) -> None:
+        """Record that ``job`` waits this cycle (the estimate is filled in after the walk)."""
+        self.waiting.append((job, reason, group, req))
+
+    def quota_check(self, job: JobInfo, group: Group, amount: float) -> Reason | None:
+        """Limits, guarantee rules and borrowing for ``job`` in ``group`` (cached: usage only grows)."""
+        key = (job.team, group.model, group.pool, amount, job.preemptible)
+        if key in self._quota_blocked:
+            return self._quota_blocked[key]
+        blocked = self.quota.check_limit(job.team, group.model, group.pool, amount)
+        if blocked is None:
+            blocked = self.quota.check_guarantee(
+                job.team, group.model, amount, job.preemptible, self.policy.borrowing,
+                self.free_of_model[group.model], self.nl_teams.get(group.model, []))
+        if blocked is not None:
+            self._quota_blocked[key] = blocked
+        return blocked
+
     def try_job(self, job: JobInfo) -> None:
-        """Start ``job`` or record why it waits."""
+        """Start ``job``, plan preemptions for it, or record why it waits."""
         if job.state == HELD:
-            self.waiting.append((job, _HELD_REASON, None))
+            self.wait(job, _HELD_REASON)
             return
-        req = request_of(job)
+        req = self.request(job)
         if req.gpus <= 0:
-            self.waiting.append((job, R.reason(R.UNSATISFIABLE, "the job requests no GPUs",
-                                               constraint="gpus", requested=job.gpus), None))
+            self.wait(job, R.reason(R.UNSATISFIABLE, "the job requests no GPUs", constraint="gpus",
+                                    requested=job.gpus))
             return
         feas = self.feasibility(job, req)
         if feas.reason is not None:
-            self.waiting.append((job, feas.reason, None))
+            self.wait(job, feas.reason)
             return
         amount = req.amount
         spread = self.policy.placement == "spread" or job.kind == "inference"
+        end = self.now + job.time_limit_s if job.time_limit_s is not None else None
         quota_reason: Reason | None = None
-        best_group = None
+        first_ok: Group | None = None
+        reserved_reason: Reason | None = None
         for group in feas.groups:
-            qkey = (job.team, group.model, group.pool, amount)
-            blocked = self._quota_blocked.get(qkey)
-            if blocked is None:
-                blocked = self.quota.check_limit(job.team, group.model, group.pool, amount)
-                if blocked is not None:
-                    self._quota_blocked[qkey] = blocked
+            blocked = self.quota_check(job, group, amount)
             if blocked is not None:
                 quota_reason = quota_reason or blocked
                 continue
-            if best_group is None:
-                best_group = group
+            if first_ok is None:
+                first_ok = group
+            gkey = (group.pool, group.model)
+            if not self.policy.backfill and gkey in self.blocked_by:
+                reserved_reason = reserved_reason or R.reason(
+                    R.PRIORITY, f"waits behind job {self.blocked_by[gkey]} for {group.model} in pool {group.pool} "
+                    "(strict queue order, no backfill)", blocked_by=self.blocked_by[gkey], gpu_model=group.model)
+                continue
             fkey = (id(group), req)
             if fkey in self._full:
                 continue
-            self.bump("placement_searches")
-            placements = place(self.cluster, group, req, spread)
+            self.stats["placement_searches"] += 1
+            res = self.reservations.get(gkey)
+            veto = None
+            if res is not None and (end is None or end > res.start + EPS):
+                veto = self._veto
+            placements = place(self.cluster, group, req, spread, veto)
+            if placements is None and veto is not None:
+                if place(self.cluster, group, req, spread) is not None:
+                    reserved_reason = reserved_reason or R.reason(
+                        R.PRIORITY,
+                        f"free {group.model} GPUs in pool {group.pool} are reserved for job {res.job_id}, "
+                        f"which starts by t={res.start:.0f}; this job would run past that",
+                        reserved_for=res.job_id, reserved_start=res.start, gpu_model=group.model)
+                    continue
             if placements is None:
                 self._full.add(fkey)
                 continue
-            self.cluster.take(job, placements)
-            self.quota.charge(job.team, group.model, group.pool, amount)
-            self.starts.append(Start(job.id, placements))
+            self._start(job, group, placements, amount, end)
             return
-        if best_group is None:
-            self.waiting.append((job, quota_reason, None))
+        if self.policy.preemption and self._may_preempt(job) and self._try_preempt(job, req, feas.groups):
             return
-        self.waiting.append((job, self._resources_reason(job, req, best_group), None))
+        if first_ok is None:
+            self.wait(job, quota_reason)
+            return
+        if reserved_reason is not None:
+            self.wait(job, reserved_reason, first_ok, req)
+            return
+        self._block(job, req, first_ok)
 
-    def _resources_reason(self, job: JobInfo, req: Request, group) -> Reason:
+    def _start(self, job: JobInfo, group: Group, placements: tuple[Placement, ...], amount: float,
+               end: float | None) -> None:
+        quota = self.quota
+        before = quota.borrowed(job.team, group.model)
+        self.cluster.take(job, placements)
+        quota.charge(job.team, group.model, group.pool, amount)
+        if not job.preemptible:
+            quota.non_preemptible[(job.team, group.model)] += amount
+        self.free_of_model[group.model] -= amount
+        borrowed = quota.borrowed(job.team, group.model) - before
+        self.starts.append(Start(job.id, placements, borrowed=R.num(max(borrowed, 0.0))))
+        self._charge_reservations(placements, end)
+
+    def _veto(self, node: Node, taken: float) -> bool:
+        """Reservation rule for jobs that would run past the reserved start."""
+        res = self.reserved_nodes.get(node.order)
+        return res is not None and max(taken, 1.0) > res.slack.get(node.order, 0.0) + EPS
+
+    def _charge_reservations(self, placements: tuple[Placement, ...], end: float | None) -> None:
+        """A started job that outlives a reservation eats into the slack of the reserved nodes it uses."""
+        if not self.reserved_nodes:
+            return
+        per_node: dict[int, float] = defaultdict(float)
+        for p in placements:
+            per_node[self.cluster.devices[p.gpu_id].node.order] += 1.0
+        for order, count in per_node.items():
+            res = self.reserved_nodes.get(order)
+            if res is not None and (end is None or end > res.start + EPS):
+                res.slack[order] = res.slack.get(order, 0.0) - count
+
+    def _block(self, job: JobInfo, req: Request, group: Group) -> None:
+        """The job waits for resources: reserve for it (first blocked job of the group), say why."""
+        gkey = (group.pool, group.model)
+        if not self.policy.backfill:
+            self.blocked_by.setdefault(gkey, job.id)
+        elif gkey not in self.reservations:
+            res = self.timeline.reserve(group, req, job.id)
+            if res is not None:
+                self.reservations[gkey] = res
+                for order in res.slack:
+                    self.reserved_nodes.setdefault(order, res)
+        if req.nodes and req.nodes > 1:
+            ready = sum(len(b) for k, b in enumerate(group.buckets) if k >= req.gpus // req.nodes)
+            if ready:
+                self.wait(job, R.reason(
+                    R.GANG_INCOMPLETE,
+                    f"gang of {shape_text(req)} of {group.model}: only {ready} of {req.nodes} nodes have "
+                    f"{req.gpus // req.nodes} free GPUs in pool {group.pool}",
+                    gpu_model=group.model, pool=group.pool, nodes_ready=ready, nodes=req.nodes), group, req)
+                return
+        self.wait(job, self._resources_reason(req, group), group, req)
+
+    def _resources_reason(self, req: Request, group: Group) -> Reason:
         most = group.max_free()
         total = group.total_free()
         return R.reason(
@@ -153,6 +304,183 @@ class Cycle:
             gpu_model=group.model, pool=group.pool, requested=R.num(req.amount), most_free_on_a_node=most,
             free_in_pool=total,
         )
+
+    # -- preemption --------------------------------------------------------------------------------
+
+    def _may_preempt(self, job: JobInfo) -> bool:
+        cls = self.classes.get(job.priority_class)
+        return cls is None or cls.may_preempt
+
+    def _try_preempt(self, job: JobInfo, req: Request, groups: tuple[Group, ...]) -> bool:
+        """Claim devices of stopping jobs, or plan new preemptions; True when the job now waits for them."""
+        for group in groups:
+            if self.quota_check(job, group, req.amount) is None and self._claim_stopping(job, req, group):
+                return True
+        for group in groups:
+            key = (job.team, job.priority, id(group), req)
+            if key in self._no_plan:
+                continue
+            plan = self._plan(job, req, group)
+            if plan is None:
+                self._no_plan.add(key)
+                continue
+            self._commit_plan(job, req, group, plan)
+            return True
+        return False
+
+    def _claim_stopping(self, job: JobInfo, req: Request, group: Group) -> bool:
+        """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it."""
+        if not self.stopping:
+            return False
+        need = 1 if req.fraction is not None else req.gpus
+        if req.nodes and req.nodes > 1:
+            return False
+        for name in sorted(self.stopping):
+            node = self.cluster.nodes[name]
+            if node.pool != group.pool or not node.schedulable:
+                continue
+            stopping = self.stopping[name]
+            free = {d.id: d.free + stopping.get(d.id, 0.0) for d in node.by_model.get(group.model, ())
+                    if d.healthy and d.memory_mb >= req.min_memory_mb}
+            want = req.fraction if req.fraction is not None else 1.0
+            ok = [i for i in sorted(free) if free[i] >= want - EPS][:need]
+            if len(ok) < need or all(i not in stopping for i in ok):
+                continue
+            devices = self.cluster.devices
+            idle = tuple(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
+            for i in ok:
+                stopping.pop(i, None)
+            if not stopping:
+                del self.stopping[name]
+            if idle:
+                self.cluster.take(job, idle)
+            self.quota.charge(job.team, group.model, group.pool, req.amount)
+            self.preempting_eta[job.id] = self.now
+            self.wait(job, R.reason(
+                R.PREEMPTING, f"waits for stopping jobs to release {need} {group.model} GPU(s) on {name}",
+                node=name, gpu_model=group.model), group, req)
+            return True
+        return False
+
+    def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
+        quota = self.quota
+        model = group.model
+        amount = req.amount
+        guaranteed = quota.guaranteed.get((job.team, model), 0.0)
+        under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
+        candidates = []
+        taken = self.victims
+        team_borrowing = quota.borrowed(job.team, model) > EPS
+        for rec in self.running_by_team.get((job.team, model), ()):
+            if rec.job.priority < job.priority and eligible(rec, self.classes, self.now, taken):
+                candidates.append((victim_order(rec, team_borrowing, self.now), rec, "Priority"))
+        room: dict[str, float] = {}
+        if under_guarantee and self.policy.borrowing:
+            for rec in self.running_by_model.get(model, ()):
+                team = rec.job.team
+                if team == job.team:
+                    continue
+                lent = quota.borrowed(team, model)
+                if lent > EPS and eligible(rec, self.classes, self.now, taken):
+                    room[team] = lent
+                    candidates.append((victim_order(rec, True, self.now), rec, RECLAIM))
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: c[0])
+        plan = plan_on_nodes(self.cluster, group, req, candidates, room)
+        if plan is None:
+            return None
+        credit = sum(sum(r.shares.values()) for r, rule in plan.victims if rule != RECLAIM)
+        if quota.check_limit(job.team, model, group.pool, amount, credit=credit) is not None:
+            return None
+        if not under_guarantee and quota.check_guarantee(
+                job.team, model, amount, job.preemptible, self.policy.borrowing,
+                self.free_of_model[model] + credit, self.nl_teams.get(model, []), credit=credit) is not None:
+            return None
+        return plan
+
+    def _commit_plan(self, job: JobInfo, req: Request, group: Group, plan: Plan) -> None:
+        grace = 0.0
+        ids = []
+        for rec, rule in plan.victims:
+            victim = rec.job
+            cls = self.classes.get(victim.priority_class)
+            g = cls.grace_period_s if cls else 30.0
+            grace = max(grace, g)
+            since = victim.last_checkpoint_at if victim.last_checkpoint_at is not None else victim.started_at
+            lost = max(self.now - since, 0.0) * sum(rec.shares.values()) if since is not None else 0.0
+            if rule == RECLAIM:
+                msg = (f"reclaim: team {job.team} takes back guaranteed {group.model} for job {job.id}; "
+                       f"team {victim.team} borrows {R.fmt_gpus(self.quota.borrowed(victim.team, group.model))} "
+                       "above its guarantee")
+            else:
+                msg = (f"preempted by job {job.id} of team {job.team} (priority {job.priority} > "
+                       f"{victim.priority})")
+            self.preemptions.append(Preemption(victim.id, job.id, rule, msg, gpu_seconds_lost=lost,
+                                               grace_period_s=g))
+            self.victims.add(victim.id)
+            ids.append(victim.id)
+        want = req.fraction if req.fraction is not None else 1.0
+        idle = tuple(Placement(i, want) for i in plan.free_devices)
+        if idle:
+            self.cluster.take(job, idle)
+        self.quota.charge(job.team, group.model, group.pool, req.amount)
+        self.preempting_eta[job.id] = self.now + grace
+        self.wait(job, R.reason(
+            R.PREEMPTING,
+            f"preempting {len(ids)} job(s) ({', '.join(map(str, ids))}) to free {shape_text(req)} of "
+            f"{group.model}; starts after their grace period ({grace:g} s)",
+            victims=ids, gpu_model=group.model, grace_period_s=grace), group, req)
+
+    # -- estimates ---------------------------------------------------------------------------------
+
+    def pending_infos(self) -> tuple[PendingInfo, ...]:
+        """Queue positions and estimated starts for every waiting job, in queue order."""
+        out = []
+        timeline = self.timeline
+        res_by_job = {r.job_id: r for r in self.reservations.values()}
+        quota_eta: dict[tuple, float | None] = {}
+        for pos, (job, reason, group, req) in enumerate(self.waiting, start=1):
+            est: float | None = None
+            code = reason.code
+            if code == R.PREEMPTING:
+                est = self.preempting_eta.get(job.id)
+            elif group is not None and req is not None:
+                res = res_by_job.get(job.id)
+                prof = timeline.profile(group)
+                est = prof.estimate(req.amount, job.time_limit_s, res.start if res else None)
+                if res is not None:
+                    est = res.start
+            elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
+                key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
+                if key not in quota_eta:
+                    quota_eta[key] = self._quota_eta(job.team, key[1], reason)
+                est = quota_eta[key]
+            out.append(PendingInfo(job.id, reason, pos, est))
+        return tuple(out)
+
+    def _quota_eta(self, team: str, model, reason: Reason) -> float | None:
+        """When enough of the team's running jobs end for its limit to admit the job; None if unknown."""
+        details = reason.details
+        limit, in_use, need = details.get("limit"), details.get("in_use"), details.get("requested")
+        if not isinstance(limit, (int, float)) or not isinstance(in_use, (int, float)) or need is None:
+            return None
+        excess = in_use + need - limit
+        if excess > limit + EPS and limit < need:
+            return None
+        ends = []
+        for rec in self.running_by_team.get((team, model), ()):
+            job = rec.job
+            if job.time_limit_s is None or job.started_at is None:
+                continue
+            ends.append((max(job.started_at + job.time_limit_s, self.now), sum(rec.shares.values())))
+        ends.sort()
+        freed = 0.0
+        for t, share in ends:
+            freed += share
+            if freed >= excess - EPS:
+                return t
+        return None
 
 
 _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
@@ -169,21 +497,23 @@ def schedule(snapshot: Snapshot, timer: Timer | None = None) -> Decisions:
         timer("index")
     key = sort_key(snapshot)
     queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=key)
+    cycle.plan_borrowing(queue)
     if timer:
         timer("order")
     for job in queue:
         cycle.try_job(job)
     if timer:
         timer("place")
-    pending = tuple(
-        PendingInfo(job.id, reason, pos, est) for pos, (job, reason, est) in enumerate(cycle.waiting, start=1)
-    )
-    cycle.bump("started", len(cycle.starts))
-    cycle.bump("pending", len(pending))
-    decisions = Decisions(starts=tuple(cycle.starts), pending=pending, stats=dict(sorted(cycle.stats.items())))
+    pending = cycle.pending_infos()
+    if timer:
+        timer("estimate")
+    stats = dict(cycle.stats)
+    stats["started"] = len(cycle.starts)
+    stats["pending"] = len(pending)
+    stats["preempted"] = len(cycle.preemptions)
+    stats["reservations"] = len(cycle.reservations)
+    decisions = Decisions(starts=tuple(cycle.starts), preemptions=tuple(cycle.preemptions), pending=pending,
+                          stats=dict(sorted(stats.items())))
     if timer:
         timer("report")
     return decisions
-
-
-__all__ = ["EPS", "schedule"]

@@ -59,16 +59,22 @@ def analyse(cluster: Cluster, job: JobInfo, req: Request, pools: Sequence[str], 
             gpu_models=list(models), pools=list(pools),
         ))
     n_parts = req.nodes if req.nodes and req.nodes > 1 else 1
-    max_one_all = max((len(n.by_model.get(g.model, ())) for g in groups for n in g.nodes), default=0)
-    ladder: list[tuple[str, Callable[[Node, Group], int]]] = [
-        ("gpus", lambda n, g: len(n.by_model.get(g.model, ()))),
-        ("memory", lambda n, g: sum(1 for d in n.by_model.get(g.model, ()) if d.memory_mb >= req.min_memory_mb)),
-    ]
     if req.nodes and req.nodes > 1 and req.gpus % req.nodes:
         return Feasibility((), R.reason(
             R.UNSATISFIABLE, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes",
             requested=req.gpus, nodes=req.nodes,
         ))
+    max_one_all = max(max(g.all_counts, default=0) for g in groups)
+    if not req.constrained and all(req.min_memory_mb <= g.min_memory_mb for g in groups):
+        # Fast path: only device counts matter, and every group has them precomputed.
+        if not any(_fits(g.all_counts, req, max_one_all) for g in groups):
+            return Feasibility((), _unsatisfiable("gpus", job, req, groups, max_one_all))
+        healthy = [g for g in groups if _fits(g.healthy_counts, req, g.max_devices)]
+        return _healthy_or_reason(healthy, groups, req, lambda n: True)
+    ladder: list[tuple[str, Callable[[Node, Group], int]]] = [
+        ("gpus", lambda n, g: len(n.by_model.get(g.model, ()))),
+        ("memory", lambda n, g: sum(1 for d in n.by_model.get(g.model, ()) if d.memory_mb >= req.min_memory_mb)),
+    ]
     static = [
         ("labels", lambda n: all(n.info.labels.get(k) == v for k, v in req.labels)),
         ("driver", lambda n: not req.min_driver or n.driver >= req.min_driver),
@@ -98,17 +104,23 @@ def analyse(cluster: Cluster, job: JobInfo, req: Request, pools: Sequence[str], 
             if n.schedulable and node_ok(n) else 0
             for n in g.nodes
         ]
-        if _fits(counts, req, max(counts, default=0) if req.nodes is None else g.max_devices):
+        if _fits(counts, req, g.max_devices):
             healthy.append(g)
-    if not healthy:
-        names = sorted({n.name for g in passing for n in g.nodes if node_ok(n)})
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        return Feasibility((), R.reason(
-            R.NODES_UNHEALTHY,
-            f"the nodes that could hold {shape_text(req)} are down, draining or have unhealthy GPUs: {shown}",
-            nodes=names,
-        ))
-    return Feasibility(tuple(healthy), None)
+    return _healthy_or_reason(healthy, passing, req, node_ok)
+
+
+def _healthy_or_reason(healthy: list[Group], passing: Sequence[Group], req: Request,
+                       node_ok: Callable[[Node], bool]) -> Feasibility:
+    """The groups that can hold the job now, or NodesUnhealthy naming the nodes that could."""
+    if healthy:
+        return Feasibility(tuple(healthy), None)
+    names = sorted({n.name for g in passing for n in g.nodes if node_ok(n)})
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return Feasibility((), R.reason(
+        R.NODES_UNHEALTHY,
+        f"the nodes that could hold {shape_text(req)} are down, draining or have unhealthy GPUs: {shown}",
+        nodes=names,
+    ))
 
 
 def _unsatisfiable(constraint: str, job: JobInfo, req: Request, groups: Sequence[Group], max_one: int) -> Reason:

@@ -30,13 +30,25 @@ class QuotaBook:
             self.ancestors[name] = _ancestors(name, parent)
         self.used: dict[QuotaKey, float] = defaultdict(float)
         self.models_of_team: dict[str, set[str]] = defaultdict(set)
-        for team, model, _pool in self.rows:
+        # Guarantees, never-lent parts and weights per (team, model), summed over the team's rows.
+        self.guaranteed: dict[tuple[str, str], float] = defaultdict(float)
+        self.non_lendable: dict[tuple[str, str], float] = defaultdict(float)
+        self.weight: dict[tuple[str, str], float] = {}
+        for (team, model, _pool), q in sorted(self.rows.items(), key=lambda kv: str(kv[0])):
             self.models_of_team[team].add(model)
+            self.guaranteed[(team, model)] += max(q.guaranteed, 0.0)
+            self.non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
+            self.weight[(team, model)] = max(self.weight.get((team, model), 0.0), q.weight)
+        self.non_preemptible: dict[tuple[str, str], float] = defaultdict(float)
+        self.borrow_cap: dict[tuple[str, str], float] = {}  # set by plan_borrowing
+        self.borrowable: dict[str, float] = {}
         for job in snapshot.jobs:
             for p in job.placements:
                 model = model_of_device.get(p.gpu_id)
                 if model is not None:
                     self.charge(job.team, model, pool_of_device[p.gpu_id], p.share)
+                    if not job.preemptible:
+                        self.non_preemptible[(job.team, model)] += p.share
 
     def lineage(self, team: str) -> tuple[str, ...]:
         """The team followed by its ancestors, nearest first."""
@@ -57,11 +69,91 @@ class QuotaBook:
             used[(t, model, None)] += amount
             used[(t, model, pool)] += amount
 
-    def check_limit(self, team: str, model: str, pool: str, amount: float) -> Reason | None:
+    def team_used(self, team: str, model: str) -> float:
+        """GPUs of ``model`` the team (with its subtree) holds in all pools."""
+        return self.used.get((team, model, None), 0.0)
+
+    def borrowed(self, team: str, model: str) -> float:
+        """GPUs the team holds above its guarantee of ``model``."""
+        return max(0.0, self.team_used(team, model) - self.guaranteed.get((team, model), 0.0))
+
+    def reserved_for_others(self, team: str, model: str, teams: list[str]) -> float:
+        """Unused never-lent guarantee of every other team: capacity ``team`` may not borrow."""
+        total = 0.0
+        for other in teams:
+            if other != team:
+                nl = self.non_lendable.get((other, model), 0.0)
+                if nl > 0:
+                    total += max(0.0, nl - self.team_used(other, model))
+        return total
+
+    def plan_borrowing(self, free_of_model: dict[str, float], borrowers: dict[str, set[str]]) -> None:
+        """Split each model's borrowable capacity among teams that want to borrow it, by weight.
+
+        ``free_of_model``: idle healthy capacity per model now; ``borrowers``: per model, the teams that
+        borrow it already or have waiting work that would borrow it. With one borrower there is no cap.
+        """
+        for model, teams in borrowers.items():
+            if len(teams) < 2:
+                continue
+            held = sum(self.borrowed(t, model) for t in teams)
+            pool = free_of_model.get(model, 0.0) + held
+            weights = {t: max(self.weight.get((t, model), 1.0), 0.0) for t in teams}
+            total = sum(weights.values()) or 1.0
+            self.borrowable[model] = pool
+            for t in sorted(teams):
+                self.borrow_cap[(t, model)] = pool * weights[t] / total
+
+    def check_guarantee(self, team: str, model: str, amount: float, preemptible: bool, borrowing: bool,
+                        free_of_model: float, nl_teams: list[str], credit: float = 0.0) -> Reason | None:
+        """Rules on top of limits: non-preemptible work stays within the guarantee; borrowing (going
+        above the guarantee) needs the policy to allow it, leaves others' never-lent parts alone and
+        stays within the team's weighted share of borrowable capacity."""
+        g = self.guaranteed.get((team, model), 0.0)
+        if not preemptible:
+            np_used = self.non_preemptible.get((team, model), 0.0)
+            if np_used + amount > g + EPS:
+                return R.reason(
+                    R.NON_PREEMPTIBLE_OVER_QUOTA,
+                    f"team {team} runs {R.fmt_gpus(np_used)} non-preemptible {model} of its "
+                    f"{R.fmt_gpus(g)} guaranteed; job needs {R.fmt_gpus(amount)} (non-preemptible work must "
+                    "fit in guaranteed quota)",
+                    team=team, gpu_model=model, in_use=R.num(np_used), guaranteed=R.num(g),
+                    requested=R.num(amount))
+        used = self.team_used(team, model) - credit
+        after = used + amount - g
+        if after <= EPS:
+            return None
+        if not borrowing:
+            return R.reason(
+                R.QUOTA_EXCEEDED,
+                f"team {team} holds {R.fmt_gpus(used)}/{R.fmt_gpus(g)} {model} (guaranteed {R.fmt_gpus(g)}, "
+                f"borrowing off); job needs {R.fmt_gpus(amount)}",
+                team=team, gpu_model=model, in_use=R.num(used), limit=R.num(g), requested=R.num(amount))
+        if nl_teams:
+            reserved = self.reserved_for_others(team, model, nl_teams)
+            if reserved > 0 and free_of_model - amount < reserved - EPS:
+                return R.reason(
+                    R.RESOURCES,
+                    f"{R.fmt_gpus(free_of_model)} {model} are idle but {R.fmt_gpus(reserved)} are kept for "
+                    f"their owners (never lent); job needs {R.fmt_gpus(amount)} above team {team}'s guarantee",
+                    gpu_model=model, free=R.num(free_of_model), reserved=R.num(reserved), requested=R.num(amount))
+        cap = self.borrow_cap.get((team, model))
+        if cap is not None and after > cap + EPS:
+            return R.reason(
+                R.OVER_LIMIT,
+                f"team {team} would borrow {R.fmt_gpus(after)} {model} above its guarantee; its weighted share of "
+                f"{R.fmt_gpus(self.borrowable.get(model, 0.0))} borrowable is {R.fmt_gpus(cap)}",
+                team=team, gpu_model=model, borrowed=R.num(max(after - amount, 0.0)), share=R.num(cap),
+                requested=R.num(amount))
+        return None
+
+    def check_limit(self, team: str, model: str, pool: str, amount: float, credit: float = 0.0) -> Reason | None:
         """None when ``team`` may take ``amount`` more of ``model`` in ``pool``; else why not.
 
         QuotaExceeded: the team has no row for the model, or its own limit would be passed.
         OverLimit: a parent team's limit would be passed.
+        ``credit``: GPUs of this model the team's own victims will give back (same pool).
         """
         own = self.row(team, model, pool)
         if own is None:
@@ -75,7 +167,7 @@ class QuotaBook:
                 row = self.rows.get((t, model, scope))
                 if row is None or row.limit is None:
                     continue
-                in_use = self.used.get((t, model, scope), 0.0)
+                in_use = self.used.get((t, model, scope), 0.0) - credit
                 if in_use + amount > row.limit + EPS:
                     code = R.QUOTA_EXCEEDED if t == team else R.OVER_LIMIT
                     who = f"team {t}" if t == team else f"parent team {t} of {team}"

@@ -1,0 +1,154 @@
+"""Backfill and estimated starts, from running jobs' start times and time limits.
+
+EASY backfill: the first job in a group's queue that cannot start gets a *reservation*: the earliest
+time ``T`` at which enough of the group's nodes free up, and on each reserved node the ``slack`` (free
+devices at ``T`` beyond what the reserved job needs). Later jobs may start now on a reserved node only if
+they end by ``T`` (their time limit says so) or take no more than the slack. Without backfill, the first
+blocked job of a group blocks the whole group (strict order).
+
+Estimated starts: a per-group count profile (free devices now, plus releases in time order) is walked in
+queue order; each waiting job consumes what it needs at the time it would start and releases it at the
+end of its time limit. Jobs whose start depends on a job without a time limit get ``None`` (unknown).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from scheduler.core.cluster import EPS, Cluster, Group, Node
+from scheduler.core.placement import Request
+from scheduler.core.types import JobInfo, PriorityClassInfo
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Capacity held for ``job_id`` from ``start``: per reserved node, the devices others may still take."""
+
+    job_id: int
+    start: float
+    slack: dict[int, float] = field(default_factory=dict)  # node order -> devices spare at ``start``
+
+
+def end_time(job: JobInfo, now: float, classes: dict[str, PriorityClassInfo]) -> float | None:
+    """When a running job will have released its devices at the latest; None when unknown."""
+    if job.terminating:
+        cls = classes.get(job.priority_class)
+        return now + (cls.grace_period_s if cls else 30.0)
+    if job.time_limit_s is None or job.started_at is None:
+        return None
+    return max(job.started_at + job.time_limit_s, now)
+
+
+class Timeline:
+    """Future releases of devices, per node and per group, from the running jobs of a snapshot."""
+
+    def __init__(self, cluster: Cluster, jobs, now: float, classes: dict[str, PriorityClassInfo]):
+        self.now = now
+        self.cluster = cluster
+        # node name -> list of (time or None, {device id: share}); None = no known end.
+        self.by_node: dict[str, list[tuple[float | None, dict[int, float]]]] = defaultdict(list)
+        self.group_events: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+        self.unknown: dict[tuple[str, str], float] = defaultdict(float)
+        for job in jobs:
+            if not job.placements:
+                continue
+            end = end_time(job, now, classes)
+            per_node: dict[str, dict[int, float]] = defaultdict(dict)
+            for p in job.placements:
+                dev = cluster.devices.get(p.gpu_id)
+                if dev is None:
+                    continue
+                per_node[dev.node.name][p.gpu_id] = per_node[dev.node.name].get(p.gpu_id, 0.0) + p.share
+                key = (dev.node.pool, dev.model)
+                if end is None:
+                    self.unknown[key] += p.share
+                else:
+                    self.group_events[key].append((end, p.share))
+            for name, shares in per_node.items():
+                self.by_node[name].append((end, shares))
+        self.profiles: dict[tuple[str, str], Profile] = {}
+
+    def reserve(self, group: Group, req: Request, job_id: int) -> Reservation | None:
+        """The earliest start for ``req`` in ``group`` and the slack it leaves; None when unknown."""
+        gang = req.nodes if req.nodes and req.nodes > 1 else 1
+        if gang == 1 and req.fraction is None and req.gpus > group.max_devices:
+            return None  # jobs spread over several nodes by size get no reservation (estimate only)
+        need = 1 if req.fraction is not None else req.gpus // gang
+        options = []
+        for node in group.nodes:
+            if not node.schedulable:
+                continue
+            got = self._when(node, group.model, need, req)
+            if got is not None:
+                options.append((got[0], node.order, got[1]))
+        if len(options) < gang:
+            return None
+        options.sort()
+        chosen = options[:gang]
+        start = max(t for t, _o, _f in chosen)
+        res = Reservation(job_id, start)
+        for _t, order, free_at in chosen:
+            res.slack[order] = max(free_at - need, 0.0)
+        return res
+
+    def _when(self, node: Node, model: str, need: int, req: Request) -> tuple[float, float] | None:
+        """(time when ``need`` devices of the node are free, devices free then), or None (never known)."""
+        devs = {d.id: d.free for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb}
+        if len(devs) < need:
+            return None
+        events = sorted(((t, shares) for t, shares in self.by_node.get(node.name, ()) if t is not None),
+                        key=lambda e: e[0])
+        count = sum(1 for f in devs.values() if f > 1.0 - EPS)
+        if count >= need:
+            return self.now, float(count)
+        for t, shares in events:
+            for dev_id, share in shares.items():
+                if dev_id in devs:
+                    devs[dev_id] += share
+            count = sum(1 for f in devs.values() if f > 1.0 - EPS)
+            if count >= need:
+                return t, float(count)
+        return None
+
+    def profile(self, group: Group) -> Profile:
+        """The group's count profile for estimated starts (built on first use)."""
+        key = (group.pool, group.model)
+        prof = self.profiles.get(key)
+        if prof is None:
+            free = sum(d.free for n in group.nodes if n.schedulable
+                       for d in n.by_model.get(group.model, ()) if d.healthy)
+            prof = self.profiles[key] = Profile(self.now, free, self.group_events.get(key, []))
+        return prof
+
+
+class Profile:
+    """Free capacity of one group over time, consumed in queue order by waiting jobs' estimates."""
+
+    __slots__ = ("available", "events", "time")
+
+    def __init__(self, now: float, available: float, events: list[tuple[float, float]]):
+        self.time = now
+        self.available = available
+        self.events = list(events)
+        heapq.heapify(self.events)
+
+    def estimate(self, amount: float, duration: float | None, not_before: float | None = None) -> float | None:
+        """When ``amount`` could start (then hold it for ``duration``); None when releases are unknown."""
+        if not_before is not None and not_before > self.time:
+            # A reservation knows better; move the profile's clock to it, releasing what ends by then.
+            while self.events and self.events[0][0] <= not_before:
+                self.available += heapq.heappop(self.events)[1]
+            self.time = not_before
+        while self.available < amount - EPS:
+            if not self.events:
+                return None
+            t, share = heapq.heappop(self.events)
+            self.available += share
+            if t > self.time:
+                self.time = t
+        self.available -= amount
+        if duration is not None:
+            heapq.heappush(self.events, (self.time + duration, amount))
+        return self.time
