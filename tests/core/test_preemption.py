@@ -1,0 +1,146 @@
+"""Preemption: within a team by priority, reclaim of borrowed capacity, victim choice, minimum runtime,
+grace periods, and the two-step hand-over (victims stop, the preemptor starts in a later cycle)."""
+
+from dataclasses import replace
+
+from scheduler.core import check_invariants, schedule
+from scheduler.core import reasons as R
+from scheduler.core.types import JobInfo
+
+from tests.core.builders import by_id, gpu_ids, node, quota, running, snap
+
+N1 = node("n1", first_id=0)
+
+
+def test_it_preempts_lower_priority_work_of_the_same_team():
+    jobs = [running(1, "vision", gpu_ids(N1, 8), priority=100, priority_class="best-effort"),
+            JobInfo(2, "vision", gpus=4, priority=800, priority_class="interactive")]
+    s = snap([N1], jobs, [quota("vision", limit=8)])
+    d = schedule(s)
+    assert d.starts == ()
+    assert [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions] == [(1, 2, "Priority")]
+    assert d.preemptions[0].grace_period_s == 10
+    assert d.pending[0].reason.code == R.PREEMPTING
+    assert check_invariants(s, d) == []
+
+
+def test_it_never_preempts_a_higher_or_equal_priority_job():
+    jobs = [running(1, "vision", gpu_ids(N1, 8), priority=800), JobInfo(2, "vision", gpus=4, priority=800)]
+    d = schedule(snap([N1], jobs, [quota("vision")]))
+    assert d.preemptions == ()
+    assert d.pending[0].reason.code == R.RESOURCES
+
+
+def test_it_never_preempts_another_teams_work_within_its_guarantee():
+    jobs = [running(1, "nlp", gpu_ids(N1, 8), priority=100), JobInfo(2, "vision", gpus=4, priority=900)]
+    d = schedule(snap([N1], jobs, [quota("vision", guaranteed=0), quota("nlp", guaranteed=8)]))
+    assert d.preemptions == ()
+
+
+def test_it_reclaims_borrowed_gpus_for_a_team_under_its_guarantee():
+    jobs = [running(1, "nlp", gpu_ids(N1, 4), priority=900, started_at=10),
+            running(2, "nlp", gpu_ids(N1, 4, start=4), priority=900, started_at=20),
+            JobInfo(3, "vision", gpus=4, priority=100)]
+    s = snap([N1], jobs, [quota("vision", guaranteed=4, limit=8), quota("nlp", guaranteed=4, limit=8)])
+    d = schedule(s)
+    # nlp borrows 4 above its guarantee: the most recently started job goes, even at a higher priority.
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(2, "Reclaim")]
+    assert "reclaim" in d.preemptions[0].message
+    assert check_invariants(s, d) == []
+
+
+def test_it_never_reclaims_below_the_lenders_guarantee():
+    jobs = [running(1, "nlp", gpu_ids(N1, 6), started_at=10), JobInfo(2, "vision", gpus=4)]
+    d = schedule(snap([N1], jobs, [quota("vision", guaranteed=4), quota("nlp", guaranteed=4)]))
+    # nlp borrows only 2: taking its 6-GPU job would push it below its guarantee... but that's the only job,
+    # and reclaim may take a whole job while the lender still borrows.
+    assert [p.job_id for p in d.preemptions] == [1]
+
+
+def test_it_chooses_the_smallest_victim_set():
+    jobs = [running(1, "vision", gpu_ids(N1, 1), priority=100, started_at=50),
+            running(2, "vision", gpu_ids(N1, 1, start=1), priority=100, started_at=60),
+            running(3, "vision", gpu_ids(N1, 6, start=2), priority=100, started_at=10),
+            JobInfo(4, "vision", gpus=6, priority=500)]
+    d = schedule(snap([N1], jobs, [quota("vision")]))
+    assert [p.job_id for p in d.preemptions] == [3]
+
+
+def test_it_prefers_the_most_recently_started_and_lowest_priority_victims():
+    jobs = [running(1, "vision", gpu_ids(N1, 4), priority=300, started_at=10, priority_class="batch"),
+            running(2, "vision", gpu_ids(N1, 4, start=4), priority=300, started_at=500, priority_class="batch"),
+            JobInfo(3, "vision", gpus=4, priority=500)]
+    d = schedule(snap([N1], jobs, [quota("vision")]))
+    assert [p.job_id for p in d.preemptions] == [2]
+    jobs[0] = replace(jobs[0], priority=100)
+    d = schedule(snap([N1], jobs, [quota("vision")]))
+    assert [p.job_id for p in d.preemptions] == [1]
+
+
+def test_it_respects_the_victims_minimum_runtime():
+    # "training" jobs must run 600 s before they may be preempted; now is 1000.
+    young = running(1, "vision", gpu_ids(N1, 8), priority=500, priority_class="training", started_at=900)
+    d = schedule(snap([N1], [young, JobInfo(2, "vision", gpus=4, priority=800)], [quota("vision")]))
+    assert d.preemptions == ()
+    old = replace(young, started_at=100)
+    d = schedule(snap([N1], [old, JobInfo(2, "vision", gpus=4, priority=800)], [quota("vision")]))
+    assert [p.job_id for p in d.preemptions] == [1]
+    assert d.preemptions[0].grace_period_s == 120
+    assert d.preemptions[0].gpu_seconds_lost == 900 * 8
+
+
+def test_it_counts_lost_work_from_the_last_checkpoint():
+    victim = running(1, "vision", gpu_ids(N1, 2), priority=100, started_at=0, last_checkpoint_at=700)
+    d = schedule(snap([N1], [victim, running(3, "nlp", gpu_ids(N1, 6, start=2)),
+                             JobInfo(2, "vision", gpus=2, priority=500)], [quota("vision"), quota("nlp")]))
+    assert d.preemptions[0].gpu_seconds_lost == 300 * 2
+
+
+def test_it_never_preempts_when_the_job_still_would_not_fit():
+    jobs = [running(1, "vision", gpu_ids(N1, 2), priority=100), running(2, "nlp", gpu_ids(N1, 6, start=2)),
+            JobInfo(3, "vision", gpus=4, priority=500)]
+    d = schedule(snap([N1], jobs, [quota("vision", guaranteed=2), quota("nlp", guaranteed=6)]))
+    assert d.preemptions == ()
+    assert d.pending[0].reason.code == R.RESOURCES
+
+
+def test_it_never_preempts_non_preemptible_or_terminating_jobs():
+    jobs = [running(1, "vision", gpu_ids(N1, 4), priority=100, preemptible=False),
+            running(2, "vision", gpu_ids(N1, 4, start=4), priority=100, terminating=True),
+            JobInfo(3, "vision", gpus=8, priority=500)]
+    d = schedule(snap([N1], jobs, [quota("vision", guaranteed=8)]))
+    assert d.preemptions == ()
+
+
+def test_it_hands_victims_devices_to_the_preemptor_in_a_later_cycle():
+    victim = running(1, "vision", gpu_ids(N1, 8), priority=100)
+    boss = JobInfo(2, "vision", gpus=8, priority=800)
+    qs = [quota("vision")]
+    first = schedule(snap([N1], [victim, boss], qs))
+    assert [p.job_id for p in first.preemptions] == [1]
+    # Next cycle: the victim is stopping and still holds its devices; no new preemption, no start.
+    second_snap = snap([N1], [replace(victim, terminating=True), boss], qs)
+    second = schedule(second_snap)
+    assert second.preemptions == () and second.starts == ()
+    assert second.pending[0].reason.code == R.PREEMPTING
+    assert check_invariants(second_snap, second) == []
+    # The node confirmed the processes are gone: the preemptor starts.
+    third = schedule(snap([N1], [boss], qs))
+    assert [s.job_id for s in third.starts] == [2]
+
+
+def test_it_keeps_the_preemptors_devices_from_later_jobs_in_the_same_cycle():
+    jobs = [running(1, "vision", gpu_ids(N1, 4), priority=100),
+            JobInfo(2, "vision", gpus=8, priority=800), JobInfo(3, "vision", gpus=2, priority=50)]
+    s = snap([N1], jobs, [quota("vision")])
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == set()
+    assert pending[2].reason.code == R.PREEMPTING
+    assert check_invariants(s, d) == []
+
+
+def test_it_does_not_preempt_under_a_policy_without_preemption():
+    jobs = [running(1, "vision", gpu_ids(N1, 8), priority=100), JobInfo(2, "vision", gpus=4, priority=800)]
+    d = schedule(snap([N1], jobs, [quota("vision")], policy="slurm"))
+    assert d.preemptions == ()

@@ -1,0 +1,94 @@
+"""Quotas: guarantees, borrowing up to the limit split by weight, parent caps, never-lent parts,
+non-preemptible work inside the guarantee."""
+
+from dataclasses import replace
+
+from scheduler.core import check_invariants, schedule
+from scheduler.core import reasons as R
+from scheduler.core.types import JobInfo
+
+from tests.core.builders import by_id, gpu_ids, node, quota, running, snap, team
+
+
+def test_it_lets_a_team_borrow_idle_capacity_up_to_its_limit():
+    n1 = node("n1", first_id=0)
+    jobs = [JobInfo(i, "vision", gpus=2, submitted_at=i) for i in range(1, 5)]
+    s = snap([n1], jobs, [quota("vision", guaranteed=2, limit=6), quota("nlp", guaranteed=6, limit=8)])
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {1, 2, 3}
+    assert [st.borrowed for st in d.starts] == [0, 2, 2]
+    assert pending[4].reason.code == R.QUOTA_EXCEEDED
+    assert check_invariants(s, d) == []
+
+
+def test_it_splits_borrowable_capacity_between_borrowers_by_weight():
+    n1, n2 = node("n1", first_id=0), node("n2", first_id=100)
+    jobs = [JobInfo(i, "vision", gpus=1, submitted_at=i) for i in range(1, 17)]
+    jobs += [JobInfo(100 + i, "nlp", gpus=1, submitted_at=i + 0.5) for i in range(1, 17)]
+    qs = [quota("vision", weight=2), quota("nlp", weight=1)]
+    d = schedule(snap([n1, n2], jobs, qs, policy="fifo"))
+    started, pending = by_id(d)
+    vision = sum(1 for j in started if j < 100)
+    nlp = sum(1 for j in started if j > 100)
+    assert (vision, nlp) == (10, 5)  # 16 * 2/3 = 10.67 and 16 * 1/3 = 5.33
+    assert pending[11].reason.code == R.OVER_LIMIT
+    assert "weighted share" in pending[11].reason.message
+
+
+def test_it_caps_children_with_their_parents_limit():
+    n1 = node("n1", first_id=0)
+    teams = [team("research"), team("vision", parent="research"), team("nlp", parent="research")]
+    jobs = [running(1, "nlp", gpu_ids(n1, 3)), JobInfo(2, "vision", gpus=2)]
+    qs = [quota("research", limit=4), quota("vision", limit=8), quota("nlp", limit=8)]
+    s = snap([n1], jobs, qs, teams)
+    d = schedule(s)
+    reason = d.pending[0].reason
+    assert reason.code == R.OVER_LIMIT
+    assert reason.message == "parent team research of vision holds 3/4 h100-80gb (limit 4); job needs 2"
+    assert reason.details["in_use"] == 3
+    assert check_invariants(s, d) == []
+
+
+def test_it_never_lends_the_non_lendable_part_of_a_guarantee():
+    n1 = node("n1", first_id=0)
+    jobs = [JobInfo(i, "nlp", gpus=1, submitted_at=i) for i in range(1, 9)]
+    qs = [quota("vision", guaranteed=4, non_lendable=3, limit=8), quota("nlp", limit=8)]
+    d = schedule(snap([n1], jobs, qs))
+    started, pending = by_id(d)
+    assert len(started) == 5
+    assert pending[6].reason.code == R.RESOURCES
+    assert "never lent" in pending[6].reason.message
+
+
+def test_it_keeps_non_preemptible_work_inside_the_guarantee():
+    n1 = node("n1", first_id=0)
+    jobs = [JobInfo(1, "serving", gpus=2, preemptible=False), JobInfo(2, "serving", gpus=2, preemptible=False),
+            JobInfo(3, "serving", gpus=2)]
+    s = snap([n1], jobs, [quota("serving", guaranteed=3, limit=8)])
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {1, 3}
+    assert pending[2].reason.code == R.NON_PREEMPTIBLE_OVER_QUOTA
+    assert pending[2].reason.details == {"team": "serving", "gpu_model": "h100-80gb", "in_use": 2,
+                                         "guaranteed": 3, "requested": 2}
+    assert check_invariants(s, d) == []
+
+
+def test_it_stops_at_the_guarantee_when_borrowing_is_off():
+    n1 = node("n1", first_id=0)
+    s = snap([n1], [JobInfo(1, "vision", gpus=4)], [quota("vision", guaranteed=2, limit=8)])
+    s = replace(s, policy=replace(s.policy, borrowing=False))
+    d = schedule(s)
+    assert d.pending[0].reason.code == R.QUOTA_EXCEEDED
+    assert "borrowing off" in d.pending[0].reason.message
+
+
+def test_it_counts_fractions_against_quota():
+    n1 = node("n1", first_id=0, gpus=2)
+    jobs = [JobInfo(i, "vision", gpu_fraction=0.5, submitted_at=i) for i in range(1, 5)]
+    s = snap([n1], jobs, [quota("vision", limit=1.5)])
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {1, 2, 3}
+    assert pending[4].reason.message == "team vision holds 1.5/1.5 h100-80gb (limit 1.5); job needs 0.5"
