@@ -1,0 +1,140 @@
+"""A tiny in-process portal that speaks docs/node-protocol.md, for the agent's tests.
+
+It keeps everything in memory: the assignments a test sets, and the registrations, heartbeats, events
+and log chunks the agent sends. ``down`` makes it answer 503; ``require_register`` makes the next
+heartbeat answer 409 {"detail": "register"}.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOKEN = "node-secret"
+
+
+class StandInPortal:
+    """Start with ``start()``, point an agent at ``url``, ``stop()`` at the end."""
+
+    def __init__(self, *, interval_s: float = 0.1, timeout_s: float = 30.0) -> None:
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.lock = threading.Lock()
+        self.assignments: dict[int, dict[str, Any]] = {}
+        self.registrations: list[dict[str, Any]] = []
+        self.heartbeats: list[dict[str, Any]] = []
+        self.events: list[tuple[int, dict[str, Any]]] = []
+        self.logs: dict[tuple[int, int], bytes] = {}
+        self.down = False
+        self.require_register = False
+        self.last_seq = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The portal root."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> StandInPortal:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def assign(self, job_id: int, command: str, **fields: Any) -> None:
+        """Make the job part of every heartbeat answer from now on."""
+        with self.lock:
+            self.assignments[job_id] = {
+                "job_id": job_id,
+                "attempt": 1,
+                "desired": "running",
+                "command": command,
+                "env": {"ROTA_JOB_ID": str(job_id)},
+                "gpus": [],
+                "time_limit_s": None,
+                "grace_period_s": 1,
+                "kind": "training",
+                **fields,
+            }
+
+    def unassign(self, job_id: int) -> None:
+        """Drop the job from the heartbeat answers."""
+        with self.lock:
+            self.assignments.pop(job_id, None)
+
+    def events_of(self, job_id: int, kind: str | None = None) -> list[dict[str, Any]]:
+        """The events received for a job (of one type if given)."""
+        with self.lock:
+            return [body for jid, body in self.events if jid == job_id and kind in (None, body["type"])]
+
+    def log_text(self, job_id: int, attempt: int = 1) -> str:
+        """The log the portal holds for an attempt."""
+        with self.lock:
+            return self.logs.get((job_id, attempt), b"").decode()
+
+    def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Answer one request as the real portal would."""
+        if headers.get("Authorization") != f"Node {TOKEN}":
+            return 401, {"detail": "unknown or revoked node token"}
+        if self.down:
+            return 503, {"detail": "down"}
+        with self.lock:
+            if path == "/api/v1/node/register/":
+                self.registrations.append(body)
+                self.require_register, self.last_seq = False, 0
+                return 200, {
+                    "node": body["hostname"],
+                    "heartbeat_interval_s": self.interval_s,
+                    "heartbeat_timeout_s": self.timeout_s,
+                }
+            if path == "/api/v1/node/heartbeat/":
+                if self.require_register:
+                    return 409, {"detail": "register"}
+                if body["seq"] <= self.last_seq:
+                    return 409, {"detail": "seq is not newer", "field": "seq"}
+                self.last_seq = body["seq"]
+                self.heartbeats.append(body)
+                return 200, {
+                    "heartbeat_interval_s": self.interval_s,
+                    "assignments": [dict(a) for a in self.assignments.values()],
+                }
+            match = re.fullmatch(r"/api/v1/node/jobs/(\d+)/(events|log)/", path)
+            if match is None:
+                return 404, {"detail": "not found"}
+            job_id = int(match.group(1))
+            if match.group(2) == "events":
+                self.events.append((job_id, body))
+                return 200, {"job_id": job_id}
+            stored = self.logs.get((job_id, body["attempt"]), b"")
+            if body["offset"] > len(stored):
+                return 409, {"detail": "offset past the stored size", "field": "offset"}
+            chunk = body["data"].encode()
+            self.logs[(job_id, body["attempt"])] = stored + chunk[len(stored) - body["offset"] :]
+            return 200, {"size": len(self.logs[(job_id, body["attempt"])])}
+
+
+def _handler_for(portal: StandInPortal) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            status, answer = portal.handle(self.path, self.headers, body)
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            """Quiet."""
+
+    return Handler
