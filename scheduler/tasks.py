@@ -12,7 +12,7 @@ def run_cycle(**_ignored) -> dict:
     return _run_cycle().as_dict()
 
 
-@shared_task(name="scheduler.node_liveness", time_limit=60, ignore_result=True)
+@shared_task(name="scheduler.node_liveness", time_limit=60, soft_time_limit=50, ignore_result=True)
 def node_liveness(**_ignored) -> list[str]:
     """Mark silent nodes down and requeue their jobs; wake the cycle if anything changed."""
     marked = nodes_check_liveness()

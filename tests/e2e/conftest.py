@@ -1,0 +1,90 @@
+"""Real processes for end-to-end tests: a Celery worker on the test database and Redis, and node agents
+(fake GPU backend) talking to pytest-django's live server."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from scheduler.models import NodeToken
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def worker_env(transactional_db):
+    """The environment a subprocess needs to use the same test database and Redis as this test."""
+    db = connection.settings_dict
+    env = dict(os.environ)
+    env["DATABASE_URL"] = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env["REDIS_URL"] = settings.CELERY_BROKER_URL
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def celery_worker(worker_env, tmp_path):
+    """A real Celery worker process consuming from the test Redis database."""
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    log = open(tmp_path / "worker.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    yield proc
+    _stop(proc)
+    log.close()
+
+
+@pytest.fixture
+def start_agent(live_server, tmp_path, worker_env):
+    """Start a real node-agent process for a node (fake GPU backend, given profile)."""
+    procs = []
+
+    def start(node, profile: str = "h100x8"):
+        _, raw = NodeToken.issue(node)
+        token_file = tmp_path / f"{node.name}.token"
+        token_file.write_text(raw)
+        log = open(tmp_path / f"agent-{node.name}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.agent", "--portal", live_server.url, "--token-file", str(token_file),
+             "--gpu-backend", "fake", "--profile", profile, "--hostname", node.name,
+             "--work-dir", str(tmp_path / node.name), "--interval", "0.5"],
+            cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        procs.append((proc, log))
+        return proc
+
+    yield start
+    for proc, log in procs:
+        _stop(proc, timeout=15)
+        log.close()
