@@ -1,0 +1,430 @@
+"""The ``rota`` command line: submit, watch and control GPU work through the REST API with a token.
+
+Plain Python (argparse + requests), no Django: it talks to a portal over HTTP like any other client.
+Configuration comes from ``ROTA_URL`` / ``ROTA_TOKEN`` or from ``~/.config/rota/config.json``, which
+``rota login`` writes (mode 0600). Every command takes ``--json`` for machine-readable output. API errors
+are printed as ``error: <field>: <message>`` and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+TIMEOUT_S = 30
+FOLLOW_INTERVAL_S = 2.0
+SCRIPT_PREFIX = "#ROTA"
+
+# CLI flag (dest) -> API field for ``rota submit``.
+SUBMIT_FIELDS = {
+    "name": "name", "team": "team", "kind": "kind", "gpus": "gpus", "gpu_fraction": "gpu_fraction",
+    "gpu_model": "gpu_model", "cpus": "cpus", "memory_gb": "memory_gb", "time_limit": "time_limit_minutes",
+    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool",
+}
+
+
+class CliError(Exception):
+    """A failure to report as ``error: …`` with exit status 1."""
+
+
+# --- configuration ---------------------------------------------------------------------------------
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "rota" / "config.json"
+
+
+def load_config() -> dict[str, str]:
+    """URL and token: the environment wins over the config file."""
+    config: dict[str, str] = {}
+    path = config_path()
+    if path.exists():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot read {path}: {exc}") from None
+    if os.environ.get("ROTA_URL"):
+        config["url"] = os.environ["ROTA_URL"]
+    if os.environ.get("ROTA_TOKEN"):
+        config["token"] = os.environ["ROTA_TOKEN"]
+    return config
+
+
+def save_config(url: str, token: str) -> Path:
+    """Write the config file readable by its owner only (it holds a credential)."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "token": token}, fh)
+    os.chmod(path, 0o600)
+    return path
+
+
+# --- HTTP -------------------------------------------------------------------------------------------
+
+
+def format_api_error(body: Any, status: int) -> str:
+    """``field: message`` lines from the API's error body ({detail, errors: {field: [msg]}})."""
+    if isinstance(body, dict):
+        errors = body.get("errors")
+        if isinstance(errors, dict) and errors:
+            parts = []
+            for field, msgs in errors.items():
+                msgs = msgs if isinstance(msgs, list) else [msgs]
+                parts.append(f"{field}: {'; '.join(str(m) for m in msgs)}")
+            return "\n".join(f"error: {p}" for p in parts)
+        if "detail" in body:
+            return f"error: {body['detail']}"
+        parts = [f"{k}: {v[0] if isinstance(v, list) and v else v}" for k, v in body.items()]
+        if parts:
+            return "\n".join(f"error: {p}" for p in parts)
+    return f"error: HTTP {status}"
+
+
+class Client:
+    """A thin REST client: one method per HTTP verb, errors raised as ApiError."""
+
+    def __init__(self, url: str, token: str | None):
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Token {token}"
+
+    def request(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            response = self.session.request(method, f"{self.url}{path}", timeout=TIMEOUT_S, **kwargs)
+        except requests.RequestException as exc:
+            raise CliError(f"cannot reach {self.url}: {exc}") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            raise ApiError(format_api_error(body, response.status_code))
+        return body
+
+    def get(self, path: str, **params) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+
+    def post(self, path: str, data: dict | None = None) -> Any:
+        return self.request("POST", path, json=data or {})
+
+
+class ApiError(CliError):
+    """The API refused the request; the message is already formatted."""
+
+
+def client_from_config() -> Client:
+    config = load_config()
+    if not config.get("url") or not config.get("token"):
+        raise CliError("not logged in: run `rota login --url URL --username NAME` or set ROTA_URL and ROTA_TOKEN")
+    return Client(config["url"], config["token"])
+
+
+# --- output -----------------------------------------------------------------------------------------
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def gpus_label(job: dict) -> str:
+    model = job.get("gpu_model") or "any"
+    count = job["gpu_fraction"] if job.get("gpu_fraction") else job.get("gpus")
+    nodes = f"x{job['nodes']}n" if job.get("nodes") else ""
+    return f"{count}{nodes}:{model}"
+
+
+def reason_label(job: dict) -> str:
+    """Like squeue's NODELIST(REASON): where it runs, or why it waits and its place in the queue."""
+    if job.get("allocations"):
+        return ",".join(sorted({a["node"] for a in job["allocations"]}))
+    reason = job.get("pending_reason")
+    if job.get("state") in ("pending", "held") and reason:
+        label = f"({reason['code']})"
+        if job.get("queue_position"):
+            label += f" #{job['queue_position']}"
+        return label
+    if job.get("state") in ("pending", "held"):
+        return "(Held)" if job["state"] == "held" else "(None)"
+    return ""
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+
+def cmd_login(args) -> int:
+    url = args.url or load_config().get("url")
+    if not url:
+        raise CliError("--url is required")
+    username = args.username or input("username: ")
+    password = os.environ.get("ROTA_PASSWORD") or getpass.getpass(f"password for {username}: ")
+    body = Client(url, None).request("POST", "/api/v1/auth/token/", json={"username": username, "password": password})
+    path = save_config(url, body["token"])
+    if args.json:
+        print_json({"url": url, "username": username, "config": str(path)})
+    else:
+        print(f"logged in to {url} as {username}; token saved in {path}")
+    return 0
+
+
+def parse_script(text: str) -> tuple[list[str], str]:
+    """The ``#ROTA --flag value`` header lines of a script (before its first non-comment line), and the
+    script itself as the command. A ``#!`` line and other comments may appear among the header lines."""
+    flags: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(SCRIPT_PREFIX):
+            flags.extend(shlex.split(stripped[len(SCRIPT_PREFIX):], comments=True))
+        elif stripped and not stripped.startswith("#"):
+            break
+    return flags, text
+
+
+def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    values = vars(args)
+    script_text = None
+    if args.script:
+        path = Path(args.script)
+        try:
+            script_text = path.read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read script {path}: {exc}") from None
+        header, script_text = parse_script(script_text)
+        # Header lines give defaults; flags on the command line win.
+        known, extra = parser.parse_known_args(header)
+        if extra:
+            raise CliError(f"script header: unrecognized arguments: {' '.join(extra)}")
+        defaults = vars(known)
+        values = {k: (values[k] if values.get(k) is not None else defaults.get(k)) for k in SUBMIT_FIELDS}
+        if not values.get("name"):
+            values["name"] = path.stem
+    if script_text is not None:
+        command_text = script_text
+    elif command:
+        command_text = shlex.join(command)
+    else:
+        raise CliError("command: give a command after `--` or a script file")
+    data = {api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}
+    data["command"] = command_text
+    data.setdefault("name", (command[0] if command else "job").rsplit("/", 1)[-1][:100])
+    job = client_from_config().post("/api/v1/jobs/", data)
+    if args.json:
+        print_json(job)
+    else:
+        print(f"Submitted job {job['id']} ({job['name']}) to team {job['team']}: {job['state']}")
+    return 0
+
+
+def cmd_queue(args) -> int:
+    client = client_from_config()
+    params: dict[str, Any] = {"limit": 200}
+    if args.state:
+        params["state"] = args.state
+    if args.team:
+        params["team"] = args.team
+    jobs = client.get("/api/v1/jobs/", **params)["results"]
+    if not args.all and not args.state:
+        jobs = [j for j in jobs if j["state"] in ("pending", "held", "admitted", "starting", "running")]
+    if args.json:
+        print_json(jobs)
+        return 0
+    print_table(
+        ["ID", "NAME", "TEAM", "KIND", "STATE", "GPUS", "REASON"],
+        [[j["id"], j["name"][:30], j["team"], j["kind"], j["state"], gpus_label(j), reason_label(j)] for j in jobs],
+    )
+    return 0
+
+
+def cmd_show(args) -> int:
+    job = client_from_config().get(f"/api/v1/jobs/{args.id}/")
+    if args.json:
+        print_json(job)
+        return 0
+    rows = [
+        ("id", job["id"]), ("name", job["name"]), ("team", job["team"]), ("user", job["submitted_by"]),
+        ("kind", job["kind"]), ("state", job["state"]), ("gpus", gpus_label(job)),
+        ("cpus", job["cpus"]), ("memory_gb", job["memory_gb"]), ("priority_class", job["priority_class"]),
+        ("preemptible", job["preemptible"]), ("time_limit_minutes", job["time_limit_minutes"]),
+        ("queue_position", job["queue_position"]), ("estimated_start", job["estimated_start"]),
+        ("created_at", job["created_at"]), ("started_at", job["started_at"]),
+        ("finished_at", job["finished_at"]), ("exit_code", job["exit_code"]),
+    ]
+    reason = job.get("pending_reason")
+    if reason:
+        rows.append(("pending_reason", f"{reason['code']}: {reason['message']}"))
+    for alloc in job.get("allocations") or []:
+        rows.append(("allocation", f"{alloc['node']} gpu{alloc['gpu_index']} {alloc['gpu_uuid']} ({alloc['share']})"))
+    for key, value in rows:
+        print(f"{key + ':':<20}{'' if value is None else value}")
+    print("command:")
+    for line in job["command"].splitlines():
+        print(f"  {line}")
+    return 0
+
+
+def cmd_logs(args) -> int:
+    client = client_from_config()
+    offset = 0
+    chunks = []
+    while True:
+        body = client.get(f"/api/v1/jobs/{args.id}/logs/", offset=offset)
+        if body["content"]:
+            if args.json:
+                chunks.append(body["content"])
+            else:
+                sys.stdout.write(body["content"])
+                sys.stdout.flush()
+        offset = body["size"]
+        if not args.follow or body["finished"]:
+            break
+        time.sleep(args.interval)
+    if args.json:
+        print_json({"job_id": body["job_id"], "attempt": body["attempt"], "size": body["size"],
+                    "truncated": body["truncated"], "finished": body["finished"], "content": "".join(chunks)})
+    return 0
+
+
+def cmd_action(args) -> int:
+    job = client_from_config().post(f"/api/v1/jobs/{args.id}/{args.action}/")
+    if args.json:
+        print_json(job)
+    else:
+        print(f"job {job['id']}: {job['state']}")
+    return 0
+
+
+def cmd_nodes(args) -> int:
+    nodes = client_from_config().get("/api/v1/nodes/")
+    if args.json:
+        print_json(nodes)
+        return 0
+    rows = []
+    for n in nodes:
+        models = sorted({g["model"] for g in n["gpus"]})
+        healthy = sum(1 for g in n["gpus"] if g["healthy"])
+        rows.append([n["name"], n["pool"], n["state"], f"{healthy}/{len(n['gpus'])}", ",".join(models),
+                     n["state_reason"][:40]])
+    print_table(["NAME", "POOL", "STATE", "GPUS", "MODELS", "REASON"], rows)
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------------------------
+
+
+def add_submit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name")
+    p.add_argument("--team")
+    p.add_argument("--kind", help="training, inference, notebook, data-processing, evaluation, agent")
+    p.add_argument("--gpus", type=int)
+    p.add_argument("--gpu-fraction", type=float)
+    p.add_argument("--gpu-model")
+    p.add_argument("--cpus", type=int)
+    p.add_argument("--memory-gb", type=int)
+    p.add_argument("--time-limit", type=int, help="minutes")
+    p.add_argument("--priority-class")
+    p.add_argument("--nodes", type=int)
+    p.add_argument("--pool")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    parser = argparse.ArgumentParser(prog="rota", description="Submit and watch GPU work on a Rota portal.",
+                                     parents=[common])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("login", parents=[common], help="get an API token and save it")
+    p.add_argument("--url")
+    p.add_argument("--username")
+
+    p = sub.add_parser("submit", parents=[common], help="submit a job: flags and `-- command`, or a script")
+    add_submit_flags(p)
+    p.add_argument("script", nargs="?", help="a script whose #ROTA header lines give the flags")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run")
+
+    p = sub.add_parser("queue", parents=[common], help="active jobs you may see, with reasons")
+    p.add_argument("--all", action="store_true", help="include finished jobs")
+    p.add_argument("--state")
+    p.add_argument("--team")
+
+    p = sub.add_parser("show", parents=[common], help="one job in detail")
+    p.add_argument("id", type=int)
+
+    p = sub.add_parser("logs", parents=[common], help="a job's output")
+    p.add_argument("id", type=int)
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job finishes")
+    p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, help=argparse.SUPPRESS)
+
+    for action in ("cancel", "hold", "release"):
+        p = sub.add_parser(action, parents=[common], help=f"{action} a job")
+        p.add_argument("id", type=int)
+        p.set_defaults(action=action)
+
+    sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
+    return parser
+
+
+def _header_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="#ROTA", exit_on_error=False, add_help=False)
+    add_submit_flags(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rota`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # A submit's command may start with `--`: split it off before argparse sees it.
+    command: list[str] = []
+    if argv and argv[0] == "submit" and "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+    args = parser.parse_args(argv)
+    if args.cmd == "submit" and command:
+        if args.script:  # the positional was the first word of a command, not a script
+            command = [args.script, *(args.command or []), *command]
+            args.script = None
+        args.command = command
+    handlers = {
+        "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
+        "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
+    }
+    try:
+        if args.cmd == "submit":
+            return cmd_submit(args, _header_parser())
+        return handlers[args.cmd](args)
+    except argparse.ArgumentError as exc:
+        print(f"error: script header: {exc}", file=sys.stderr)
+        return 1
+    except CliError as exc:
+        print(exc if str(exc).startswith("error:") else f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The ``rota`` CLI against a real live server with a real token: no mocked HTTP."""
+
+import json
+import stat
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from portal import cli
+from scheduler.models import Job, JobLog
+from scheduler.models.jobs import JobState
+
+
+@pytest.fixture
+def rota(transactional_db, live_server, monkeypatch, tmp_path):
+    """Run ``rota …`` as a given user; returns (exit status, stdout, stderr)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("ROTA_TOKEN", raising=False)
+    monkeypatch.setenv("ROTA_URL", live_server.url)
+
+    def run(user, *argv, capsys=None):
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            monkeypatch.setenv("ROTA_TOKEN", token.key)
+        return cli.main(list(argv))
+
+    return run
+
+
+def out_of(capsys):
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def test_it_logs_in_and_stores_the_token_readable_only_by_the_owner(rota, alice, live_server, monkeypatch,
+                                                                   tmp_path, capsys):
+    monkeypatch.delenv("ROTA_URL")
+    monkeypatch.setenv("ROTA_PASSWORD", "pw-Example-123")
+    assert cli.main(["login", "--url", live_server.url, "--username", "alice"]) == 0
+    path = tmp_path / "config" / "rota" / "config.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    saved = json.loads(path.read_text())
+    assert saved["url"] == live_server.url
+    assert saved["token"] == Token.objects.get(user=alice).key
+    capsys.readouterr()
+    assert cli.main(["queue"]) == 0  # the saved config is used
+
+
+def test_it_refuses_a_wrong_password(rota, alice, live_server, monkeypatch, capsys):
+    monkeypatch.setenv("ROTA_PASSWORD", "wrong")
+    assert cli.main(["login", "--url", live_server.url, "--username", "alice"]) == 1
+    _, err = out_of(capsys)
+    assert err.startswith("error: ")
+
+
+def test_it_says_how_to_log_in_when_there_is_no_token(rota, capsys):
+    assert rota(None, "queue") == 1
+    assert "rota login" in out_of(capsys)[1]
+
+
+def test_it_submits_a_command_after_double_dash(rota, alice, capsys):
+    status = rota(alice, "submit", "--name", "resnet", "--gpus", "2", "--gpu-model", "h100-80gb", "--time-limit",
+                  "60", "--json", "--", "python", "train.py", "--lr", "0.1")
+    out, err = out_of(capsys)
+    assert status == 0, err
+    body = json.loads(out)
+    job = Job.objects.get(pk=body["id"])
+    assert job.name == "resnet" and job.gpus == 2 and job.gpu_model.name == "h100-80gb"
+    assert job.command == "python train.py --lr 0.1" and job.time_limit_minutes == 60
+    assert job.team.name == "vision" and job.submitted_by == alice
+
+
+def test_it_submits_a_script_whose_header_gives_the_flags(rota, alice, tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#ROTA --gpus 2 --gpu-model h100-80gb\n#ROTA --priority-class batch --cpus 8\n"
+                      "echo hello\n#ROTA --gpus 9\n")
+    assert rota(alice, "submit", "--cpus", "4", str(script)) == 0, out_of(capsys)
+    out, _ = out_of(capsys)
+    job = Job.objects.get()
+    assert f"Submitted job {job.pk}" in out
+    assert job.name == "train" and job.gpus == 2 and job.gpu_model.name == "h100-80gb"
+    assert job.priority_class.name == "batch"
+    assert job.cpus == 4  # the command line wins over the header
+    assert job.command.startswith("#!/bin/bash") and "echo hello" in job.command
+
+
+def test_it_reports_a_bad_script_header(rota, alice, tmp_path, capsys):
+    script = tmp_path / "bad.sh"
+    script.write_text("#ROTA --gpuz 2\necho hi\n")
+    assert rota(alice, "submit", str(script)) == 1
+    assert "--gpuz" in out_of(capsys)[1]
+    assert not Job.objects.exists()
+
+
+def test_it_prints_api_validation_errors_with_the_field_and_exits_1(rota, alice, capsys):
+    status = rota(alice, "submit", "--gpus", "2", "--gpu-model", "tpu-v9", "--", "python", "x.py")
+    _, err = out_of(capsys)
+    assert status == 1
+    assert "error: gpu_model: " in err
+    assert not Job.objects.exists()
+
+
+def test_it_lists_the_queue_with_reasons_and_positions(rota, alice, charlie, capsys):
+    rota(alice, "submit", "--name", "mine", "--", "true")
+    rota(charlie, "submit", "--name", "theirs", "--", "true")
+    Job.objects.filter(name="mine").update(pending_reason_code="Resources", queue_position=3,
+                                           pending_reason_message="waiting for 1 GPU")
+    capsys.readouterr()
+    assert rota(alice, "queue") == 0
+    out, _ = out_of(capsys)
+    header, *rows = out.strip().splitlines()
+    assert header.split() == ["ID", "NAME", "TEAM", "KIND", "STATE", "GPUS", "REASON"]
+    assert len(rows) == 1  # charlie's job is another team's
+    assert "mine" in rows[0] and "(Resources) #3" in rows[0] and "pending" in rows[0]
+    assert rota(alice, "queue", "--json") == 0
+    assert [j["name"] for j in json.loads(out_of(capsys)[0])] == ["mine"]
+
+
+def test_queue_hides_finished_jobs_unless_asked(rota, alice, capsys):
+    rota(alice, "submit", "--name", "old", "--", "true")
+    Job.objects.update(state=JobState.SUCCEEDED)
+    capsys.readouterr()
+    rota(alice, "queue", "--json")
+    assert json.loads(out_of(capsys)[0]) == []
+    rota(alice, "queue", "--all", "--json")
+    assert [j["name"] for j in json.loads(out_of(capsys)[0])] == ["old"]
+    rota(alice, "queue", "--state", "succeeded", "--json")
+    assert len(json.loads(out_of(capsys)[0])) == 1
+
+
+def test_it_shows_a_job_and_hides_another_teams_job(rota, alice, charlie, capsys):
+    rota(alice, "submit", "--name", "detail-me", "--", "echo", "hi")
+    job = Job.objects.get()
+    capsys.readouterr()
+    assert rota(alice, "show", str(job.pk)) == 0
+    out, _ = out_of(capsys)
+    assert "detail-me" in out and "state:" in out and "echo hi" in out
+    assert rota(alice, "show", str(job.pk), "--json") == 0
+    assert json.loads(out_of(capsys)[0])["id"] == job.pk
+    assert rota(charlie, "show", str(job.pk)) == 1
+    assert out_of(capsys)[1].startswith("error: ")
+
+
+def test_it_cancels_holds_and_releases(rota, alice, bob, capsys):
+    rota(alice, "submit", "--name", "x", "--", "true")
+    job = Job.objects.get()
+    assert rota(alice, "hold", str(job.pk)) == 0
+    assert "held" in out_of(capsys)[0]
+    assert rota(alice, "release", str(job.pk), "--json") == 0
+    assert json.loads(out_of(capsys)[0])["state"] == "pending"
+    assert rota(bob, "cancel", str(job.pk)) == 1  # a team-mate may see but not act
+    assert out_of(capsys)[1].startswith("error: ")
+    assert rota(alice, "cancel", str(job.pk)) == 0
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+def test_it_prints_logs_and_follows_until_the_job_finishes(rota, alice, capsys):
+    rota(alice, "submit", "--name", "x", "--", "true")
+    job = Job.objects.get()
+    JobLog.objects.create(job=job, attempt=job.attempt, content="line 1\n", size=7)
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+    capsys.readouterr()
+    assert rota(alice, "logs", str(job.pk), "-f") == 0
+    assert out_of(capsys)[0] == "line 1\n"
+    assert rota(alice, "logs", str(job.pk), "--json") == 0
+    body = json.loads(out_of(capsys)[0])
+    assert body["content"] == "line 1\n" and body["finished"] is True
+
+
+def test_logs_follow_polls_with_the_offset(rota, alice, capsys, monkeypatch):
+    rota(alice, "submit", "--name", "x", "--", "true")
+    job = Job.objects.get()
+    JobLog.objects.create(job=job, attempt=job.attempt, content="a\n", size=2)
+    polls = []
+
+    def grow(_seconds):
+        polls.append(1)
+        JobLog.objects.filter(job=job).update(content="a\nb\n", size=4)
+        Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+
+    monkeypatch.setattr(cli.time, "sleep", grow)
+    capsys.readouterr()
+    assert rota(alice, "logs", str(job.pk), "--follow") == 0
+    assert out_of(capsys)[0] == "a\nb\n"
+    assert polls == [1]
+
+
+def test_it_lists_nodes(rota, alice, capsys):
+    assert rota(alice, "nodes") == 0
+    out, _ = out_of(capsys)
+    assert "node-h100" in out and "4/4" in out and "h100-80gb" in out
+    assert rota(alice, "nodes", "--json") == 0
+    assert {n["name"] for n in json.loads(out_of(capsys)[0])} == {"node-h100", "node-a100"}
+
+
+def test_parse_script_reads_only_the_header():
+    flags, text = cli.parse_script("#!/bin/sh\n# comment\n#ROTA --gpus 2 # two\nrun\n#ROTA --gpus 3\n")
+    assert flags == ["--gpus", "2"]
+    assert text.endswith("#ROTA --gpus 3\n")
