@@ -13,7 +13,8 @@ class SimJob:
 
     remaining: trace work still to do; overhead: restart cost owed at the next start (0 on the first);
     attained: GPU-seconds held in finished attempts; attempt: bumped on every start and preemption so
-    that stale timed events are ignored; info: the engine's current view (pending or running).
+    that stale timed events are ignored; info: the engine's current view (pending or running);
+    waiting: a cycle has left it in the queue (it counts in per-team contention and starvation).
     """
 
     __slots__ = (
@@ -33,6 +34,7 @@ class SimJob:
         "request",
         "started_at",
         "trace",
+        "waiting",
     )
 
     def __init__(self, job: TraceJob) -> None:
@@ -52,6 +54,7 @@ class SimJob:
         self.models: dict[str, float] = {}
         self.outcome = ""
         self.info: JobInfo | None = None
+        self.waiting = False
 
 
 class JobViews:

@@ -15,7 +15,8 @@ class TeamLedger:
     """Integrals over time for each team.
 
     usage: GPU-seconds decayed with ``half_life_s`` (what ``Snapshot.usage`` carries for fair share).
-    contended_gpu_s: GPU-seconds held while some job was waiting (the "received share" when it matters).
+    contended_gpu_s: GPU-seconds held while some job was waiting (the "received share" when it matters);
+      a job counts as waiting once a scheduling cycle has left it in the queue.
     starved_s: seconds during which the team had a pending job that would fit in what is left of its
       guarantee (guaranteed - held >= request) and yet did not run.
     """
@@ -32,22 +33,7 @@ class TeamLedger:
         self.starving = dict.fromkeys(self.teams, False)
         self.last = dict.fromkeys(self.teams, 0.0)
         self.contended = False
-
-    def add_team(self, team: str) -> None:
-        """Track a team that appears only now (no guarantee)."""
-        if team not in self.held:
-            self.teams.append(team)
-            for table, value in (
-                (self.held, 0.0),
-                (self.usage, 0.0),
-                (self.contended_gpu_s, 0.0),
-                (self.starved_s, 0.0),
-                (self.starving, False),
-                (self.guaranteed, 0.0),
-            ):
-                table[team] = value  # type: ignore[index]
-            self.pending_requests[team] = {}
-            self.last[team] = max(self.last.values(), default=0.0)
+        self.waiting = 0
 
     def advance(self, team: str, now: float) -> None:
         """Integrate ``team``'s state from its last update up to ``now``."""
@@ -71,11 +57,6 @@ class TeamLedger:
         for team in self.teams:
             self.advance(team, now)
 
-    def set_contended(self, now: float, contended: bool) -> None:
-        """Record whether jobs are waiting (changes how held GPUs count from ``now`` on)."""
-        if contended != self.contended:
-            self.advance_all(now)
-            self.contended = contended
 
     def change_held(self, team: str, now: float, delta: float) -> None:
         """``team`` starts (+) or stops (-) holding ``delta`` GPUs at ``now``."""
@@ -86,7 +67,11 @@ class TeamLedger:
         self._update_starving(team)
 
     def change_pending(self, team: str, now: float, request: float, delta: int) -> None:
-        """A job of ``team`` asking for ``request`` GPUs joins (+1) or leaves (-1) the queue at ``now``."""
+        """A job of ``team`` asking for ``request`` GPUs starts (+1) or stops (-1) waiting at ``now``."""
+        self.waiting += delta
+        if (self.waiting > 0) != self.contended:
+            self.advance_all(now)
+            self.contended = self.waiting > 0
         self.advance(team, now)
         requests = self.pending_requests[team]
         count = requests.get(request, 0) + delta

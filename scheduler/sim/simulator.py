@@ -99,6 +99,7 @@ class Simulator:
         self.running: dict[int, SimJob] = {}
         self.jobs: dict[int, SimJob] = {}
         self.pending_requests: dict[float, int] = {}
+        self.unseen: list[SimJob] = []
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         teams = list(dict.fromkeys([t.name for t in setup.teams] + list(trace.teams)))
@@ -132,6 +133,7 @@ class Simulator:
                 self._cycle(now)
                 last_cycle = now
             self.dirty = False
+            self._register_waiting(now)
             upcoming = min(
                 arrivals[index].submit_time if index < len(arrivals) else math.inf,
                 self.heap[0][0] if self.heap else math.inf,
@@ -172,6 +174,16 @@ class Simulator:
             else:
                 return index
 
+    def _register_waiting(self, now: float) -> None:
+        """Jobs that a cycle (or a skipped one) left in the queue now count as waiting for the
+        per-team figures (contention and starvation); a job merely between arrival and the next tick
+        does not."""
+        for job in self.unseen:
+            if job.trace.id in self.pending and not job.waiting:
+                job.waiting = True
+                self.ledger.change_pending(job.trace.team, now, job.request, +1)
+        self.unseen.clear()
+
     def _may_start(self) -> bool:
         """False when no waiting job could start in any case: none fits the free GPUs and the policy
         cannot preempt. Skipping such a cycle changes nothing."""
@@ -192,8 +204,7 @@ class Simulator:
     def _enqueue(self, job: SimJob, now: float) -> None:
         self.pending[job.trace.id] = job
         self.pending_requests[job.request] = self.pending_requests.get(job.request, 0) + 1
-        self.ledger.change_pending(job.trace.team, now, job.request, +1)
-        self.ledger.set_contended(now, True)
+        self.unseen.append(job)
         self.dirty = True
 
     def _dequeue(self, job: SimJob, now: float) -> None:
@@ -203,9 +214,9 @@ class Simulator:
             self.pending_requests[job.request] = count
         else:
             del self.pending_requests[job.request]
-        self.ledger.change_pending(job.trace.team, now, job.request, -1)
-        if not self.pending:
-            self.ledger.set_contended(now, False)
+        if job.waiting:
+            job.waiting = False
+            self.ledger.change_pending(job.trace.team, now, job.request, -1)
 
     def _release(self, job: SimJob, now: float) -> None:
         """Free the job's devices at ``now`` and account the attempt's GPU-seconds."""
