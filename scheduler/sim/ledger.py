@@ -57,7 +57,6 @@ class TeamLedger:
         for team in self.teams:
             self.advance(team, now)
 
-
     def change_held(self, team: str, now: float, delta: float) -> None:
         """``team`` starts (+) or stops (-) holding ``delta`` GPUs at ``now``."""
         self.advance(team, now)

@@ -141,6 +141,9 @@ def load_quotas(path: str | Path, trace: Trace, cluster: Cluster) -> TeamSetup:
         spec = listed.get(name, default if default is not None else {})
         if not isinstance(spec, dict):
             raise TraceError(f"{where}: expected a mapping")
+        unknown = set(spec) - _QUOTA_KEYS - {"pools", "parent", "quotas"}
+        if unknown:
+            raise TraceError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
         pools = spec.get("pools")
         if pools is None:
             team_pools = cluster.pools_for(name)
