@@ -1,0 +1,112 @@
+"""Accounting: the usage ledger (allocation slices per hour), rollup watermark, versioned rate cards, budgets."""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from portal.models import Team
+
+
+class UsageRecord(models.Model):
+    """The part of one allocation that falls in one hour ``[period_start, period_start + 1h)``.
+
+    ``held_us`` is wall time held in the bucket (microseconds); ``gpu_seconds`` = held time × share, exact to
+    the nanosecond. Team, user, job, kind, GPU model, pool and node are copied from the allocation so
+    reports need no joins back into the scheduler. Rows are recomputed (upserted) by ``usage_rollup``, so
+    an open allocation's last bucket grows until the allocation ends."""
+
+    allocation = models.ForeignKey("scheduler.Allocation", on_delete=models.CASCADE, related_name="usage")
+    period_start = models.DateTimeField()
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="usage")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="usage")
+    job = models.ForeignKey("scheduler.Job", on_delete=models.CASCADE, related_name="usage")
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20)
+    gpu_model = models.ForeignKey("scheduler.GpuModel", on_delete=models.PROTECT, related_name="usage")
+    pool = models.ForeignKey("scheduler.Pool", on_delete=models.PROTECT, related_name="usage")
+    node = models.ForeignKey("scheduler.Node", on_delete=models.PROTECT, related_name="usage")
+    share_milli = models.PositiveIntegerField()
+    held_us = models.BigIntegerField()
+    gpu_seconds = models.DecimalField(max_digits=24, decimal_places=9)
+    open = models.BooleanField(default=False)  # counted up to the rollup time; corrected by later rollups
+
+    class Meta:
+        ordering = ["period_start", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "period_start"], name="usage_unique_alloc_period"),
+            models.CheckConstraint(condition=models.Q(held_us__gte=0), name="usage_held_nonnegative"),
+        ]
+        indexes = [
+            models.Index(fields=["team", "period_start"], name="usage_team_period_idx"),
+            models.Index(fields=["period_start"], name="usage_period_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.job_id} {self.period_start:%Y-%m-%d %H:00} {self.gpu_seconds}s"
+
+
+class RollupState(models.Model):
+    """The single row recording how far the ledger has been rolled up (database time)."""
+
+    key = models.CharField(max_length=20, unique=True, default="usage")
+    rolled_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class RateCard(models.Model):
+    """A version of the price list, in force from ``effective_from`` until the next version starts."""
+
+    version = models.PositiveIntegerField(unique=True)
+    name = models.CharField(max_length=120, blank=True)
+    effective_from = models.DateTimeField(unique=True)
+    currency = models.CharField(max_length=3, default="USD")
+    notes = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-effective_from"]
+
+    def __str__(self) -> str:
+        return f"v{self.version} from {self.effective_from:%Y-%m-%d}"
+
+
+class RateCardEntry(models.Model):
+    """The price of one GPU-hour of a GPU model (or MIG profile) on one rate card version."""
+
+    rate_card = models.ForeignKey(RateCard, on_delete=models.CASCADE, related_name="entries")
+    gpu_model = models.ForeignKey("scheduler.GpuModel", on_delete=models.PROTECT, related_name="rates")
+    price_per_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
+
+    class Meta:
+        ordering = ["rate_card", "gpu_model__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["rate_card", "gpu_model"], name="rate_unique_card_model"),
+            models.CheckConstraint(condition=models.Q(price_per_gpu_hour__gte=0), name="rate_price_nonnegative"),
+        ]
+
+
+class Budget(models.Model):
+    """A team's monthly allowance in GPU-hours or money; dashboards warn at ``warn_percent`` and past 100%."""
+
+    GPU_HOURS = "gpu-hours"
+    MONEY = "money"
+    UNITS = [(GPU_HOURS, "GPU-hours"), (MONEY, "money")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    unit = models.CharField(max_length=10, choices=UNITS, default=MONEY)
+    amount = models.DecimalField(max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))])
+    warn_percent = models.PositiveSmallIntegerField(default=80, validators=[MaxValueValidator(100)])
+    period = models.CharField(max_length=10, default="month")
+
+    class Meta:
+        ordering = ["team__name", "unit"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "unit", "period"], name="budget_unique_team_unit_period"),
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="budget_amount_nonnegative"),
+            models.CheckConstraint(condition=models.Q(unit__in=["gpu-hours", "money"]), name="budget_unit_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.amount} {self.unit}/{self.period}"

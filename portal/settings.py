@@ -109,6 +109,7 @@ ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, min
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.cycle", "schedule": float(ROTA_CYCLE_INTERVAL_S)},
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},
+    "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,0 +1,130 @@
+"""Rating: usage × price → cost. Pure (no Django, no clock); money is ``Decimal`` rounded half-up to cents.
+
+Rate cards are versioned: the card in force for a usage row is the one with the latest
+``effective_from`` at or before the row's period start. A GPU model missing from that card rates at zero
+and is reported as unpriced rather than guessed.
+"""
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+CENT = Decimal("0.01")
+SECONDS_PER_HOUR = Decimal(3600)
+
+
+def round_money(amount: Decimal) -> Decimal:
+    """Round to cents, half up (0.005 → 0.01), the rule finance expects."""
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+@dataclass(frozen=True, slots=True)
+class RateCardVersion:
+    """One rate card version: price per GPU-hour by GPU model name, in force from ``effective_from``."""
+
+    version: int
+    effective_from: datetime
+    prices: dict[str, Decimal] = field(default_factory=dict)
+    currency: str = "USD"
+
+
+class RateBook:
+    """All rate card versions, ordered, to find the one in force at a moment."""
+
+    def __init__(self, cards: Iterable[RateCardVersion]):
+        self.cards = sorted(cards, key=lambda c: c.effective_from)
+        self._starts = [c.effective_from for c in self.cards]
+
+    def card_at(self, at: datetime) -> RateCardVersion | None:
+        i = bisect_right(self._starts, at)
+        return self.cards[i - 1] if i else None
+
+    def price(self, gpu_model: str, at: datetime) -> tuple[Decimal, int | None]:
+        """(price per GPU-hour, card version) in force at ``at``; (0, None) with no card."""
+        card = self.card_at(at)
+        if card is None:
+            return Decimal(0), None
+        return card.prices.get(gpu_model, Decimal(0)), card.version
+
+
+def cost(gpu_seconds: Decimal, price_per_gpu_hour: Decimal) -> Decimal:
+    """The cost of ``gpu_seconds`` at ``price_per_gpu_hour``, rounded half-up to cents."""
+    return round_money(Decimal(gpu_seconds) * price_per_gpu_hour / SECONDS_PER_HOUR)
+
+
+def unrounded_cost(gpu_seconds: Decimal, price_per_gpu_hour: Decimal) -> Decimal:
+    """Cost before rounding, for aggregates that round once at the end."""
+    return Decimal(gpu_seconds) * price_per_gpu_hour / SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    """How far a team is through its budget: ``level`` is ok, warn (at or past the warning threshold) or over."""
+
+    team: str
+    unit: str
+    limit: Decimal
+    used: Decimal
+    percent: Decimal
+    level: str
+
+
+def budget_status(team: str, unit: str, limit: Decimal, used: Decimal, warn_percent: int) -> BudgetStatus:
+    """Compare ``used`` with ``limit`` (same unit: gpu-hours or money)."""
+    percent = (used * 100 / limit).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) if limit > 0 else Decimal(0)
+    level = "over" if used > limit else "warn" if percent >= warn_percent else "ok"
+    return BudgetStatus(team=team, unit=unit, limit=limit, used=used, percent=percent, level=level)
+
+
+def sum_costs(costs: Sequence[Decimal]) -> Decimal:
+    return sum(costs, Decimal(0))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLine:
+    """Ledger GPU-seconds summed over one group: a period, a job (with its team, user, kind, pool) on one GPU
+    model under one rate card version. Plain data built by the selectors, rated here."""
+
+    period: datetime
+    team: str
+    department: str
+    user: str
+    job_id: int
+    job_name: str
+    kind: str
+    gpu_model: str
+    pool: str
+    gpus: Decimal
+    card_version: int | None
+    gpu_seconds: Decimal
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return self.gpu_seconds / SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True, slots=True)
+class RatedLine:
+    """A usage line with its price per GPU-hour and its cost (rounded half-up to cents)."""
+
+    usage: UsageLine
+    rate: Decimal
+    cost: Decimal
+    currency: str
+
+    def __getattr__(self, name):  # period, team, user, ... read through to the usage line
+        return getattr(self.usage, name)
+
+
+def rate_lines(lines: Iterable[UsageLine], cards: Iterable[RateCardVersion]) -> list[RatedLine]:
+    """Price each line with the rate card version it was grouped under; unpriced lines cost 0."""
+    by_version = {c.version: c for c in cards}
+    rated = []
+    for line in lines:
+        card = by_version.get(line.card_version) if line.card_version is not None else None
+        price = card.prices.get(line.gpu_model, Decimal(0)) if card else Decimal(0)
+        currency = card.currency if card else "USD"
+        rated.append(RatedLine(usage=line, rate=price, cost=cost(line.gpu_seconds, price), currency=currency))
+    return rated

@@ -1,0 +1,138 @@
+"""Reads for accounting, tenancy applied first: every query starts from the teams the user may see.
+
+Members and team-admins see their teams' usage and cost; platform admins see everything. Selectors return
+plain data (``UsageLine``, ``RateCardVersion``) for the pure rating and chart modules, in a fixed, small
+number of queries.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum, Window
+from django.db.models.functions import Lead, TruncDay, TruncMonth, TruncWeek
+from django.http import Http404
+
+from accounting.models import Budget, RateCard, UsageRecord
+from accounting.rating import RateCardVersion, UsageLine
+from portal.access import is_platform_admin, teams_for
+from portal.models import Team
+from scheduler.models import JobTransition, Preemption
+from scheduler.models.jobs import WAITING_STATES
+
+TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
+
+
+def usage_for(user) -> QuerySet[UsageRecord]:
+    """Ledger rows ``user`` may see (none for anonymous users)."""
+    if is_platform_admin(user):
+        return UsageRecord.objects.all()
+    return UsageRecord.objects.filter(team__in=teams_for(user))
+
+
+def team_for(user, name: str) -> Team:
+    """Team ``name`` if ``user`` may see it, else Http404 (the same answer as for a missing team)."""
+    team = teams_for(user).filter(name=name).first()
+    if team is None:
+        raise Http404("No such team")
+    return team
+
+
+def rate_cards() -> list[RateCardVersion]:
+    """Every rate card version with its prices (two queries)."""
+    return [
+        RateCardVersion(
+            version=c.version, effective_from=c.effective_from, currency=c.currency,
+            prices={e.gpu_model.name: e.price_per_gpu_hour for e in c.entries.all()},
+        )
+        for c in RateCard.objects.prefetch_related("entries__gpu_model").order_by("effective_from")
+    ]
+
+
+def _card_version():
+    return Subquery(
+        RateCard.objects.filter(effective_from__lte=OuterRef("period_start")).order_by("-effective_from")
+        .values("version")[:1]
+    )
+
+
+def usage_lines(
+    user, *, start: datetime, end: datetime, agg: str = "day", team: Team | None = None
+) -> list[UsageLine]:
+    """Ledger GPU-seconds in ``[start, end)`` the user may see, summed per ``agg`` period (hour, day, week,
+    month), job, GPU model and rate card version. One query."""
+    qs = usage_for(user).filter(period_start__gte=start, period_start__lt=end)
+    if team is not None:
+        qs = qs.filter(team=team)
+    trunc = TRUNCS[agg]
+    qs = qs.annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version())
+    rows = qs.values(
+        "period", "card", "job_id", "kind", "team__name", "team__parent__name", "user__username", "job__name",
+        "job__gpus", "job__gpu_fraction", "gpu_model__name", "pool__name",
+    ).annotate(gs=Sum("gpu_seconds")).order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
+    return [
+        UsageLine(
+            period=r["period"], team=r["team__name"], department=r["team__parent__name"] or r["team__name"],
+            user=r["user__username"], job_id=r["job_id"], job_name=r["job__name"], kind=r["kind"],
+            gpu_model=r["gpu_model__name"], pool=r["pool__name"],
+            gpus=r["job__gpu_fraction"] if r["job__gpu_fraction"] is not None else Decimal(r["job__gpus"]),
+            card_version=r["card"], gpu_seconds=r["gs"],
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class TeamWaste:
+    """Per team in a range: GPU-seconds of work lost to preemption and seconds jobs spent queued."""
+
+    team: str
+    preemptions: int = 0
+    gpu_seconds_lost: float = 0.0
+    queued_seconds: float = 0.0
+
+    @property
+    def gpu_hours_lost(self) -> float:
+        return self.gpu_seconds_lost / 3600
+
+    @property
+    def queued_hours(self) -> float:
+        return self.queued_seconds / 3600
+
+
+def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> list[TeamWaste]:
+    """Preemption losses (from Preemption rows) and queued time (pending/held intervals from the recorded
+    transitions, clipped to ``[start, min(end, now))``) per visible team. Two queries."""
+    teams = teams_for(user)
+    lost = {
+        r["job__team__name"]: r
+        for r in Preemption.objects.filter(job__team__in=teams, at__gte=start, at__lt=end)
+        .values("job__team__name").annotate(n=Count("id"), s=Sum("gpu_seconds_lost"))
+    }
+    horizon = min(end, now)
+    transitions = (
+        JobTransition.objects.filter(job__team__in=teams, at__lt=horizon)
+        .annotate(next_at=Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at").asc(), F("id").asc()]))
+        .values_list("job__team__name", "to_state", "at", "next_at")
+    )
+    queued: dict[str, float] = {}
+    waiting = {str(s) for s in WAITING_STATES}
+    for team, to_state, at, next_at in transitions:
+        if to_state not in waiting:
+            continue
+        lo, hi = max(at, start), min(next_at or horizon, horizon)
+        if hi > lo:
+            queued[team] = queued.get(team, 0.0) + (hi - lo).total_seconds()
+    names = sorted(set(lost) | set(queued))
+    return [
+        TeamWaste(
+            team=n, preemptions=lost.get(n, {}).get("n", 0), gpu_seconds_lost=lost.get(n, {}).get("s") or 0.0,
+            queued_seconds=queued.get(n, 0.0),
+        )
+        for n in names
+    ]
+
+
+def budgets_for(user) -> list[Budget]:
+    """Budgets of the teams ``user`` may see."""
+    return list(Budget.objects.filter(team__in=teams_for(user)).select_related("team"))

@@ -1,0 +1,195 @@
+"""Writes for accounting: the usage rollup (single-flight, idempotent) and rate card seeding.
+
+``usage_rollup`` recomputes the ledger rows of every allocation that may have changed since the last
+rollup (open ones, and ones that ended since then), so running it twice, or late, or after a crash gives
+the same ledger. Open allocations are counted up to the rollup time and corrected by the next run.
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.db.models import Q, Sum
+
+from accounting.models import RateCard, RateCardEntry, RollupState, UsageRecord
+from accounting.slicing import HOUR, bucket_floor, gpu_seconds, slice_interval, to_us
+from portal import locks
+from scheduler.models import Allocation, GpuModel
+from scheduler.services.common import db_now
+
+log = logging.getLogger(__name__)
+
+# Allocations that ended shortly before the last watermark are looked at again: a row committed late
+# (stamped before the watermark, visible after it) is still picked up.
+LATE_COMMIT_SLACK = timedelta(hours=1)
+
+
+@dataclass
+class RollupReport:
+    ran: bool
+    until: datetime | None = None
+    allocations: int = 0
+    rows: int = 0
+    deleted: int = 0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["until"] = self.until.isoformat() if self.until else None
+        return data
+
+
+def _try_lock(key: int) -> bool:
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])
+
+
+def _records_for(alloc: Allocation, until: datetime) -> list[UsageRecord]:
+    end = min(alloc.ended_at, until) if alloc.ended_at else until
+    is_open = alloc.ended_at is None or alloc.ended_at > until
+    job = alloc.job
+    return [
+        UsageRecord(
+            allocation_id=alloc.pk, period_start=s.period_start, team_id=job.team_id, user_id=job.submitted_by_id,
+            job_id=job.pk, attempt=alloc.attempt, kind=job.kind, gpu_model_id=alloc.gpu.model_id,
+            pool_id=alloc.node.pool_id, node_id=alloc.node_id, share_milli=alloc.share_milli, held_us=s.held_us,
+            gpu_seconds=gpu_seconds(s.held_us, alloc.share_milli), open=is_open,
+        )
+        for s in slice_interval(alloc.started_at, end, HOUR)
+    ]
+
+
+def usage_rollup(*, until: datetime | None = None, full: bool = False) -> RollupReport:
+    """Bring the ledger up to ``until`` (default: database now). Single-flight under the USAGE_ROLLUP
+    advisory lock: returns ``ran=False`` at once if another rollup holds it. ``full`` recomputes every
+    allocation (repair after a manual fix)."""
+    with transaction.atomic():
+        if not _try_lock(locks.USAGE_ROLLUP):
+            return RollupReport(ran=False)
+        until = until or db_now()
+        state, _ = RollupState.objects.select_for_update().get_or_create(key="usage")
+        allocs = Allocation.objects.select_related("job", "gpu", "node").filter(started_at__lt=until)
+        if not full and state.rolled_until is not None:
+            since = min(state.rolled_until, until) - LATE_COMMIT_SLACK
+            allocs = allocs.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since) | Q(started_at__gte=since))
+        allocs = list(allocs.order_by("pk"))
+        records: list[UsageRecord] = []
+        last_bucket: dict[int, datetime | None] = {}
+        for alloc in allocs:
+            rows = _records_for(alloc, until)
+            records.extend(rows)
+            last_bucket[alloc.pk] = rows[-1].period_start if rows else None
+        deleted = _delete_stale(last_bucket)
+        if records:
+            UsageRecord.objects.bulk_create(
+                records, batch_size=2000, update_conflicts=True, unique_fields=["allocation", "period_start"],
+                update_fields=["held_us", "gpu_seconds", "open", "share_milli", "team", "user", "kind"],
+            )
+        # Rows of allocations not started before ``until`` (a rollup into the past) are dropped.
+        deleted += UsageRecord.objects.filter(
+            Q(period_start__gte=bucket_floor(until) + HOUR) | Q(allocation__started_at__gte=until)
+        ).delete()[0]
+        state.rolled_until = until
+        state.save(update_fields=["rolled_until", "updated_at"])
+    report = RollupReport(ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted)
+    if allocs:
+        log.info("usage rollup: %s", report.as_dict())
+    return report
+
+
+def _delete_stale(last_bucket: dict[int, datetime | None]) -> int:
+    """Delete rows of the recomputed allocations that lie past their (new) last bucket, grouped so the
+    number of queries stays small (open allocations all share the last bucket)."""
+    by_last: dict[datetime | None, list[int]] = defaultdict(list)
+    for alloc_id, last in last_bucket.items():
+        by_last[last].append(alloc_id)
+    deleted = 0
+    for last, ids in by_last.items():
+        qs = UsageRecord.objects.filter(allocation_id__in=ids)
+        if last is not None:
+            qs = qs.filter(period_start__gt=last)
+        deleted += qs.delete()[0]
+    return deleted
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """Ledger GPU-seconds against allocation intervals × share, both up to ``until``."""
+
+    until: datetime
+    ledger_gpu_seconds: Decimal
+    held_gpu_seconds: Decimal
+
+    @property
+    def difference(self) -> Decimal:
+        return self.ledger_gpu_seconds - self.held_gpu_seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.difference == 0
+
+
+def usage_reconcile(*, until: datetime | None = None) -> Reconciliation:
+    """Check that GPU-seconds billed equal GPU-seconds held: the ledger total against the allocation
+    intervals (each clipped at ``until``, default: the last rollup time) times their share."""
+    if until is None:
+        until = RollupState.objects.filter(key="usage").values_list("rolled_until", flat=True).first() or db_now()
+    held = Decimal(0)
+    for started_at, ended_at, share_milli in Allocation.objects.filter(started_at__lt=until).values_list(
+        "started_at", "ended_at", "share_milli"
+    ).iterator():
+        end = min(ended_at, until) if ended_at else until
+        if end > started_at:
+            held += gpu_seconds(to_us(end - started_at), share_milli)
+    ledger = UsageRecord.objects.filter(period_start__lt=until).aggregate(s=Sum("gpu_seconds"))["s"] or Decimal(0)
+    return Reconciliation(until=until, ledger_gpu_seconds=ledger, held_gpu_seconds=held)
+
+
+# Demo prices per GPU-hour (USD) by GPU model name prefix; MIG profiles priced by their slice.
+DEFAULT_PRICES = {
+    "h100": Decimal("4.00"), "h200": Decimal("5.00"), "a100-80gb": Decimal("2.80"), "a100-40gb": Decimal("2.20"),
+    "a100-1g": Decimal("0.35"), "a100-2g": Decimal("0.70"), "a100-3g": Decimal("1.05"), "l40s": Decimal("1.40"),
+    "l4": Decimal("0.60"), "ascend": Decimal("1.80"),
+}
+FALLBACK_PRICE = Decimal("1.00")
+
+
+def default_price(gpu_model: str) -> Decimal:
+    for prefix in sorted(DEFAULT_PRICES, key=len, reverse=True):
+        if gpu_model.startswith(prefix):
+            return DEFAULT_PRICES[prefix]
+    return FALLBACK_PRICE
+
+
+def rate_card_create(
+    *, version: int, effective_from: datetime, prices: dict[str, Decimal], currency: str = "USD", name: str = ""
+) -> RateCard:
+    """Create rate card ``version`` with a price per GPU-hour for each named GPU model."""
+    with transaction.atomic():
+        card = RateCard.objects.create(version=version, effective_from=effective_from, currency=currency, name=name)
+        models = {m.name: m for m in GpuModel.objects.filter(name__in=list(prices))}
+        RateCardEntry.objects.bulk_create(
+            [RateCardEntry(rate_card=card, gpu_model=models[n], price_per_gpu_hour=p)
+             for n, p in prices.items() if n in models]
+        )
+    return card
+
+
+def rate_card_seed(*, effective_from: datetime, currency: str = "USD") -> tuple[RateCard, bool]:
+    """Ensure a rate card exists pricing every GPU model (idempotent). Missing models are added to the
+    newest card; returns (card, created)."""
+    card = RateCard.objects.order_by("-effective_from").first()
+    created = card is None
+    if card is None:
+        card = RateCard.objects.create(version=1, effective_from=effective_from, currency=currency, name="Demo rates")
+    priced = set(card.entries.values_list("gpu_model_id", flat=True))
+    RateCardEntry.objects.bulk_create(
+        [RateCardEntry(rate_card=card, gpu_model=m, price_per_gpu_hour=default_price(m.name))
+         for m in GpuModel.objects.exclude(pk__in=priced)]
+    )
+    return card, created

@@ -1,0 +1,11 @@
+"""Celery tasks: thin, named wrappers over the accounting services. Safe to run twice."""
+
+from celery import shared_task
+
+from accounting.services import usage_rollup as _usage_rollup
+
+
+@shared_task(name="accounting.usage_rollup", time_limit=120, soft_time_limit=100, ignore_result=True)
+def usage_rollup(**_ignored) -> dict:
+    """Bring the usage ledger up to database now (single-flight: returns at once if one is running)."""
+    return _usage_rollup().as_dict()
