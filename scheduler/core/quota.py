@@ -8,6 +8,7 @@ are GPUs and count fractions (a 0.25 share counts 0.25).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from scheduler.core import reasons as R
@@ -139,13 +140,21 @@ class QuotaBook:
                     f"their owners (never lent); job needs {R.fmt_gpus(amount)} above team {team}'s guarantee",
                     gpu_model=model, free=R.num(free_of_model), reserved=R.num(reserved), requested=R.num(amount))
         cap = self.borrow_cap.get((team, model))
-        if cap is not None and after > cap + EPS:
-            return R.reason(
-                R.OVER_LIMIT,
-                f"team {team} would borrow {R.fmt_gpus(after)} {model} above its guarantee; its weighted share of "
-                f"{R.fmt_gpus(self.borrowable.get(model, 0.0))} borrowable is {R.fmt_gpus(cap)}",
-                team=team, gpu_model=model, borrowed=R.num(max(after - amount, 0.0)), share=R.num(cap),
-                requested=R.num(amount))
+        if cap is not None and after > cap + EPS and free_of_model >= amount - EPS:
+            # Beyond its weighted share a team may still borrow what the other borrowers cannot claim:
+            # it must leave idle what they lack to reach their own (whole-GPU) shares.
+            unmet = 0.0
+            for (other, m), other_cap in self.borrow_cap.items():
+                if m == model and other != team:
+                    unmet += max(0.0, math.floor(other_cap + EPS) - self.borrowed(other, model))
+            if free_of_model - amount < unmet - EPS:
+                return R.reason(
+                    R.OVER_LIMIT,
+                    f"team {team} would borrow {R.fmt_gpus(after)} {model} above its guarantee; its weighted "
+                    f"share of {R.fmt_gpus(self.borrowable.get(model, 0.0))} borrowable is {R.fmt_gpus(cap)} "
+                    f"and other borrowers wait for {R.fmt_gpus(unmet)}",
+                    team=team, gpu_model=model, borrowed=R.num(max(after - amount, 0.0)), share=R.num(cap),
+                    requested=R.num(amount), others_waiting=R.num(unmet))
         return None
 
     def check_limit(self, team: str, model: str, pool: str, amount: float, credit: float = 0.0) -> Reason | None:

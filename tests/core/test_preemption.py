@@ -6,7 +6,6 @@ from dataclasses import replace
 from scheduler.core import check_invariants, schedule
 from scheduler.core import reasons as R
 from scheduler.core.types import JobInfo
-
 from tests.core.builders import by_id, gpu_ids, node, quota, running, snap
 
 N1 = node("n1", first_id=0)

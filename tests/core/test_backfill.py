@@ -1,0 +1,82 @@
+"""EASY backfill with reservations from running jobs' time limits, and estimated starts."""
+
+from scheduler.core import check_invariants, schedule
+from scheduler.core import reasons as R
+from scheduler.core.types import JobInfo
+from tests.core.builders import by_id, gpu_ids, node, quota, running, snap
+
+N1 = node("n1", first_id=0)
+QS = [quota("vision"), quota("nlp")]
+
+
+def _cluster_with_two_free():
+    # 6 of 8 busy: 4 until t=2000, 2 until t=5000 (now is 1000).
+    return [running(1, "nlp", gpu_ids(N1, 4), started_at=0, time_limit_s=2000),
+            running(2, "nlp", gpu_ids(N1, 2, start=4), started_at=0, time_limit_s=5000)]
+
+
+def test_it_reserves_for_the_blocked_head_job_and_estimates_its_start():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=6, submitted_at=1)]
+    d = schedule(snap([N1], jobs, QS, policy="slurm"))
+    assert d.pending[0].reason.code == R.RESOURCES
+    assert d.pending[0].estimated_start == 2000
+
+
+def test_it_backfills_a_short_job_that_ends_before_the_reservation():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=6, submitted_at=1),
+                                       JobInfo(4, "vision", gpus=2, submitted_at=2, time_limit_s=500)]
+    s = snap([N1], jobs, QS, policy="slurm")
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {4}
+    assert check_invariants(s, d) == []
+
+
+def test_it_keeps_a_long_job_off_the_reserved_gpus():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=6, submitted_at=1),
+                                       JobInfo(4, "vision", gpus=2, submitted_at=2, time_limit_s=5000)]
+    d = schedule(snap([N1], jobs, QS, policy="slurm"))
+    started, pending = by_id(d)
+    assert started == set()
+    assert pending[4].reason.code == R.PRIORITY
+    assert "reserved for job 3" in pending[4].reason.message
+
+
+def test_it_lets_a_long_job_use_the_slack_of_a_reserved_node():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=4, submitted_at=1, nodes=1),
+                                       JobInfo(5, "vision", gpus=8, submitted_at=0.5),
+                                       JobInfo(4, "vision", gpus=2, submitted_at=2)]
+    # Job 5 (8 GPUs) reserves the node at t=5000; job 3 (4 GPUs) fits then too... job 4 has no limit:
+    d = schedule(snap([N1], jobs, QS, policy="slurm"))
+    started, pending = by_id(d)
+    assert pending[5].estimated_start == 5000
+    assert started == set()
+
+
+def test_it_blocks_the_whole_group_behind_the_head_without_backfill():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=6, submitted_at=1),
+                                       JobInfo(4, "vision", gpus=1, submitted_at=2, time_limit_s=10)]
+    d = schedule(snap([N1], jobs, QS, policy="fifo"))
+    started, pending = by_id(d)
+    assert started == set()
+    assert pending[4].reason.code == R.PRIORITY
+    assert "waits behind job 3" in pending[4].reason.message
+
+
+def test_it_gives_every_waiting_job_an_estimate_or_none_when_unknown():
+    jobs = _cluster_with_two_free() + [JobInfo(i, "vision", gpus=4, submitted_at=i, time_limit_s=1000)
+                                       for i in range(3, 7)]
+    d = schedule(snap([N1], jobs, QS, policy="slurm"))
+    est = {p.job_id: p.estimated_start for p in d.pending}
+    assert est == {3: 2000, 4: 3000, 5: 4000, 6: 5000}
+    forever = [running(1, "nlp", gpu_ids(N1, 8))]  # no time limit: unknown
+    d = schedule(snap([N1], forever + [JobInfo(3, "vision", gpus=1)], QS, policy="slurm"))
+    assert d.pending[0].estimated_start is None
+    assert d.pending[0].reason.code == R.RESOURCES
+
+
+def test_it_estimates_a_quota_blocked_job_from_its_teams_running_jobs():
+    jobs = [running(1, "vision", gpu_ids(N1, 4), started_at=0, time_limit_s=3000), JobInfo(2, "vision", gpus=4)]
+    d = schedule(snap([N1], jobs, [quota("vision", limit=4)]))
+    assert d.pending[0].reason.code == R.QUOTA_EXCEEDED
+    assert d.pending[0].estimated_start == 3000
