@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 SHIM = str(Path(__file__).resolve().with_name("shim.py"))
 STATE_FILE = "agent-jobs.json"
 FINISHED_KEPT = 500
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 # Variables of the agent's own environment a job inherits; nothing else (the agent's token stays here).
 INHERITED_ENV = (
     "PATH",
@@ -151,6 +152,7 @@ class Executor:
         job_dir = self.work_dir / "jobs" / str(assignment.job_id)
         log_path = self.work_dir / "logs" / f"{assignment.job_id}-{assignment.attempt}.log"
         status_path = self.work_dir / "run" / f"{assignment.job_id}-{assignment.attempt}.status"
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the shim unblocks them
         try:
             job_dir.mkdir(parents=True, exist_ok=True)
             status_path.unlink(missing_ok=True)
@@ -166,6 +168,8 @@ class Executor:
                 )
         except OSError as error:
             return self._start_failed(assignment, f"cannot start: {error}")
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         stat = procs.read_stat(popen.pid)
         job = JobRecord(
             job_id=assignment.job_id,

@@ -4,7 +4,9 @@ The agent starts this small program as the leader of the job's process group (it
 starts the job's command inside that group. It survives the agent being killed, so an agent restarted
 after a crash can still learn the job's exit code from STATUS_FILE (``{"exit_code": N, "signal": S}``).
 SIGTERM, SIGINT and SIGHUP sent to the group reach the command; the shim itself waits for the command
-to end (SIGKILL ends both). Standard library only: it runs with ``python -I -S``.
+to end (SIGKILL ends both). The agent starts it with those signals blocked, so a stop that arrives
+before the shim is ready is held until it is, instead of killing it. Standard library only: it runs
+with ``python -I -S``.
 """
 
 import json
@@ -24,13 +26,19 @@ def _write_status(path: str, status: dict) -> None:
 def main(argv: list[str]) -> int:
     """Start ``argv[2:]``, wait for it, record its end in ``argv[1]``; exit like the command did."""
     status_path, command = argv[1], argv[2:]
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: None)  # a handler (not SIG_IGN): the command gets the default
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    early: list[int] = []
+    for signum in stops:
+        # A handler, not SIG_IGN, so the command starts with the default action.
+        signal.signal(signum, lambda received, _frame: early.append(received))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)  # the agent started us with them blocked
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     except OSError as error:
         _write_status(status_path, {"exit_code": None, "signal": None, "start_error": str(error)})
         return 127
+    if early:  # a stop that came before the command existed
+        child.send_signal(early[0])
     code = child.wait()
     _write_status(
         status_path, {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None}

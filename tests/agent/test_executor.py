@@ -1,0 +1,166 @@
+"""The executor on real processes: exit codes, logs, environment, stops, time limits, adoption."""
+
+import os
+import time
+from pathlib import Path
+
+from scheduler.agent import procs
+from scheduler.agent.executor import Executor
+from scheduler.agent.jobs import Assignment, JobEvent
+from tests.agent.conftest import wait_until
+
+
+def assignment(job_id: int, command: str, **fields: object) -> Assignment:
+    return Assignment.from_wire(
+        {"job_id": job_id, "attempt": 1, "command": command, "grace_period_s": 1, **fields}
+    )
+
+
+def run_until_ended(ex: Executor, timeout: float = 5.0) -> list[JobEvent]:
+    """Poll until no job is left; the end events in order."""
+    events: list[JobEvent] = []
+    deadline = time.monotonic() + timeout
+    while ex.jobs:
+        assert time.monotonic() < deadline, f"jobs still running: {list(ex.jobs)}"
+        events.extend(ex.poll())
+        time.sleep(0.02)
+    return events
+
+
+def test_a_job_that_succeeds_reports_exit_code_zero_and_its_output(executor: Executor) -> None:
+    started = executor.start(assignment(1, "echo out; echo err >&2"))
+    assert started.type == "started" and started.pid > 0
+    [ended] = run_until_ended(executor)
+    assert (ended.type, ended.exit_code, ended.signal, ended.pid) == ("exited", 0, None, started.pid)
+    assert Path(ended.log_path).read_text() == "out\nerr\n"
+
+
+def test_a_failing_job_reports_its_exit_code(executor: Executor) -> None:
+    executor.start(assignment(1, "exit 3"))
+    [ended] = run_until_ended(executor)
+    assert (ended.type, ended.exit_code, ended.signal) == ("exited", 3, None)
+
+
+def test_it_runs_the_job_with_its_gpus_environment_and_own_directory(executor: Executor, monkeypatch) -> None:
+    monkeypatch.setenv("ROTA_NODE_TOKEN", "secret")
+    ex = Executor(executor.work_dir)  # reads the agent's environment now
+    gpus = [{"index": 2, "uuid": "GPU-b"}, {"index": 5, "uuid": "GPU-e"}]
+    ex.start(
+        assignment(
+            7,
+            'echo "$CUDA_VISIBLE_DEVICES|$ROTA_JOB_ID|$ROTA_ATTEMPT|$TEAM|$ROTA_NODE_TOKEN|$PWD"',
+            gpus=gpus,
+            env={"TEAM": "vision", "ROTA_JOB_ID": "spoofed"},
+        )
+    )
+    [ended] = run_until_ended(ex)
+    visible, job_id, attempt, team, token, cwd = Path(ended.log_path).read_text().strip().split("|")
+    assert (visible, job_id, attempt, team, token) == ("2,5", "7", "1", "vision", "")
+    assert Path(cwd) == ex.work_dir / "jobs" / "7"
+
+
+def test_mig_slices_are_made_visible_by_uuid(executor: Executor) -> None:
+    executor.start(assignment(1, "echo $CUDA_VISIBLE_DEVICES", gpus=[{"index": 110, "uuid": "MIG-aa"}]))
+    [ended] = run_until_ended(executor)
+    assert Path(ended.log_path).read_text() == "MIG-aa\n"
+
+
+def test_a_stop_sends_sigterm_to_the_group_and_reports_the_signal(executor: Executor) -> None:
+    executor.start(assignment(1, "sleep 30 & sleep 30"))
+    time.sleep(0.2)
+    executor.stop("1:1")
+    assert executor.running()[0]["state"] == "stopping"
+    [ended] = run_until_ended(executor)
+    assert (ended.type, ended.signal, ended.message) == ("exited", 15, "stopped on request")
+
+
+def test_it_kills_the_whole_group_after_the_grace_period(executor: Executor) -> None:
+    executor.start(assignment(1, "trap '' TERM; sleep 30 & sleep 30", grace_period_s=0.5))
+    pgid = executor.jobs["1:1"].pid
+    wait_until(lambda: len(procs.group_members(pgid)) >= 3)
+    began = time.monotonic()
+    executor.stop("1:1")
+    [ended] = run_until_ended(executor)
+    assert time.monotonic() - began >= 0.5
+    assert (ended.type, ended.signal) == ("exited", 9)
+    assert procs.group_members(pgid) == []
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_reported_as_timed_out(executor: Executor) -> None:
+    executor.start(assignment(1, "sleep 30", time_limit_s=0.3))
+    began = time.monotonic()
+    [ended] = run_until_ended(executor)
+    assert time.monotonic() - began >= 0.3
+    assert ended.type == "stopped" and ended.signal == 15
+    assert ended.message.startswith("timed-out") and "time limit of 0.3 s" in ended.message
+
+
+def test_its_gpus_stay_busy_until_every_process_of_the_group_is_gone(executor: Executor) -> None:
+    executor.start(
+        assignment(
+            1, "(trap '' TERM; sleep 30) & exit 0", gpus=[{"index": 0, "uuid": "GPU-a"}], grace_period_s=0.5
+        )
+    )
+    time.sleep(0.3)
+    assert executor.poll() == []  # the command is done, but a process it started is still there
+    assert executor.busy_gpus() == {"GPU-a": executor.jobs["1:1"].pid}
+    assert executor.running()[0]["state"] == "stopping"
+    [ended] = run_until_ended(executor)
+    assert (ended.type, ended.exit_code) == ("exited", 0)  # the command's own status
+    assert executor.busy_gpus() == {}
+
+
+def test_an_empty_command_fails_to_start(executor: Executor) -> None:
+    event = executor.start(assignment(1, "  "))
+    assert (event.type, event.message) == ("start_failed", "empty command")
+    assert executor.jobs == {} and executor.has_run(1, 1)
+
+
+def test_it_never_starts_the_same_attempt_twice(executor: Executor) -> None:
+    executor.start(assignment(1, "true"))
+    run_until_ended(executor)
+    assert executor.has_run(1, 1) and not executor.has_run(1, 2)
+
+
+def test_a_restarted_executor_adopts_a_job_that_still_runs(executor: Executor) -> None:
+    started = executor.start(assignment(1, "sleep 30"))
+    successor = Executor(executor.work_dir)
+    assert successor.adopt() == []
+    assert successor.running() == [{"job_id": 1, "attempt": 1, "pid": started.pid, "state": "running"}]
+    successor.stop("1:1")
+    [ended] = run_until_ended(successor)
+    assert (ended.type, ended.signal) == ("exited", 15)
+    executor.jobs.clear()
+
+
+def test_a_job_that_ended_while_no_agent_watched_reports_its_real_exit_code(executor: Executor) -> None:
+    started = executor.start(assignment(1, "sleep 0.2; exit 4"))
+    wait_until(lambda: not procs.group_members(started.pid))
+    [ended] = Executor(executor.work_dir).adopt()
+    assert (ended.type, ended.exit_code) == ("exited", 4)
+    executor.jobs.clear()
+
+
+def test_a_record_from_before_a_reboot_is_not_adopted(executor: Executor) -> None:
+    executor.start(assignment(1, "sleep 30"))
+    executor.jobs["1:1"].boot_id = "another-boot"
+    executor.save()
+    successor = Executor(executor.work_dir)
+    [ended] = successor.adopt()
+    assert successor.jobs == {} and ended.type == "exited"
+    executor.jobs["1:1"].boot_id = procs.boot_id()
+
+
+def test_an_unacknowledged_end_event_is_resent_after_a_restart(executor: Executor) -> None:
+    executor.start(assignment(1, "exit 5"))
+    [ended] = run_until_ended(executor)
+    [again] = Executor(executor.work_dir).adopt()
+    assert again == ended
+    executor.acknowledge(ended)
+    assert Executor(executor.work_dir).adopt() == []
+
+
+def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None:
+    executor.start(assignment(1, "sleep 30"))
+    assert '"job_id": 1' in executor.state_path.read_text()
+    assert os.path.exists(executor.jobs["1:1"].log_path)
