@@ -50,3 +50,29 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class AuditEntry(models.Model):
+    """One governance change: who did what to which object, when, the object's state before and after
+    (JSON; null for a creation or deletion) and the reason given. Written only by ``portal.audit``,
+    in the same transaction as the change it records; never edited."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+    )
+    actor_name = models.CharField(max_length=150, blank=True)  # kept if the user is deleted
+    action = models.CharField(max_length=40)  # e.g. quota.update, node.drain
+    object_type = models.CharField(max_length=40, db_index=True)  # quota, priority-class, pool, node
+    object_id = models.CharField(max_length=64, blank=True)
+    object_name = models.CharField(max_length=200, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.object_name}"

@@ -1,0 +1,19 @@
+"""Governance pages under /govern/ (platform admins only)."""
+
+from django.urls import path
+
+from portal.governance import views
+
+urlpatterns = [
+    path("", views.index, name="govern"),
+    path("quotas/", views.quotas, name="govern-quotas"),
+    path("priority-classes/", views.priority_classes, name="govern-priority-classes"),
+    path("priority-classes/new/", views.priority_class_edit, name="govern-priority-class-new"),
+    path("priority-classes/<slug:name>/", views.priority_class_edit, name="govern-priority-class"),
+    path("pools/", views.pools, name="govern-pools"),
+    path("pools/<slug:name>/teams/", views.pool_teams, name="govern-pool-teams"),
+    path("nodes/", views.nodes, name="govern-nodes"),
+    path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
+    path("nodes/<slug:name>/resume/", views.node_state, {"target": "resume"}, name="govern-node-resume"),
+    path("audit/", views.audit_log, name="govern-audit"),
+]

@@ -1,0 +1,207 @@
+"""Governance pages for platform admins: quotas, priority classes, pools, nodes, the audit log.
+Anyone else gets 404 (the pages do not exist for them). Thin: parse, call one service or selector, render."""
+
+import csv
+import json
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.access import is_platform_admin
+from portal.audit import audit_entries
+from portal.governance import selectors, services
+from portal.governance.forms import (
+    NodeStateForm,
+    PoolTeamsForm,
+    PriorityClassForm,
+    attach_errors,
+    parse_quota_matrix,
+)
+from portal.models import AuditEntry
+from scheduler.models import Node, Pool, PriorityClass
+
+AUDIT_PAGE_SIZE = 200
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def staff_only(view):
+    """Sign-in first; then platform admins only, everyone else gets 404."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not is_platform_admin(request.user):
+            raise Http404("No such page")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@staff_only
+def index(request):
+    return redirect("govern-quotas")
+
+
+def _quota_context(rows, teams, gpu_models, **extra):
+    return {"rows": rows, "teams": teams, "gpu_models": gpu_models, "section": "quotas", **extra}
+
+
+@staff_only
+def quotas(request):
+    """The quota matrix. POST with ``action=preview`` shows the impact; ``action=save`` applies."""
+    teams, gpu_models, rows = selectors.quota_matrix()
+    if request.method != "POST":
+        return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models))
+    changes, errors = parse_quota_matrix(request.POST, rows)
+    reason = request.POST.get("reason", "")
+    if not errors:
+        errors = services.quota_validate(changes)
+    if errors:
+        attach_errors(rows, errors)
+        return render(request, "governance/quotas.html",
+                      _quota_context(rows, teams, gpu_models, errors=errors, reason=reason), status=400)
+    if request.POST.get("action") != "save":
+        cells = {cell.key: cell for row in rows for cell in row}
+        impact = []
+        for ch in changes:
+            cell = cells[ch.cell]
+            q = cell.quota
+            if q is not None and (q.guaranteed, q.limit, q.weight) == (ch.guaranteed, ch.limit, ch.weight):
+                continue
+            impact.append({"cell": cell, "change": ch,
+                           "over_limit": ch.limit is not None and cell.in_use > ch.limit,
+                           "over_by": (cell.in_use - ch.limit) if ch.limit is not None else 0})
+        return render(request, "governance/quotas.html",
+                      _quota_context(rows, teams, gpu_models, impact=impact, preview=True, reason=reason))
+    try:
+        saved = services.quota_matrix_set(user=request.user, changes=changes, reason=reason)
+    except services.StaleEdit as exc:
+        teams, gpu_models, rows = selectors.quota_matrix()
+        messages.error(request, str(exc))
+        return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models), status=409)
+    except ValidationError as exc:
+        attach_errors(rows, {k: " ".join(v) for k, v in exc.message_dict.items()})
+        return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models), status=400)
+    messages.success(request, f"Saved {len(saved)} quota change(s)." if saved else "Nothing changed.")
+    return redirect("govern-quotas")
+
+
+@staff_only
+def priority_classes(request):
+    return render(request, "governance/priority_classes.html",
+                  {"classes": list(PriorityClass.objects.order_by("-value")), "section": "priority"})
+
+
+@staff_only
+def priority_class_edit(request, name: str | None = None):
+    instance = get_object_or_404(PriorityClass, name=name) if name else None
+    form = PriorityClassForm(request.POST or None, instance=instance)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            pc = services.priority_class_set(
+                user=request.user, name=instance.name if instance else data["name"], instance=instance,
+                values={f: data[f] for f in services.PRIORITY_FIELDS}, reason=data["reason"],
+            )
+        except ValidationError as exc:
+            for field, errs in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errs)
+        else:
+            messages.success(request, f"Priority class {pc.name} saved.")
+            return redirect("govern-priority-classes")
+    return render(request, "governance/priority_class_form.html",
+                  {"form": form, "instance": instance, "section": "priority"},
+                  status=400 if form.errors else 200)
+
+
+@staff_only
+def pools(request):
+    pool_list = selectors.pools_with_teams()
+    forms_ = [(pool, PoolTeamsForm(initial={"teams": list(pool.teams.all())}, prefix=pool.name))
+              for pool in pool_list]
+    return render(request, "governance/pools.html", {"pools": forms_, "section": "pools"})
+
+
+@staff_only
+@require_POST
+def pool_teams(request, name: str):
+    pool = get_object_or_404(Pool, name=name)
+    form = PoolTeamsForm(request.POST, prefix=pool.name)
+    if not form.is_valid():
+        messages.error(request, f"{pool.name}: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect("govern-pools")
+    services.pool_set_teams(user=request.user, pool=pool, teams=list(form.cleaned_data["teams"]),
+                            reason=form.cleaned_data["reason"])
+    messages.success(request, f"Teams of pool {pool.name} saved.")
+    return redirect("govern-pools")
+
+
+@staff_only
+def nodes(request):
+    return render(request, "governance/nodes.html",
+                  {"nodes": selectors.nodes_for_governance(), "form": NodeStateForm(), "section": "nodes"})
+
+
+@staff_only
+@require_POST
+def node_state(request, name: str, target: str):
+    node = get_object_or_404(Node, name=name)
+    form = NodeStateForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"{node.name}: a reason is required to {target} a node.")
+        return render(request, "governance/nodes.html",
+                      {"nodes": selectors.nodes_for_governance(), "form": form, "failed": node.name,
+                       "section": "nodes"}, status=400)
+    state = Node.READY if target == "resume" else Node.DRAINING
+    try:
+        services.node_change_state(user=request.user, node=node, state=state, reason=form.cleaned_data["reason"])
+    except ValidationError as exc:
+        messages.error(request, f"{node.name}: {' '.join(exc.messages)}")
+    else:
+        messages.success(request, f"Node {node.name}: {state}.")
+    return redirect("govern-nodes")
+
+
+def neutralize(value) -> str:
+    """A CSV cell that spreadsheets will not run as a formula (OWASP: prefix with a quote)."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+def _audit_csv(entries):
+    writer = csv.writer(_Echo())
+    yield writer.writerow(["at", "actor", "action", "object_type", "object_id", "object_name", "before", "after",
+                           "reason"])
+    for e in entries.iterator(chunk_size=500):
+        yield writer.writerow([neutralize(v) for v in (
+            e.at.isoformat(), e.actor_name, e.action, e.object_type, e.object_id, e.object_name,
+            json.dumps(e.before, sort_keys=True) if e.before is not None else "",
+            json.dumps(e.after, sort_keys=True) if e.after is not None else "", e.reason)])
+
+
+@staff_only
+def audit_log(request):
+    """Every governance change, newest first; ?object_type= and ?actor= filter; ?format=csv exports."""
+    object_type = request.GET.get("object_type", "")
+    actor = request.GET.get("actor", "")
+    entries = audit_entries(object_type=object_type, actor=actor)
+    if request.GET.get("format") == "csv":
+        response = StreamingHttpResponse(_audit_csv(entries), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="rota-audit.csv"'
+        return response
+    return render(request, "governance/audit.html", {
+        "entries": list(entries[:AUDIT_PAGE_SIZE]), "object_type": object_type, "actor": actor,
+        "object_types": sorted(set(AuditEntry.objects.values_list("object_type", flat=True).distinct())),
+        "actors": sorted(set(AuditEntry.objects.values_list("actor_name", flat=True).distinct())),
+        "section": "audit",
+    })
