@@ -32,7 +32,7 @@ class StandInPortal:
         self.require_register = False
         self.last_seq = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -1,0 +1,158 @@
+"""The reconcile loop against a stand-in portal: register, heartbeat, start, stop, re-register, loss."""
+
+from collections.abc import Callable
+
+from scheduler.agent.loop import Agent
+from tests.agent.conftest import SMALL_NODE, running, wait_until
+from tests.agent.standin_portal import StandInPortal
+
+MakeAgent = Callable[..., Agent]
+
+
+def test_it_registers_its_gpus_then_heartbeats_with_an_increasing_seq(
+    portal: StandInPortal, make_agent: MakeAgent
+):
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: len(portal.heartbeats) >= 3)
+    [registration] = portal.registrations[:1]
+    assert registration["hostname"] == "test-node" and registration["gpu_backend"] == "fake"
+    assert [(g["index"], g["model"], g["memory_mb"]) for g in registration["gpus"]] == [
+        (0, "a100-40gb", 40960),
+        (1, "a100-40gb", 40960),
+    ]
+    seqs = [h["seq"] for h in portal.heartbeats]
+    assert seqs == sorted(set(seqs))
+    beat = portal.heartbeats[0]
+    assert [g["healthy"] for g in beat["gpus"]] == [True, True]
+    assert {row["uuid"] for row in beat["telemetry"]} == {g["uuid"] for g in registration["gpus"]}
+
+
+def test_it_starts_a_missing_job_and_reports_its_end_after_its_log(
+    portal: StandInPortal, make_agent: MakeAgent
+):
+    portal.assign(1, "echo hello; exit 0")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(1, "exited"))
+    started, exited = portal.events_of(1)
+    assert started["type"] == "started" and started["pid"] > 0
+    assert (exited["exit_code"], exited["signal"], exited["attempt"]) == (0, None, 1)
+    assert portal.log_text(1) == "hello\n"
+
+
+def test_it_never_starts_an_attempt_that_already_ended(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    portal.assign(1, "exit 0")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(1, "exited"))
+        seen = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) >= seen + 3)
+    assert len(portal.events_of(1, "started")) == 1
+
+
+def test_it_streams_the_log_of_a_running_job(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    portal.assign(1, "echo one; sleep 30")
+    with running(make_agent()):
+        wait_until(lambda: portal.log_text(1) == "one\n")
+        assert portal.events_of(1, "exited") == []
+
+
+def test_it_stops_a_job_the_portal_no_longer_lists(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    portal.assign(1, "sleep 30")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(1, "started"))
+        portal.unassign(1)
+        [exited] = wait_until(lambda: portal.events_of(1, "exited"))
+        assert exited["signal"] == 15
+        wait_until(lambda: portal.heartbeats[-1]["running"] == [])
+
+
+def test_it_stops_a_job_listed_as_desired_stopped(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    portal.assign(1, "sleep 30")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(1, "started"))
+        wait_until(
+            lambda: portal.heartbeats[-1]["running"][:1] and portal.heartbeats[-1]["running"][0]["pid"]
+        )
+        portal.assign(1, "sleep 30", desired="stopped")
+        [exited] = wait_until(lambda: portal.events_of(1, "exited"))
+    assert (exited["signal"], exited["message"]) == (15, "stopped on request")
+
+
+def test_it_registers_again_when_the_portal_asks(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    with running(make_agent()):
+        wait_until(lambda: portal.heartbeats)
+        portal.require_register = True
+        wait_until(lambda: len(portal.registrations) == 2)
+        beats = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) > beats)
+
+
+def test_it_stops_all_its_jobs_when_the_portal_is_lost_for_the_timeout(
+    portal: StandInPortal, make_agent: MakeAgent
+) -> None:
+    portal.timeout_s = 0.6
+    portal.assign(1, "sleep 30")
+    portal.assign(2, "sleep 30")
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: len(portal.events_of(1, "started") + portal.events_of(2, "started")) == 2)
+        portal.down = True
+        wait_until(lambda: not agent.executor.jobs, timeout=4)
+        portal.down = False
+        wait_until(lambda: len(portal.events_of(1, "stopped") + portal.events_of(2, "stopped")) == 2)
+    for job_id in (1, 2):
+        [stopped] = portal.events_of(job_id, "stopped")
+        assert stopped["message"] == "stopped: portal unreachable for 0.6 s" and stopped["signal"] == 15
+
+
+def test_a_fake_gpu_shows_load_only_while_its_job_runs(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    agent = make_agent()
+    busy, idle = (gpu.uuid for gpu in agent.devices)
+    portal.assign(1, "sleep 30", gpus=[{"index": 0, "uuid": busy, "share": 1.0}])
+
+    def utilization() -> dict[str, float]:
+        return {row["uuid"]: row["util_pct"] for row in portal.heartbeats[-1]["telemetry"]}
+
+    with running(agent):
+        wait_until(lambda: portal.heartbeats and utilization()[busy] > 50)
+        assert utilization()[idle] == 0
+        portal.unassign(1)
+        wait_until(lambda: portal.events_of(1, "exited"))
+        wait_until(lambda: utilization()[busy] == 0)
+
+
+def test_a_scripted_xid_reaches_the_portal_as_an_unhealthy_gpu(portal: StandInPortal, make_agent: MakeAgent):
+    agent = make_agent({**SMALL_NODE, "faults": [{"at_s": 0.2, "gpu": 1, "xid": 79}]})
+    with running(agent):
+        wait_until(
+            lambda: any(not g["healthy"] for g in portal.heartbeats[-1]["gpus"]) if portal.heartbeats else 0
+        )
+    rows = [row for beat in portal.heartbeats for row in beat["telemetry"] if row["xid"] is not None]
+    assert [(row["uuid"], row["xid"]) for row in rows] == [(agent.devices[1].uuid, 79)]
+    health = portal.heartbeats[-1]["gpus"]
+    assert health[1] == {"uuid": agent.devices[1].uuid, "healthy": False, "reason": "XID 79 on GPU 1"}
+    assert health[0]["healthy"]
+
+
+def test_on_shutdown_it_stops_its_jobs_gracefully_and_says_why(portal: StandInPortal, make_agent: MakeAgent):
+    portal.assign(1, "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.05; done")
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: portal.log_text(1) == "ready\n")
+    [stopped] = portal.events_of(1, "stopped")
+    assert (stopped["exit_code"], stopped["message"]) == (0, "stopped: the node agent is shutting down")
+    assert portal.log_text(1).startswith("ready\n") and portal.log_text(1).endswith("bye\n")
+    assert portal.heartbeats[-1]["running"] == [] and agent.executor.jobs == {}
+
+
+def test_it_refuses_nothing_silently_when_an_assignment_is_malformed(
+    portal: StandInPortal, make_agent: MakeAgent
+):
+    portal.assign(1, "sleep 30")
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: portal.events_of(1, "started"))
+        portal.assign(1, "sleep 30", gpus=[{"index": 0}])  # no uuid: cannot act on it, but it is listed
+        beats = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) > beats + 2)
+        assert "1:1" in agent.executor.jobs and agent.executor.jobs["1:1"].state == "running"
