@@ -1,0 +1,263 @@
+"""Governance pages: staff only (members and outsiders get 404), validation inline, preview, audit, stale
+edits refused, drain/resume with a reason, pools, priority classes, the audit log and its CSV export."""
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+
+from portal.audit import audit_record
+from portal.models import AuditEntry
+from scheduler.models import Node, PriorityClass, Quota
+from tests.factories import TeamFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/govern/", "/govern/quotas/", "/govern/priority-classes/", "/govern/priority-classes/new/",
+         "/govern/priority-classes/training/", "/govern/pools/", "/govern/nodes/", "/govern/audit/",
+         "/govern/audit/?format=csv"]
+POSTS = ["/govern/quotas/", "/govern/pools/train/teams/", "/govern/nodes/node-h100/drain/",
+         "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/"]
+
+
+@pytest.fixture
+def staff(cluster):
+    return UserFactory(username="root", is_staff=True)
+
+
+def client_for(user=None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def matrix_post(cluster, **cells):
+    """POST data for the quota matrix as it stands, with ``cells`` (key 'team/model' -> (g, l, w)) changed."""
+    data = {"action": "save", "reason": "rebalance"}
+    for q in Quota.objects.select_related("team", "gpu_model"):
+        key = f"q:{q.team.name}:{q.gpu_model.name}"
+        data |= {f"{key}:guaranteed": str(q.guaranteed), f"{key}:limit": "" if q.limit is None else str(q.limit),
+                 f"{key}:weight": str(q.weight), f"{key}:updated_at": q.updated_at.isoformat()}
+    for key, (g, lim, w) in cells.items():
+        team, model = key.split("/")
+        data |= {f"q:{team}:{model}:guaranteed": g, f"q:{team}:{model}:limit": lim, f"q:{team}:{model}:weight": w}
+    return data
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_it_shows_every_governance_page_to_staff(staff, url):
+    response = client_for(staff).get(url, follow=True)
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_it_hides_every_governance_page_from_members_with_404(alice, url):
+    assert client_for(alice).get(url).status_code == 404
+
+
+@pytest.mark.parametrize("url", POSTS)
+def test_it_refuses_governance_writes_from_members_with_404(alice, url):
+    assert client_for(alice).post(url, {"reason": "x", "name": "evil", "value": 1}).status_code == 404
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize("url", PAGES + POSTS)
+def test_it_sends_anonymous_visitors_to_sign_in(cluster, url):
+    response = client_for().get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_the_govern_link_is_in_the_nav_for_staff_only(staff, alice):
+    assert 'href="/govern/"' in client_for(staff).get("/").content.decode()
+    assert 'href="/govern/"' not in client_for(alice).get("/").content.decode()
+
+
+def test_the_quota_matrix_shows_teams_models_values_and_usage(staff):
+    page = client_for(staff).get("/govern/quotas/").content.decode()
+    assert 'name="q:vision:h100-80gb:guaranteed" value="2"' in page
+    assert 'name="q:vision:h100-80gb:limit" value="4"' in page
+    assert 'name="q:nlp:a100-40gb:guaranteed" value=""' in page
+    assert "in use 0" in page
+
+
+def test_it_saves_a_quota_change_and_records_before_and_after(staff, cluster):
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"vision/h100-80gb": ("3", "6", "2")}))
+    assert response.status_code == 302
+    q = Quota.objects.get(team=cluster["vision"], gpu_model=cluster["h100"])
+    assert (q.guaranteed, q.limit, q.weight) == (3, 6, 2)
+    entry = AuditEntry.objects.get()
+    assert entry.actor == staff and entry.actor_name == "root"
+    assert entry.action == "quota.update" and entry.object_type == "quota" and entry.object_name == "vision/h100-80gb"
+    assert entry.before == {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": "2", "limit": "4",
+                            "weight": "1"}
+    assert entry.after == {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": "3", "limit": "6",
+                           "weight": "2"}
+    assert entry.reason == "rebalance"
+
+
+def test_it_creates_a_quota_in_an_empty_cell(staff, cluster):
+    data = matrix_post(cluster) | {"q:nlp:a100-40gb:guaranteed": "1", "q:nlp:a100-40gb:limit": "2"}
+    assert client_for(staff).post("/govern/quotas/", data).status_code == 302
+    q = Quota.objects.get(team=cluster["nlp"], gpu_model=cluster["a100"])
+    assert (q.guaranteed, q.limit, q.weight) == (1, 2, 1)
+    entry = AuditEntry.objects.get()
+    assert entry.action == "quota.create" and entry.before is None
+
+
+def test_it_refuses_a_limit_below_the_guarantee_naming_the_cell(staff, cluster):
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("3", "2", "1")}))
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "nlp/h100-80gb: limit 2.000 is below the guaranteed 3.000" in page
+    assert 'aria-invalid="true"' in page
+    q = Quota.objects.get(team=cluster["nlp"], gpu_model=cluster["h100"])
+    assert (q.guaranteed, q.limit) == (1, 2) and not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    (("abc", "4", "1"), "guaranteed must be a number"),
+    (("2", "4", "0"), "weight must be above 0"),
+    (("-1", "4", "1"), "guaranteed must be between 0"),
+    (("NaN", "4", "1"), "guaranteed must be a number"),
+])
+def test_it_explains_bad_quota_values(staff, cluster, values, message):
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"vision/h100-80gb": values}))
+    assert response.status_code == 400
+    assert message in response.content.decode()
+
+
+def test_it_keeps_childrens_guarantees_within_the_parents(staff, cluster):
+    dept = TeamFactory(name="research")
+    Quota.objects.create(team=dept, gpu_model=cluster["h100"], guaranteed=3, limit=4)
+    cluster["vision"].parent = dept
+    cluster["vision"].save()
+    cluster["nlp"].parent = dept
+    cluster["nlp"].save()
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("2", "2", "1")}))
+    assert response.status_code == 400
+    assert "the children of research would be guaranteed 4.000 GPUs in total, more than research" in (
+        response.content.decode())
+    ok = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"research/h100-80gb": ("4", "4", "1"),
+                                                                             "nlp/h100-80gb": ("2", "2", "1")}))
+    assert ok.status_code == 302
+
+
+def test_the_preview_shows_the_impact_without_saving(staff, cluster, alice):
+    from scheduler.models import Allocation, Job
+    from scheduler.services.jobs import job_submit
+
+    job = job_submit(user=alice, name="big", command="true", gpus=3, gpu_model="h100-80gb")
+    Job.objects.filter(pk=job.pk).update(state="running")
+    now = job.created_at
+    for gpu in cluster["nodes"][0].gpus.all()[:3]:
+        Allocation.objects.create(job=job, attempt=1, gpu=gpu, node=gpu.node, started_at=now)
+    data = matrix_post(cluster, **{"vision/h100-80gb": ("1", "2", "1")}) | {"action": "preview"}
+    response = client_for(staff).post("/govern/quotas/", data)
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "holds 1 GPU(s) over the new limit" in page and 'value="save"' in page
+    assert Quota.objects.get(team=cluster["vision"], gpu_model=cluster["h100"]).limit == 4
+
+
+def test_a_stale_quota_edit_is_refused_not_silently_overwritten(staff, cluster):
+    data = matrix_post(cluster, **{"vision/h100-80gb": ("3", "6", "1")})
+    q = Quota.objects.get(team=cluster["vision"], gpu_model=cluster["h100"])
+    q.limit = Decimal(5)
+    q.save()  # someone else's edit after the form was read
+    response = client_for(staff).post("/govern/quotas/", data)
+    assert response.status_code == 409
+    assert "changed by someone else since you opened it: vision/h100-80gb" in response.content.decode()
+    q.refresh_from_db()
+    assert (q.guaranteed, q.limit) == (2, 5)
+    assert not AuditEntry.objects.exists()
+
+
+def test_an_unchanged_matrix_saves_nothing(staff, cluster):
+    assert client_for(staff).post("/govern/quotas/", matrix_post(cluster)).status_code == 302
+    assert not AuditEntry.objects.exists()
+
+
+def test_it_drains_and_resumes_a_node_with_a_reason_and_audits_it(staff, cluster):
+    client = client_for(staff)
+    assert client.post("/govern/nodes/node-h100/drain/", {"reason": "ECC errors on gpu 2"}).status_code == 302
+    node = Node.objects.get(name="node-h100")
+    assert node.state == Node.DRAINING and node.state_reason == "ECC errors on gpu 2"
+    assert node.state_changed_by == staff
+    assert client.post("/govern/nodes/node-h100/resume/", {"reason": "card replaced"}).status_code == 302
+    node.refresh_from_db()
+    assert node.state == Node.READY
+    drain, resume = AuditEntry.objects.order_by("id")
+    assert drain.action == "node.drain" and drain.before["state"] == "ready" and drain.after["state"] == "draining"
+    assert drain.reason == "ECC errors on gpu 2"
+    assert resume.action == "node.resume" and resume.after == {"state": "ready", "state_reason": "card replaced"}
+
+
+def test_draining_without_a_reason_is_refused(staff, cluster):
+    response = client_for(staff).post("/govern/nodes/node-h100/drain/", {"reason": "  "})
+    assert response.status_code == 400
+    assert "a reason is required" in response.content.decode()
+    assert Node.objects.get(name="node-h100").state == Node.READY and not AuditEntry.objects.exists()
+
+
+def test_it_sets_the_teams_of_a_pool_and_audits_it(staff, cluster):
+    response = client_for(staff).post("/govern/pools/train/teams/",
+                                      {"train-teams": [cluster["vision"].pk], "train-reason": "nlp moves out"})
+    assert response.status_code == 302
+    assert list(cluster["pool"].teams.values_list("name", flat=True)) == ["vision"]
+    entry = AuditEntry.objects.get()
+    assert entry.before == {"teams": ["nlp", "vision"]} and entry.after == {"teams": ["vision"]}
+    assert entry.reason == "nlp moves out"
+
+
+def test_it_creates_and_edits_priority_classes_with_unique_values(staff, cluster):
+    client = client_for(staff)
+    form = {"name": "urgent", "value": 900, "description": "on-call", "preemptible": "", "may_preempt": "on",
+            "min_runtime_s": 0, "grace_period_s": 30, "reason": "incident work"}
+    assert client.post("/govern/priority-classes/new/", form).status_code == 302
+    assert PriorityClass.objects.get(name="urgent").value == 900
+    clash = client.post("/govern/priority-classes/new/", form | {"name": "other"})
+    assert clash.status_code == 400 and "value 900 is already used by urgent" in clash.content.decode()
+    edit = client.post("/govern/priority-classes/urgent/", form | {"value": 950, "name": "renamed"})
+    assert edit.status_code == 302
+    pc = PriorityClass.objects.get(name="urgent")  # the name cannot change
+    assert pc.value == 950
+    create, update = AuditEntry.objects.filter(object_type="priority-class").order_by("id")
+    assert create.before is None and create.after["value"] == 900
+    assert update.before["value"] == 900 and update.after["value"] == 950
+
+
+def test_the_audit_log_filters_by_object_type_and_user(staff, cluster):
+    other = UserFactory(username="ops", is_staff=True)
+    audit_record(actor=staff, action="node.drain", object_type="node", object_name="node-h100", reason="r1")
+    audit_record(actor=other, action="quota.update", object_type="quota", object_name="vision/h100-80gb")
+    client = client_for(staff)
+    page = client.get("/govern/audit/?object_type=node").content.decode()
+    assert "node-h100" in page and "vision/h100-80gb" not in page
+    page = client.get("/govern/audit/?actor=ops").content.decode()
+    assert "vision/h100-80gb" in page and "node-h100" not in page
+
+
+def test_the_audit_csv_neutralizes_formulas(staff, cluster):
+    audit_record(actor=staff, action="node.drain", object_type="node", object_name="node-h100",
+                 reason='=HYPERLINK("http://evil","x")', after={"state": "draining"})
+    audit_record(actor=staff, action="node.drain", object_type="node", object_name="node-a100", reason="+1-2")
+    audit_record(actor=staff, action="node.drain", object_type="node", object_name="@SUM(A1)", reason="-3")
+    response = client_for(staff).get("/govern/audit/?format=csv&object_type=node")
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert len(rows) == 3
+    reasons = {r["object_name"]: r["reason"] for r in rows}
+    assert reasons["node-h100"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    assert reasons["node-a100"] == "'+1-2"
+    assert reasons["'@SUM(A1)"] == "'-3"
+    assert all(r["actor"] == "root" for r in rows)
+
+
+def test_job_names_and_reasons_are_escaped_on_governance_pages(staff, cluster):
+    audit_record(actor=staff, action="node.drain", object_type="node", object_name="n",
+                 reason="<script>alert(1)</script>")
+    page = client_for(staff).get("/govern/audit/").content.decode()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
