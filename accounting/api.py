@@ -1,0 +1,102 @@
+"""The accounting REST API: usage JSON and chargeback exports. Thin: parse, call report builders, render."""
+
+from datetime import date
+
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounting import charts, exports, periods
+from accounting.reports import rated_usage, usage_summary
+from accounting.selectors import team_for
+from portal.access import teams_for
+
+FORMATS = ("csv", "xlsx", "pdf")
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+class IgnoreFormatParam(DefaultContentNegotiation):
+    """``?format=`` chooses the export file type here, not DRF's renderer."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class ChargebackAPI(APIView):
+    """The chargeback for one month as CSV (streamed), XLSX or a PDF statement per team. You get only the
+    rows of teams you belong to (platform admins: all teams); ``team`` narrows to one of them."""
+
+    content_negotiation_class = IgnoreFormatParam
+
+    @extend_schema(
+        parameters=[OpenApiParameter("month", str, required=True, description="YYYY-MM"),
+                    OpenApiParameter("format", str, enum=list(FORMATS)), OpenApiParameter("team", str)],
+        responses={(200, "text/csv"): OpenApiTypes.BINARY},
+    )
+    def get(self, request):
+        try:
+            month = periods.parse_month(request.query_params.get("month"))
+        except ValueError as exc:
+            raise ValidationError({"month": [str(exc)]}) from None
+        fmt = request.query_params.get("format", "csv")
+        if fmt not in FORMATS:
+            raise ValidationError({"format": [f"expected one of {', '.join(FORMATS)}"]})
+        team_name = request.query_params.get("team")
+        team = team_for(request.user, team_name) if team_name else None
+        rated = rated_usage(request.user, month, agg="month", team=team)
+        period = month.start.strftime("%Y-%m")
+        stem = f"rota-chargeback-{period}" + (f"-{team.name}" if team else "")
+        if fmt == "csv":
+            response = StreamingHttpResponse(exports.csv_rows(rated.lines, period), content_type="text/csv")
+        elif fmt == "xlsx":
+            response = HttpResponse(exports.xlsx_bytes(rated.lines, period, rated.cards), content_type=XLSX_TYPE)
+        else:
+            teams = [team.name] if team else sorted({r.usage.team for r in rated.lines}) or list(
+                teams_for(request.user).values_list("name", flat=True)[:50])
+            response = HttpResponse(exports.pdf_bytes(rated.lines, month.label, teams),
+                                    content_type="application/pdf")
+        response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
+        return response
+
+
+class UsageAPI(APIView):
+    """GPU-seconds, GPU-hours and cost per period and group for ``[start, end]`` (inclusive days, UTC)."""
+
+    @extend_schema(parameters=[
+        OpenApiParameter("start", str, required=True, description="YYYY-MM-DD"),
+        OpenApiParameter("end", str, required=True, description="YYYY-MM-DD, inclusive"),
+        OpenApiParameter("group_by", str, enum=list(charts.GROUP_BYS)),
+        OpenApiParameter("agg", str, enum=["hour", *periods.AGGREGATIONS]),
+        OpenApiParameter("team", str),
+    ])
+    def get(self, request):
+        q = request.query_params
+        errors = {}
+        group_by, agg = q.get("group_by", "team"), q.get("agg", "day")
+        if group_by not in charts.GROUP_BYS:
+            errors["group_by"] = [f"expected one of {', '.join(charts.GROUP_BYS)}"]
+        if agg not in ("hour", *periods.AGGREGATIONS):
+            errors["agg"] = ["expected one of hour, day, week, month"]
+        rng = None
+        for name in ("start", "end"):
+            try:
+                periods.parse_day(q.get(name))
+            except ValueError as exc:
+                errors[name] = [str(exc)]
+        if not errors:
+            try:
+                rng = periods.preset_range("custom", date.today(), q["start"], q["end"])
+            except ValueError as exc:
+                errors["end"] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
+        team = team_for(request.user, q["team"]) if q.get("team") else None
+        rated = rated_usage(request.user, rng, agg=agg, team=team)
+        return Response({
+            "start": rng.start.isoformat(), "end": rng.end.isoformat(), "group_by": group_by, "agg": agg,
+            "currency": rated.currency, "total_gpu_hours": f"{rated.total_gpu_hours:.4f}",
+            "total_cost": f"{rated.total_cost:.2f}", "results": usage_summary(rated, group_by),
+        })

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from accounting import api
+
+urlpatterns = [
+    path("usage/", api.UsageAPI.as_view(), name="api-usage"),
+    path("reports/chargeback/", api.ChargebackAPI.as_view(), name="api-chargeback"),
+]

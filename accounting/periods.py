@@ -1,0 +1,69 @@
+"""Date ranges for reports: months, presets and day/week/month aggregation. Pure (no Django, no clock)."""
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+MONTH_FORMAT = "YYYY-MM"
+PRESETS = {"7d": "Last 7 days", "30d": "Last 30 days", "90d": "Last 90 days", "this-month": "This month",
+           "last-month": "Last month", "custom": "Custom"}
+AGGREGATIONS = ("day", "week", "month")
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """``[start, end)`` in UTC; ``label`` says what it is in words."""
+
+    start: datetime
+    end: datetime
+    label: str
+
+
+def _at(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)
+
+
+def month_start(d: date) -> date:
+    return d.replace(day=1)
+
+
+def next_month(d: date) -> date:
+    return (d.replace(day=1) + timedelta(days=32)).replace(day=1)
+
+
+def parse_month(value: str | None) -> Range:
+    """``YYYY-MM`` → that month as a range; ValueError naming the expected format otherwise."""
+    m = _MONTH.match(value or "")
+    if not m or not 1 <= int(m.group(2)) <= 12 or int(m.group(1)) < 1970:
+        raise ValueError(f"expected {MONTH_FORMAT}, e.g. 2026-11; got {value!r}")
+    first = date(int(m.group(1)), int(m.group(2)), 1)
+    return Range(_at(first), _at(next_month(first)), first.strftime("%B %Y"))
+
+
+def parse_day(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected YYYY-MM-DD; got {value!r}") from None
+
+
+def preset_range(preset: str, today: date, start: str | None = None, end: str | None = None) -> Range:
+    """The range for a preset (ending with today, inclusive) or a custom ``start``..``end`` (inclusive days)."""
+    tomorrow = today + timedelta(days=1)
+    if preset in ("7d", "30d", "90d"):
+        days = int(preset[:-1])
+        return Range(_at(tomorrow - timedelta(days=days)), _at(tomorrow), PRESETS[preset])
+    if preset == "this-month":
+        return Range(_at(month_start(today)), _at(next_month(today)), PRESETS[preset])
+    if preset == "last-month":
+        first = month_start(month_start(today) - timedelta(days=1))
+        return Range(_at(first), _at(month_start(today)), PRESETS[preset])
+    if preset == "custom":
+        lo, hi = parse_day(start), parse_day(end)
+        if hi < lo:
+            raise ValueError("end must not be before start")
+        if (hi - lo).days > 366 * 3:
+            raise ValueError("a range spans at most three years")
+        return Range(_at(lo), _at(hi + timedelta(days=1)), f"{lo} – {hi}")
+    raise ValueError(f"preset must be one of {', '.join(PRESETS)}")

@@ -1,0 +1,73 @@
+"""Report builders shared by the dashboard, the API and the exports: selectors + pure rating, no HTTP."""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from accounting import charts
+from accounting.periods import Range
+from accounting.rating import BudgetStatus, RateCardVersion, RatedLine, budget_status, rate_lines
+from accounting.selectors import budgets_for, rate_cards, usage_lines
+
+DEFAULT_CURRENCY = "USD"
+
+
+def currency_of(cards: list[RateCardVersion]) -> str:
+    return cards[-1].currency if cards else DEFAULT_CURRENCY
+
+
+@dataclass
+class Rated:
+    lines: list[RatedLine]
+    cards: list[RateCardVersion]
+
+    @property
+    def currency(self) -> str:
+        return currency_of(self.cards)
+
+    @property
+    def total_cost(self) -> Decimal:
+        return sum((r.cost for r in self.lines), Decimal(0))
+
+    @property
+    def total_gpu_hours(self) -> Decimal:
+        return sum((r.usage.gpu_hours for r in self.lines), Decimal(0))
+
+
+def rated_usage(user, rng: Range, *, agg: str = "day", team=None) -> Rated:
+    """Rated usage lines the user may see in ``rng`` (three queries)."""
+    cards = rate_cards()
+    return Rated(rate_lines(usage_lines(user, start=rng.start, end=rng.end, agg=agg, team=team), cards), cards)
+
+
+def budget_statuses(user, month: Range) -> list[BudgetStatus]:
+    """Each visible team budget against this month's usage (GPU-hours or cost)."""
+    budgets = budgets_for(user)
+    if not budgets:
+        return []
+    rated = rated_usage(user, month, agg="month")
+    hours: dict[str, Decimal] = defaultdict(Decimal)
+    money: dict[str, Decimal] = defaultdict(Decimal)
+    for team, h, c in charts.totals_by(rated.lines, charts.key_of("team")):
+        hours[team], money[team] = h, c
+    out = []
+    for b in budgets:
+        used = money[b.team.name] if b.unit == b.MONEY else hours[b.team.name].quantize(Decimal("0.01"))
+        out.append(budget_status(b.team.name, b.unit, b.amount, used, b.warn_percent))
+    return out
+
+
+def usage_summary(rated: Rated, group_by: str) -> list[dict]:
+    """JSON-friendly rows per (period, group): GPU-seconds, GPU-hours and cost."""
+    key = charts.key_of(group_by)
+    acc: dict[tuple[datetime, str], list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
+    for line in rated.lines:
+        cell = acc[(line.usage.period, key(line))]
+        cell[0] += line.usage.gpu_seconds
+        cell[1] += line.cost
+    return [
+        {"period": p.isoformat(), group_by: g, "gpu_seconds": f"{s:.3f}", "gpu_hours": f"{s / 3600:.4f}",
+         "cost": f"{c:.2f}"}
+        for (p, g), (s, c) in sorted(acc.items())
+    ]

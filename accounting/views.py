@@ -1,0 +1,70 @@
+"""The accounting dashboard. Thin: parse the query, call the report builders and pure charts, render."""
+
+import json
+from datetime import date
+
+import plotly.io as pio
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+
+from accounting import charts, periods
+from accounting.reports import budget_statuses, rated_usage
+from accounting.selectors import waste_by_team
+from scheduler.services.common import db_now
+
+
+def _figure(fig) -> dict:
+    return json.loads(pio.to_json(fig, validate=False))
+
+
+def _params(request, today: date) -> tuple[dict, periods.Range, list[str]]:
+    q = request.GET
+    errors = []
+    p = {
+        "preset": q.get("preset", "30d"), "start": q.get("start", ""), "end": q.get("end", ""),
+        "agg": q.get("agg", "day"), "group_by": q.get("group_by", "team"),
+    }
+    if p["agg"] not in periods.AGGREGATIONS:
+        errors.append(f"agg: expected one of {', '.join(periods.AGGREGATIONS)}")
+        p["agg"] = "day"
+    if p["group_by"] not in charts.GROUP_BYS:
+        errors.append(f"group_by: expected one of {', '.join(charts.GROUP_BYS)}")
+        p["group_by"] = "team"
+    try:
+        rng = periods.preset_range(p["preset"], today, p["start"], p["end"])
+    except ValueError as exc:
+        errors.append(f"range: {exc}")
+        p["preset"] = "30d"
+        rng = periods.preset_range("30d", today)
+    return p, rng, errors
+
+
+@login_required
+def dashboard(request):
+    now = db_now()
+    today = now.date()
+    params, rng, errors = _params(request, today)
+    rated = rated_usage(request.user, rng, agg=params["agg"])
+    cur = rated.currency
+    group_by = params["group_by"]
+    top = charts.top_jobs(rated.lines, 10)
+    figures = {
+        "fig-usage": _figure(charts.usage_over_time(rated.lines, group_by)),
+        "fig-cost": _figure(charts.cost_over_time(rated.lines, group_by, cur)),
+        "fig-by_model": _figure(charts.cost_by(rated.lines, "gpu_model", cur)),
+        "fig-by_kind": _figure(charts.cost_by(rated.lines, "kind", cur)),
+        "fig-top_jobs": _figure(charts.top_jobs_chart(top, cur)),
+    }
+    this_month = periods.parse_month(today.strftime("%Y-%m"))
+    last_month = periods.preset_range("last-month", today)
+    context = {
+        "params": params, "range": rng, "errors": errors, "currency": cur,
+        "presets": periods.PRESETS, "aggregations": periods.AGGREGATIONS,
+        "group_bys": [(g, charts.LABELS[g]) for g in charts.GROUP_BYS],
+        "total_cost": rated.total_cost, "total_gpu_hours": rated.total_gpu_hours, "has_usage": bool(rated.lines),
+        "totals": charts.totals_by(rated.lines, charts.key_of(group_by)), "group_label": charts.LABELS[group_by],
+        "top_jobs": top, "figures": figures, "budgets": budget_statuses(request.user, this_month),
+        "waste": waste_by_team(request.user, start=rng.start, end=rng.end, now=now),
+        "export_months": [today.strftime("%Y-%m"), last_month.start.strftime("%Y-%m")],
+    }
+    return render(request, "accounting/dashboard.html", context)
