@@ -1,0 +1,132 @@
+"""The agent as a real process: SIGKILL and restart adopts or kills its orphans, SIGTERM stops its jobs,
+the command line, the NVML check script, and the import rule (no Django in the agent)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler.agent import procs
+from tests.agent.conftest import SMALL_NODE, wait_until
+from tests.agent.standin_portal import TOKEN, StandInPortal
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
+    """Start ``python -m scheduler.agent`` against the stand-in portal; kill leftovers at the end."""
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "node.json").write_text(json.dumps(SMALL_NODE))
+    started: list[subprocess.Popen] = []
+
+    def start(*extra: str) -> subprocess.Popen:
+        command = [
+            sys.executable, "-m", "scheduler.agent", "--portal", portal.url,
+            "--token-file", str(tmp_path / "token"), "--gpu-backend", "fake",
+            "--profile", str(tmp_path / "node.json"), "--work-dir", str(tmp_path / "work"),
+            "--interval", "0.1", *extra,
+        ]  # fmt: skip
+        log = open(tmp_path / f"agent-{len(started)}.log", "w")  # noqa: SIM115 (kept for the process's life)
+        process = subprocess.Popen(command, cwd=ROOT, stderr=log, stdout=log)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=10)
+    for _job_id, body in portal.events:
+        if body["type"] == "started" and procs.group_members(body["pid"]):
+            procs.signal_group(body["pid"], signal.SIGKILL)
+
+
+def started_pid(portal: StandInPortal, job_id: int) -> int:
+    [event] = wait_until(lambda: portal.events_of(job_id, "started"))
+    return event["pid"]
+
+
+def test_an_agent_restarted_after_sigkill_adopts_its_jobs_and_kills_unassigned_ones(
+    portal: StandInPortal, start_agent
+) -> None:
+    portal.assign(1, "sleep 30")  # still assigned after the restart: adopted
+    portal.assign(2, "sleep 30")  # unassigned while the agent is dead: killed after the restart
+    portal.assign(3, "sleep 1; exit 4")  # ends while no agent watches: its exit code is still reported
+    first = start_agent()
+    pids = {job_id: started_pid(portal, job_id) for job_id in (1, 2, 3)}
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=5)
+    assert all(procs.group_members(pid) for pid in (pids[1], pids[2]))
+    portal.unassign(2)
+    wait_until(lambda: not procs.group_members(pids[3]), timeout=5)
+
+    second = start_agent()
+    [ended] = wait_until(lambda: portal.events_of(3, "exited"), timeout=10)
+    assert ended["exit_code"] == 4
+    [killed] = wait_until(lambda: portal.events_of(2, "exited"))
+    assert killed["signal"] == 15 and not procs.group_members(pids[2])
+    wait_until(lambda: [r["job_id"] for r in portal.heartbeats[-1]["running"]] == [1])
+    assert portal.heartbeats[-1]["running"][0]["pid"] == pids[1]
+    assert [len(portal.events_of(job_id, "started")) for job_id in (1, 2, 3)] == [1, 1, 1]
+    assert procs.group_members(pids[1])
+
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=10) == 0
+
+
+def test_sigterm_stops_the_jobs_gracefully_before_the_agent_exits(portal: StandInPortal, start_agent) -> None:
+    portal.assign(1, "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.05; done")
+    agent = start_agent()
+    pid = started_pid(portal, 1)
+    wait_until(lambda: portal.log_text(1) == "ready\n")
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=10) == 0
+    [stopped] = portal.events_of(1, "stopped")
+    assert stopped["exit_code"] == 0 and "shutting down" in stopped["message"]
+    assert portal.log_text(1).endswith("bye\n") and not procs.group_members(pid)
+
+
+def test_once_registers_sends_one_heartbeat_and_exits(portal: StandInPortal, start_agent) -> None:
+    assert start_agent("--once").wait(timeout=10) == 0
+    assert len(portal.registrations) == 1 and len(portal.heartbeats) == 1
+
+
+def test_once_exits_non_zero_when_the_portal_cannot_be_reached(portal: StandInPortal, start_agent) -> None:
+    portal.down = True
+    assert start_agent("--once").wait(timeout=10) == 1
+
+
+def test_it_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "scheduler.agent", "--portal", "http://127.0.0.1:9"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
+    assert result.returncode == 2 and "node token is required" in result.stderr
+
+
+def test_the_nvml_check_script_exits_cleanly_where_there_is_no_gpu() -> None:
+    result = subprocess.run(
+        [sys.executable, "scripts/check_nvml.py", "--samples", "1"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NVML is not available" in result.stdout or "NVML backend OK" in result.stdout
+
+
+def test_the_agent_imports_no_django() -> None:
+    code = (
+        "import sys, scheduler.agent.__main__, scheduler.agent.loop, scheduler.agent.gpu;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework', 'celery')];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=30)
