@@ -109,6 +109,7 @@ ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, min
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.cycle", "schedule": float(ROTA_CYCLE_INTERVAL_S)},
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},
+    "telemetry-rollup": {"task": "scheduler.telemetry_rollup", "schedule": 600.0},
     "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
 }
 
@@ -131,6 +132,7 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static", ("vendor/plotly", Path(plotly.__file__).parent / "package_data")]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development and tests (no collectstatic)
+ROTA_METRICS_TOKEN = env_str("ROTA_METRICS_TOKEN", "")
 JOB_LOG_MAX_BYTES = env_int("ROTA_JOB_LOG_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
 
 REST_FRAMEWORK = {

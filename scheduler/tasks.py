@@ -19,3 +19,13 @@ def node_liveness(**_ignored) -> list[str]:
     if marked:
         run_cycle.delay()
     return marked
+
+
+@shared_task(name="scheduler.telemetry_rollup", time_limit=300, soft_time_limit=280, ignore_result=True)
+def telemetry_rollup(**_ignored) -> dict:
+    """Roll raw GPU samples older than a day into hourly rows and delete them (idempotent)."""
+    from scheduler.services.common import db_now
+    from scheduler.services.telemetry import telemetry_rollup as rollup
+
+    made, deleted = rollup(now=db_now())
+    return {"rollups": made, "deleted": deleted}

@@ -9,4 +9,5 @@ urlpatterns = [
     path("jobs/<int:job_id>/log/", views.job_log_partial, name="job-log"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("cluster/", views.cluster, name="cluster"),
+    path("metrics", views.metrics, name="metrics"),
 ]

@@ -1,15 +1,18 @@
 """Pages for jobs and the cluster. Thin: parse, call one service or selector, render."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_POST
 
 from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for
 from scheduler.forms import JobSubmitForm
+from scheduler.metrics import render_metrics
 from scheduler.models import Allocation, Gpu, Node
 from scheduler.models.jobs import ACTIVE_STATES
 from scheduler.services import jobs as job_services
@@ -85,6 +88,20 @@ def job_action(request, job_id: int, action: str):
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
     return redirect("job-detail", job_id=job.pk)
+
+
+def metrics(request):
+    """Prometheus scrape endpoint. Open in DEBUG; otherwise a platform admin's session or
+    ``Authorization: Bearer $ROTA_METRICS_TOKEN``."""
+    token = settings.ROTA_METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    allowed = settings.DEBUG or (request.user.is_authenticated and request.user.is_staff) or (
+        token and constant_time_compare(header, f"Bearer {token}")
+    )
+    if not allowed:
+        return HttpResponse("metrics need a platform admin or the metrics token\n", status=403,
+                            content_type="text/plain")
+    return HttpResponse(render_metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @login_required

@@ -102,11 +102,25 @@ class GpuHealthSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
+class TelemetrySerializer(serializers.Serializer):
+    """One sample; metrics a device does not support are null. Ranges reject garbage, not real values."""
+
+    uuid = serializers.CharField(max_length=80)
+    at = serializers.DateTimeField()
+    util_pct = serializers.FloatField(min_value=0, max_value=100, required=False, allow_null=True)
+    mem_used_mb = serializers.FloatField(min_value=0, max_value=10_000_000, required=False, allow_null=True)
+    temperature_c = serializers.FloatField(min_value=-50, max_value=200, required=False, allow_null=True)
+    power_w = serializers.FloatField(min_value=0, max_value=10_000, required=False, allow_null=True)
+    sm_clock_mhz = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    xid = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
+
+
 class HeartbeatSerializer(serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=2**62)
     running = RunningSerializer(many=True, required=False, max_length=1024)
     gpus = GpuHealthSerializer(many=True, required=False, max_length=MAX_GPUS_PER_NODE)
-    telemetry = serializers.ListField(child=serializers.DictField(), required=False, max_length=MAX_TELEMETRY)
+    telemetry = TelemetrySerializer(many=True, required=False, max_length=MAX_TELEMETRY)
 
 
 class EventSerializer(serializers.Serializer):

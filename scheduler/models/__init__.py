@@ -4,12 +4,16 @@ jobs with their history, and allocations (the source of truth for who holds whic
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
 from scheduler.models.quota import Quota
+from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
 
 __all__ = [
     "Allocation",
     "Gpu",
+    "GpuSample",
+    "GpuSampleRollup",
     "GpuModel",
     "Job",
+    "JobEvent",
     "JobLog",
     "JobTransition",
     "Node",

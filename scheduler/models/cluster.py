@@ -97,6 +97,15 @@ class Gpu(models.Model):
     healthy = models.BooleanField(default=True)
     health_reason = models.CharField(max_length=200, blank=True)
     present = models.BooleanField(default=True)
+    mig_parent_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The latest sample, kept on the row so /metrics and the cluster page need one query:
+    last_sample_at = models.DateTimeField(null=True, blank=True)
+    util_pct = models.FloatField(null=True, blank=True)
+    mem_used_mb = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    sm_clock_mhz = models.FloatField(null=True, blank=True)
+    ecc_uncorrected = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["node__name", "index"]

@@ -15,6 +15,7 @@ from django.db.models import F
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
 from scheduler.services.common import db_now, job_transition
+from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +120,21 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(heartbeat_seq=seq, last_heartbeat_at=now)
         if not updated:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
+        try:
+            faults = health_update(node=node, reports=report.get("gpus") or [], now=now)
+            telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
+        except TelemetryError as exc:
+            raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
         delivered = Job.objects.filter(
             state=JobState.ADMITTED, allocations__node=node, allocations__ended_at__isnull=True
         ).values_list("pk", flat=True).distinct()
         for job_id in list(delivered):
             job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
                            cause=f"delivered to node {node.name}", at=now)
+    if faults:
+        from scheduler.tasks import run_cycle
+
+        run_cycle.delay_on_commit()
     return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": node_assignments(node)}
 
 
@@ -186,14 +196,18 @@ def _settle(job: Job, event: dict, now) -> None:
     code = job.exit_code
     reason = job.stop_reason
     common = {"finished_at": now, "stop_reason": StopReason.NONE}
-    if reason == StopReason.PREEMPT or reason == StopReason.NODE_UNHEALTHY:
+    agent_stopped = event["type"] == "stopped" and not reason and "time limit" not in message
+    if reason in (StopReason.PREEMPT, StopReason.NODE_UNHEALTHY) or agent_stopped:
+        cause = {StopReason.PREEMPT: "preempted: requeued", StopReason.NODE_UNHEALTHY: "node unhealthy: requeued"}.get(
+            reason, f"stopped by the node agent ({message or 'no reason given'}): requeued"
+        )
         job_transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
-            cause="preempted: requeued" if reason == StopReason.PREEMPT else "node unhealthy: requeued",
+            cause=cause[:300],
             at=now, details={"attempt": job.attempt, "exit_code": code},
             extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
                    "started_at": None, "exit_code": None, "pending_reason_code": "Requeued",
-                   "pending_reason_message": "requeued after preemption"},
+                   "pending_reason_message": cause[:500]},
         )
     elif reason == StopReason.CANCEL:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED, cause="cancelled: processes stopped",

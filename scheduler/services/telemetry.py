@@ -1,0 +1,140 @@
+"""Telemetry and health reported by nodes: store samples (attributed to the job holding each GPU), keep
+the latest values on the GPU row, turn faults into unhealthy GPUs and drained nodes, roll samples up."""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Avg, Count, Max
+from django.db.models.functions import TruncHour
+
+from scheduler.models import Allocation, Gpu, GpuSample, GpuSampleRollup, Job, JobEvent, Node
+from scheduler.models.jobs import HOLDING_STATES, StopReason
+
+log = logging.getLogger(__name__)
+
+# XIDs caused by the user's program (NVIDIA's classification): a job event, not a sick GPU.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+# Agent clocks further than this from the database clock are corrected by the measured offset.
+MAX_CLOCK_SKEW = timedelta(seconds=30)
+RAW_RETENTION = timedelta(hours=24)
+
+
+class TelemetryError(Exception):
+    """A batch the portal refuses whole (nothing stored); ``field`` names the offending field."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _node_gpus(node: Node) -> dict[str, Gpu]:
+    return {g.uuid: g for g in Gpu.objects.filter(node=node, present=True)}
+
+
+def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
+    """Store a batch of samples from ``node``. Every row must name a GPU of this node; a row not newer
+    than the GPU's latest stored sample is a replay and is skipped. Returns the number stored."""
+    if not rows:
+        return 0
+    gpus = _node_gpus(node)
+    for i, row in enumerate(rows):
+        if row["uuid"] not in gpus:
+            raise TelemetryError(f"telemetry[{i}]: unknown GPU UUID {row['uuid']!r} for node {node.name}",
+                                 field="telemetry")
+    newest = max(row["at"] for row in rows)
+    offset = now - newest if abs(now - newest) > MAX_CLOCK_SKEW else timedelta(0)
+    holders = dict(
+        Allocation.objects.filter(node=node, ended_at__isnull=True).values_list("gpu_id", "job_id")
+    )
+    samples, latest = [], {}
+    for row in sorted(rows, key=lambda r: r["at"]):
+        gpu = gpus[row["uuid"]]
+        at = row["at"] + offset
+        if gpu.last_sample_at is not None and at <= gpu.last_sample_at:
+            continue
+        sample = GpuSample(
+            gpu=gpu, node=node, job_id=holders.get(gpu.pk), at=at, util_pct=row.get("util_pct"),
+            mem_used_mb=row.get("mem_used_mb"), temperature_c=row.get("temperature_c"), power_w=row.get("power_w"),
+            sm_clock_mhz=row.get("sm_clock_mhz"), ecc_uncorrected=row.get("ecc_uncorrected"), xid=row.get("xid"),
+        )
+        samples.append(sample)
+        latest[gpu.pk] = sample
+        if sample.xid is not None and sample.xid in APPLICATION_XIDS and sample.job_id:
+            attempt = Job.objects.filter(pk=sample.job_id).values_list("attempt", flat=True).first() or 1
+            JobEvent.objects.create(
+                job_id=sample.job_id, attempt=attempt, at=now, kind="xid",
+                message=f"application XID {sample.xid} on GPU {gpu.index} of {node.name}",
+                details={"xid": sample.xid, "gpu": gpu.index, "uuid": gpu.uuid},
+            )
+    GpuSample.objects.bulk_create(samples)
+    for gpu_id, s in latest.items():
+        Gpu.objects.filter(pk=gpu_id).update(
+            last_sample_at=s.at, util_pct=s.util_pct, mem_used_mb=s.mem_used_mb, temperature_c=s.temperature_c,
+            power_w=s.power_w, sm_clock_mhz=s.sm_clock_mhz, ecc_uncorrected=s.ecc_uncorrected,
+        )
+    return len(samples)
+
+
+def health_update(*, node: Node, reports: list[dict], now: datetime) -> list[str]:
+    """Apply the agent's health verdicts. A GPU turning unhealthy is taken out of scheduling, its node
+    becomes ``unhealthy`` with the reason ("XID 79 on GPU 3"), and the jobs on it are asked to stop and
+    are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults."""
+    gpus = _node_gpus(node)
+    faults = []
+    for i, item in enumerate(reports):
+        gpu = gpus.get(item["uuid"])
+        if gpu is None:
+            raise TelemetryError(f"gpus[{i}]: unknown GPU UUID {item['uuid']!r} for node {node.name}", field="gpus")
+        if item["healthy"] or not gpu.healthy:
+            continue
+        reason = f"{item.get('reason') or 'unhealthy'} on GPU {gpu.index}"
+        Gpu.objects.filter(pk=gpu.pk).update(healthy=False, health_reason=reason[:200])
+        Node.objects.filter(pk=node.pk).exclude(state=Node.DOWN).update(
+            state=Node.UNHEALTHY, state_reason=reason[:300], state_changed_at=now, state_changed_by=None
+        )
+        Job.objects.filter(
+            state__in=HOLDING_STATES, stop_reason=StopReason.NONE, allocations__gpu=gpu,
+            allocations__ended_at__isnull=True,
+        ).update(stop_reason=StopReason.NODE_UNHEALTHY)
+        faults.append(reason)
+        log.warning("node %s: %s; node marked unhealthy", node.name, reason)
+    return faults
+
+
+def telemetry_rollup(*, now: datetime) -> tuple[int, int]:
+    """Roll raw samples older than the retention into hourly rows per GPU and job, then delete them.
+    Idempotent: an hour already rolled up is merged, never counted twice. Returns (rollups, deleted)."""
+    cutoff = (now - RAW_RETENTION).replace(minute=0, second=0, microsecond=0)
+    with transaction.atomic():
+        groups = (
+            GpuSample.objects.filter(at__lt=cutoff).annotate(hour=TruncHour("at")).values("gpu_id", "job_id", "hour")
+            .annotate(n=Count("id"), util_avg=Avg("util_pct"), util_max=Max("util_pct"),
+                      mem_max=Max("mem_used_mb"), temp_max=Max("temperature_c"), power_avg=Avg("power_w"))
+        )
+        made = 0
+        for g in groups:
+            rollup, created = GpuSampleRollup.objects.select_for_update().get_or_create(
+                gpu_id=g["gpu_id"], job_id=g["job_id"], hour=g["hour"],
+                defaults=dict(samples=g["n"], util_avg=g["util_avg"], util_max=g["util_max"],
+                              mem_used_max_mb=g["mem_max"], temperature_max_c=g["temp_max"], power_avg_w=g["power_avg"]),
+            )
+            if not created:
+                total = rollup.samples + g["n"]
+
+                def merged_avg(old, new, old_n=rollup.samples, new_n=g["n"], total=total):
+                    if old is None or new is None:
+                        return old if new is None else new
+                    return (old * old_n + new * new_n) / total
+
+                rollup.util_avg = merged_avg(rollup.util_avg, g["util_avg"])
+                rollup.power_avg_w = merged_avg(rollup.power_avg_w, g["power_avg"])
+                rollup.util_max = max(filter(None.__ne__, [rollup.util_max, g["util_max"]]), default=None)
+                rollup.mem_used_max_mb = max(filter(None.__ne__, [rollup.mem_used_max_mb, g["mem_max"]]), default=None)
+                rollup.temperature_max_c = max(filter(None.__ne__, [rollup.temperature_max_c, g["temp_max"]]),
+                                               default=None)
+                rollup.samples = total
+                rollup.save()
+            made += 1
+        deleted, _ = GpuSample.objects.filter(at__lt=cutoff).delete()
+    return made, deleted
