@@ -261,3 +261,13 @@ def test_job_names_and_reasons_are_escaped_on_governance_pages(staff, cluster):
                  reason="<script>alert(1)</script>")
     page = client_for(staff).get("/govern/audit/").content.decode()
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+@pytest.mark.parametrize("url", ["/govern/quotas/", "/govern/nodes/", "/govern/pools/", "/govern/audit/"])
+def test_governance_lists_use_a_fixed_number_of_queries(staff, cluster, url, django_assert_max_num_queries):
+    for i in range(5):
+        TeamFactory(name=f"extra{i}")
+        audit_record(actor=staff, action="node.drain", object_type="node", object_name=f"n{i}")
+    client = client_for(staff)
+    with django_assert_max_num_queries(12):
+        assert client.get(url).status_code == 200
