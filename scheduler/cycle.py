@@ -12,7 +12,7 @@ from django.db import connection, transaction
 
 from portal import locks
 from scheduler.core import schedule
-from scheduler.dispatch import expire_time_limits, persist_decisions
+from scheduler.dispatch import expire_time_limits, persist_decisions, reclaim_idle
 from scheduler.services.common import db_now
 from scheduler.snapshot import build_snapshot
 
@@ -29,6 +29,7 @@ class CycleReport:
     preempted: int = 0
     pending: int = 0
     timed_out: int = 0
+    reclaimed: int = 0
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -52,6 +53,7 @@ def run_cycle() -> CycleReport:
         t0 = time.perf_counter()
         now = db_now()
         timed_out = expire_time_limits(now)
+        reclaimed = reclaim_idle(now)
         snapshot, gpus = build_snapshot(now)
         t1 = time.perf_counter()
         decisions = schedule(snapshot)
@@ -61,7 +63,7 @@ def run_cycle() -> CycleReport:
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
     report = CycleReport(
         ran=True, started=result.started, refused=result.refused, preempted=result.preempted,
-        pending=result.pending_updated, timed_out=timed_out, phases_ms=phases,
+        pending=result.pending_updated, timed_out=timed_out, reclaimed=reclaimed, phases_ms=phases,
     )
     if result.started or result.preempted or result.refused:
         log.info("cycle: %s", report.as_dict())

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max, Min
 
 from scheduler.core.types import Decisions
 from scheduler.models import Allocation, Gpu, Job, Preemption
@@ -36,7 +37,7 @@ def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime)
     a start whose job is no longer pending, or whose GPUs the database refuses, changes nothing."""
     result = DispatchResult()
     jobs_by_id = {
-        j.pk: j for j in Job.objects.filter(pk__in=[s.job_id for s in decisions.starts]).only("pk", "attempt")
+        j.pk: j for j in Job.objects.filter(pk__in=[s.job_id for s in decisions.starts]).only("pk", "attempt", "kind")
     }
     for start in decisions.starts:
         job = jobs_by_id.get(start.job_id)
@@ -64,6 +65,8 @@ def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime)
                     )
                     for p in start.placements
                 )
+                if job.kind in SERVICE_KINDS:
+                    _assign_port(start.job_id, gpus[start.placements[0].gpu_id].node_id)
                 result.started += 1
         except IntegrityError:
             log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
@@ -104,6 +107,20 @@ def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime)
     return result
 
 
+SERVICE_KINDS = ("notebook", "inference")
+SERVICE_PORTS = range(30000, 31000)
+
+
+def _assign_port(job_id: int, node_id: int) -> None:
+    """Give a notebook or inference job a port on its (first) node that no other holding job there uses."""
+    used = set(
+        Job.objects.filter(state__in=HOLDING_STATES, allocations__node_id=node_id, allocations__ended_at__isnull=True,
+                           service_port__isnull=False).exclude(pk=job_id).values_list("service_port", flat=True)
+    )
+    port = next(p for p in SERVICE_PORTS if p not in used)
+    Job.objects.filter(pk=job_id).update(service_port=port)
+
+
 def expire_time_limits(now: datetime) -> int:
     """Ask running jobs past their time limit to stop (the agent enforces it too; this is the backstop)."""
     count = 0
@@ -113,4 +130,27 @@ def expire_time_limits(now: datetime) -> int:
     ).only("pk", "started_at", "time_limit_minutes"):
         if job.started_at + timedelta(minutes=job.time_limit_minutes) <= now:
             count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.TIMEOUT)
+    return count
+
+
+IDLE_UTIL_PCT = 5.0
+
+
+def reclaim_idle(now: datetime) -> int:
+    """Ask running jobs with an idle timeout (notebooks) to stop when every sample of their GPUs over the
+    whole timeout window stayed under IDLE_UTIL_PCT. A window without samples from its start is not
+    judged (no telemetry is not idleness)."""
+    count = 0
+    for job in Job.objects.filter(
+        state=JobState.RUNNING, stop_reason=StopReason.NONE, idle_timeout_minutes__isnull=False,
+        started_at__isnull=False,
+    ).only("pk", "started_at", "idle_timeout_minutes"):
+        window = timedelta(minutes=job.idle_timeout_minutes)
+        if job.started_at + window > now:
+            continue
+        stats = job.gpu_samples.filter(at__gte=now - window).aggregate(first=Min("at"), busiest=Max("util_pct"))
+        if stats["first"] is None or stats["first"] > now - window + timedelta(minutes=2):
+            continue
+        if stats["busiest"] is not None and stats["busiest"] < IDLE_UTIL_PCT:
+            count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.IDLE)
     return count

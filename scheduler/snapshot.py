@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 
 from portal.models import Team
 from scheduler.core.types import (
@@ -85,7 +85,8 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
         placements.setdefault(job_id, []).append(Placement(gpu_id=gpu_id, share=share / 1000))
 
     jobs = []
-    for job in Job.objects.filter(state__in=ACTIVE_STATES).select_related(
+    backing_off = Q(state=JobState.PENDING, not_before__gt=now)
+    for job in Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).select_related(
         "team", "submitted_by", "priority_class", "gpu_model", "pool"
     ).order_by("id"):
         jobs.append(

@@ -57,6 +57,7 @@ class StopReason(models.TextChoices):
     TIMEOUT = "timeout"
     NODE_UNHEALTHY = "node-unhealthy"
     GANG_EXIT = "gang-exit"  # another member of a multi-node gang ended
+    IDLE = "idle"  # an interactive job left idle past its idle timeout is reclaimed
 
 
 class Job(models.Model):
@@ -82,6 +83,10 @@ class Job(models.Model):
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
     preemptible = models.BooleanField(default=True)
     env = models.JSONField(default=dict, blank=True)
+    idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
+    service_port = models.PositiveIntegerField(null=True, blank=True)  # notebooks and inference: where it listens
+    not_before = models.DateTimeField(null=True, blank=True)  # restart backoff: not scheduled before this
+    restarts = models.PositiveIntegerField(default=0)
 
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.PENDING)
     stop_reason = models.CharField(max_length=20, choices=StopReason.choices, blank=True, default="")
@@ -129,6 +134,14 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def connect_url(self) -> str | None:
+        """Where a running notebook or inference service answers (its node and port)."""
+        if self.service_port is None or self.state != JobState.RUNNING:
+            return None
+        alloc = next((a for a in self.allocations.all() if a.ended_at is None), None)
+        return f"http://{alloc.node.name}:{self.service_port}/" if alloc else None
 
     @property
     def gpu_share(self) -> float:

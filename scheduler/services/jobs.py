@@ -51,6 +51,7 @@ def job_submit(
     preemptible: bool | None = None,
     env: dict | None = None,
     image: str = "",
+    idle_timeout_minutes: int | None = None,
 ) -> Job:
     """Validate a request and queue it as a pending job of ``team``. Raises ValidationError naming every
     bad field (nothing is saved then). The scheduling cycle is woken when the transaction commits."""
@@ -96,6 +97,9 @@ def job_submit(
     if time_limit_minutes is None:
         time_limit_minutes = defaults.time_limit_minutes
     _check_range(errors, "time_limit_minutes", time_limit_minutes, 1, MAX_TIME_LIMIT_MINUTES)
+    if idle_timeout_minutes is None:
+        idle_timeout_minutes = defaults.idle_timeout_minutes
+    _check_range(errors, "idle_timeout_minutes", idle_timeout_minutes, 5, MAX_TIME_LIMIT_MINUTES)
     model_obj = None
     if gpu_model:
         model_obj = GpuModel.objects.filter(name=gpu_model).first()
@@ -135,6 +139,7 @@ def job_submit(
             cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
             min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
             priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
+            idle_timeout_minutes=idle_timeout_minutes,
             pending_reason_code="Scheduling", pending_reason_message="waiting for the next scheduling cycle",
         )
         job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause="submitted", actor=user)

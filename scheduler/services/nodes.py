@@ -20,6 +20,11 @@ from scheduler.services.telemetry import TelemetryError, health_update, telemetr
 log = logging.getLogger(__name__)
 
 
+RESTART_KINDS = ("inference",)
+RESTART_BACKOFF_S = 10
+MAX_RESTART_BACKOFF_S = 300
+
+
 class NodeProtocolError(Exception):
     """A report the portal refuses; ``status`` is the HTTP status, ``field`` the offending field."""
 
@@ -101,7 +106,9 @@ def node_assignments(node: Node) -> list[dict]:
                 "desired": "stopped" if job.stop_reason else "running",
                 "command": job.command,
                 "env": {**(job.env or {}), "ROTA_JOB_ID": str(job.pk), "ROTA_JOB_NAME": job.name,
-                        "ROTA_TEAM": job.team_id and str(job.team_id) or ""},
+                        "ROTA_KIND": job.kind,
+                        **({"ROTA_PORT": str(job.service_port)} if job.service_port else {})},
+                "port": job.service_port,
                 "gpus": [], "time_limit_s": job.time_limit_minutes * 60 if job.time_limit_minutes else None,
                 "grace_period_s": job.priority_class.grace_period_s, "kind": job.kind,
                 "stop_reason": job.stop_reason,
@@ -209,6 +216,21 @@ def _settle(job: Job, event: dict, now) -> None:
                    "started_at": None, "exit_code": None, "pending_reason_code": "Requeued",
                    "pending_reason_message": cause[:500]},
         )
+    elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")):
+        delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** job.restarts)
+        job_transition(
+            job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
+            cause=f"service failed (exit {code}, signal {event.get('signal')}): restarting in {delay} s",
+            at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
+            extra={"attempt": job.attempt + 1, "restarts": job.restarts + 1, "admitted_at": None,
+                   "started_at": None, "exit_code": None, "not_before": now + timedelta(seconds=delay),
+                   "pending_reason_code": "Backoff",
+                   "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},
+        )
+    elif reason == StopReason.IDLE:
+        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+                       cause=f"reclaimed: GPUs idle for {job.idle_timeout_minutes} min", at=now,
+                       details={"exit_code": code}, extra=common)
     elif reason == StopReason.CANCEL:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED, cause="cancelled: processes stopped",
                        at=now, details={"exit_code": code}, extra=common)

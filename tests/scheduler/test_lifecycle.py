@@ -1,0 +1,113 @@
+"""Kind-specific lifecycles on the portal side: inference restarts with backoff, notebooks get a port and
+are reclaimed when idle, time limits are enforced as a backstop, an agent-stopped job is requeued."""
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler.cycle import run_cycle
+from scheduler.models import GpuSample, Job
+from scheduler.services.common import db_now
+from scheduler.services.jobs import job_submit
+
+pytestmark = pytest.mark.django_db
+
+
+def started(user, client, **kw):
+    job = job_submit(user=user, name="svc", command="serve", gpu_model="h100-80gb", **kw)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted", job.pending_reason_message
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": job.attempt, "type": "started"}, format="json")
+    job.refresh_from_db()
+    return job
+
+
+def end(client, job, **event):
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": job.attempt, "type": "exited", **event},
+                format="json")
+    job.refresh_from_db()
+    return job
+
+
+def test_a_failed_inference_service_is_restarted_after_a_growing_backoff(alice, node_client):
+    client = node_client()
+    job = started(alice, client, kind="inference")
+    job = end(client, job, exit_code=1)
+    assert job.state == "pending" and job.attempt == 2 and job.restarts == 1
+    assert job.pending_reason_code == "Backoff"
+    first_wait = (job.not_before - job.transitions.last().at).total_seconds()
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "pending", "still backing off"
+    Job.objects.filter(pk=job.pk).update(not_before=db_now() - timedelta(seconds=1))
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted"
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 2, "type": "started"}, format="json")
+    job = end(client, job, exit_code=1)
+    second_wait = (job.not_before - job.transitions.last().at).total_seconds()
+    assert second_wait == 2 * first_wait
+
+
+def test_a_training_job_that_fails_is_not_restarted(alice, node_client):
+    client = node_client()
+    job = end(client, started(alice, client), exit_code=1)
+    assert job.state == "failed"
+
+
+def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_client):
+    client = node_client()
+    job = started(alice, client, kind="notebook")
+    assert job.service_port == 30000
+    [assignment] = client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").json()["assignments"]
+    assert assignment["env"]["ROTA_PORT"] == "30000" and assignment["port"] == 30000
+    assert job.connect_url == "http://node-h100:30000/"
+    second = started(alice, client, kind="notebook")
+    assert second.service_port == 30001
+
+
+def test_an_idle_notebook_is_reclaimed_but_a_busy_one_is_not(alice, cluster, node_client):
+    client = node_client()
+    idle = started(alice, client, kind="notebook", idle_timeout_minutes=10)
+    busy = started(alice, client, kind="notebook", idle_timeout_minutes=10)
+    now = db_now()
+    Job.objects.filter(pk__in=[idle.pk, busy.pk]).update(started_at=now - timedelta(minutes=30))
+    for job, util in [(idle, 1.0), (busy, 60.0)]:
+        alloc = job.allocations.get()
+        for minute in range(0, 12, 2):
+            GpuSample.objects.create(gpu=alloc.gpu, node=alloc.node, job=job, at=now - timedelta(minutes=minute),
+                                     util_pct=util)
+    report = run_cycle()
+    assert report.reclaimed == 1
+    idle.refresh_from_db()
+    busy.refresh_from_db()
+    assert idle.stop_reason == "idle" and busy.stop_reason == ""
+    idle = end(client, idle, signal=15)
+    assert idle.state == "cancelled" and "idle" in idle.transitions.last().cause
+
+
+def test_a_notebook_without_telemetry_is_not_judged_idle(alice, node_client):
+    client = node_client()
+    job = started(alice, client, kind="notebook", idle_timeout_minutes=10)
+    Job.objects.filter(pk=job.pk).update(started_at=db_now() - timedelta(hours=1))
+    assert run_cycle().reclaimed == 0
+
+
+def test_a_job_past_its_time_limit_is_asked_to_stop_and_ends_timed_out(alice, node_client):
+    client = node_client()
+    job = started(alice, client, time_limit_minutes=5)
+    Job.objects.filter(pk=job.pk).update(started_at=db_now() - timedelta(minutes=6))
+    assert run_cycle().timed_out == 1
+    job = end(client, job, signal=15)
+    assert job.state == "timed-out"
+
+
+def test_a_job_the_agent_stopped_on_its_own_is_requeued(alice, node_client):
+    client = node_client()
+    job = started(alice, client)
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "stopped", "signal": 15,
+                                                         "message": "agent shutting down"}, format="json")
+    job.refresh_from_db()
+    assert job.state == "pending" and job.attempt == 2
+    assert "agent shutting down" in job.pending_reason_message
