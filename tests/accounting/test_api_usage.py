@@ -1,0 +1,35 @@
+"""GET /api/v1/usage/: GPU-hours and cost per period and group, tenancy, clear errors."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/usage/"
+
+
+def test_it_sums_usage_per_team_for_a_member(api, alice, usage):
+    data = api(alice).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "group_by": "team", "agg": "month"}).json()
+    assert data["results"] == [{"period": "2026-11-01T00:00:00+00:00", "team": "vision", "gpu_seconds": "75600.000",
+                                "gpu_hours": "21.0000", "cost": "82.50"}]
+    assert data["total_cost"] == "82.50" and data["currency"] == "USD"
+
+
+def test_it_groups_by_gpu_model_per_day(api, alice, usage):
+    data = api(alice).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "group_by": "gpu_model"}).json()
+    assert [(r["period"][:10], r["gpu_model"], r["cost"]) for r in data["results"]] == [
+        ("2026-11-04", "h100-80gb", "80.00"), ("2026-11-05", "a100-40gb", "2.50")]
+    assert {r["gpu_model"] for r in data["results"]} == {"h100-80gb", "a100-40gb"}
+
+
+def test_an_outsider_sees_no_other_team_and_gets_404_for_it(api, charlie, usage):
+    client = api(charlie)
+    data = client.get(URL, {"start": "2026-11-01", "end": "2026-11-30"}).json()
+    assert {r["team"] for r in data["results"]} == {"nlp"}
+    assert client.get(URL, {"start": "2026-11-01", "end": "2026-11-30", "team": "vision"}).status_code == 404
+
+
+def test_bad_input_is_a_400_naming_the_field(api, alice):
+    response = api(alice).get(URL, {"start": "2026-13-01", "end": "2026-11-30", "group_by": "planet"})
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"start", "group_by"}
+    reversed_range = api(alice).get(URL, {"start": "2026-11-30", "end": "2026-11-01"})
+    assert reversed_range.status_code == 400 and "end" in reversed_range.json()["errors"]

@@ -1,0 +1,90 @@
+"""The accounting dashboard: charts with local Plotly, tenancy, budgets, presets, a query-count ceiling."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from accounting.models import Budget
+from accounting.services import usage_rollup
+from scheduler.services.common import db_now
+from tests.accounting.helpers import allocate, make_job
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+URL = "/accounting/"
+NOVEMBER = {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}
+
+
+def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, django_assert_max_num_queries):
+    client.force_login(alice)
+    with django_assert_max_num_queries(10):
+        response = client.get(URL, NOVEMBER)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/vendor/plotly/plotly.min.js" in html and "cdn" not in html.lower()
+    for fig in ("fig-usage", "fig-cost", "fig-by_model", "fig-by_kind", "fig-top_jobs"):
+        assert f'id="{fig}"' in html
+    assert "resnet" in html and "82.50" in html
+    assert "nlp-notebook" not in html  # another team's job
+
+
+def test_the_json_in_the_page_cannot_break_out_of_its_script_tag(client, alice, cluster, usage):
+    job = make_job(alice, cluster["vision"], name="</script><script>alert(1)</script>")
+    allocate(job, "GPU-h100-3", usage["train"].allocations.first().started_at, None)
+    usage_rollup(until=usage["train"].allocations.first().ended_at)
+    client.force_login(alice)
+    html = client.get(URL, {**NOVEMBER, "group_by": "user"}).content.decode()
+    assert "<script>alert(1)" not in html
+
+
+def test_an_outsider_sees_only_their_own_team(client, charlie, usage):
+    client.force_login(charlie)
+    html = client.get(URL, {**NOVEMBER, "group_by": "team"}).content.decode()
+    assert "nlp-notebook" in html and "resnet" not in html and "vision" not in html
+
+
+def test_a_user_in_no_team_sees_no_usage(client, usage):
+    client.force_login(UserFactory(username="dave"))
+    html = client.get(URL, NOVEMBER).content.decode()
+    assert "No usage in this range" in html and "resnet" not in html
+
+
+@pytest.mark.parametrize("group_by", ["team", "department", "user", "kind", "gpu_model", "pool"])
+@pytest.mark.parametrize("agg", ["day", "week", "month"])
+def test_every_grouping_and_aggregation_renders(client, alice, usage, group_by, agg):
+    client.force_login(alice)
+    assert client.get(URL, {**NOVEMBER, "group_by": group_by, "agg": agg}).status_code == 200
+
+
+@pytest.mark.parametrize("preset", ["7d", "30d", "90d", "this-month", "last-month"])
+def test_presets_render(client, alice, preset):
+    client.force_login(alice)
+    assert client.get(URL, {"preset": preset}).status_code == 200
+
+
+def test_bad_parameters_fall_back_with_a_message(client, alice):
+    client.force_login(alice)
+    html = client.get(URL, {"preset": "custom", "start": "nope", "end": "2026-01-01", "group_by": "x"}).content
+    assert b"range: expected YYYY-MM-DD" in html and b"group_by: expected one of" in html
+
+
+def test_it_warns_when_a_team_nears_its_budget(client, alice, cluster):
+    from accounting.services import rate_card_create
+
+    now = db_now()
+    rate_card_create(version=1, effective_from=now - timedelta(days=400), prices={"h100-80gb": Decimal("4.00")})
+    job = make_job(alice, cluster["vision"])
+    start = max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=2))
+    allocate(job, "GPU-h100-0", start, None)
+    usage_rollup()
+    Budget.objects.create(team=cluster["vision"], unit=Budget.GPU_HOURS, amount=Decimal("0.001"), warn_percent=80)
+    Budget.objects.create(team=cluster["nlp"], unit=Budget.MONEY, amount=Decimal(100))
+    client.force_login(alice)
+    html = client.get(URL).content.decode()
+    assert 'id="budgets"' in html and "over budget" in html
+    assert "nlp" not in html.split('id="budgets"')[1].split("</section>")[0]
+
+
+def test_anonymous_users_are_sent_to_login(client):
+    assert client.get(URL).status_code == 302
