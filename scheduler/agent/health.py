@@ -4,6 +4,9 @@ The rules follow NVIDIA's device plugin and DCGM health checks: application XIDs
 user's program) leave the GPU healthy and are only reported in telemetry; any other XID, an uncorrected
 ECC error or a lost GPU marks it unhealthy until the agent restarts (an admin resumes the node once the
 GPU is fixed). Over-temperature marks it unhealthy only while it lasts.
+
+A reason names the fault, not the device ("XID 79", "GPU is lost"): the portal knows which GPU the report
+is about and words the node's drain reason itself ("XID 79 on GPU 3").
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ DEFAULT_MAX_TEMPERATURE_C = 90
 
 @dataclass(slots=True)
 class _Health:
-    index: int
     fault: str = ""  # sticky reason (XID, ECC, lost)
     hot: str = ""  # transient reason (temperature)
 
@@ -35,7 +37,7 @@ class HealthTracker:
 
     def track(self, devices: Iterable[GpuInfo]) -> None:
         """Follow exactly these devices (after a new discovery), keeping what is known about them."""
-        self._health = {d.uuid: self._health.get(d.uuid) or _Health(d.physical_index) for d in devices}
+        self._health = {d.uuid: self._health.get(d.uuid) or _Health() for d in devices}
 
     def observe(self, samples: Iterable[GpuSample], events: Iterable[GpuEvent]) -> dict[str, list[int]]:
         """Update health; returns the XIDs seen per device uuid, for the telemetry batch."""
@@ -47,24 +49,22 @@ class HealthTracker:
             if event.kind == XID and event.code is not None:
                 xids.setdefault(event.uuid, []).append(event.code)
                 if event.code not in APPLICATION_XIDS:
-                    health.fault = health.fault or f"XID {event.code} on GPU {health.index}"
+                    health.fault = health.fault or f"XID {event.code}"
             elif event.kind == ECC:
-                health.fault = health.fault or f"uncorrected ECC error on GPU {health.index}"
+                health.fault = health.fault or "uncorrected ECC error"
             elif event.kind == LOST:
-                health.fault = health.fault or f"GPU {health.index} is lost"
+                health.fault = health.fault or "GPU is lost"
         for sample in samples:
             health = self._health.get(sample.uuid)
             if health is None:
                 continue
             if sample.lost:
-                health.fault = health.fault or f"GPU {health.index} is lost"
+                health.fault = health.fault or "GPU is lost"
             if sample.ecc_uncorrected:
-                health.fault = health.fault or (
-                    f"{sample.ecc_uncorrected} uncorrected ECC errors on GPU {health.index}"
-                )
+                health.fault = health.fault or f"{sample.ecc_uncorrected} uncorrected ECC errors"
             temperature = sample.temperature_c
             health.hot = (
-                f"GPU {health.index} at {temperature} C (limit {self.max_temperature_c} C)"
+                f"temperature {temperature} C over the {self.max_temperature_c} C limit"
                 if temperature is not None and temperature >= self.max_temperature_c
                 else ""
             )

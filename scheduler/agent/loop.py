@@ -184,6 +184,8 @@ class Agent:
                 self.registered = False
             elif error.status in (400, 413):
                 del self.telemetry[: len(batch)]  # do not resend a batch the portal cannot take
+                if error.field == "gpus":  # the portal knows other GPUs than we report: resync
+                    self.registered = False
             return False
         self._contact()
         del self.telemetry[: len(batch)]

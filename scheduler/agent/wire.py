@@ -47,20 +47,27 @@ def register_body(system: SystemInfo, gpus: Iterable[GpuInfo], backend_kind: str
 
 
 def telemetry_entries(samples: Iterable[GpuSample], xids: Mapping[str, list[int]]) -> list[dict[str, Any]]:
-    """Telemetry rows for one round of samples; a device with several new XIDs gets one row per XID."""
+    """Telemetry rows for one round of samples; a device with several new XIDs gets one row per XID.
+
+    Extra rows are 1 ms apart: the portal skips a row that is not newer than the last one of its GPU.
+    """
     rows = []
     for sample in samples:
-        row = {
-            "uuid": sample.uuid,
-            "at": iso(sample.at),
-            "util_pct": sample.util_pct,
-            "mem_used_mb": sample.mem_used_mb,
-            "temperature_c": sample.temperature_c,
-            "power_w": sample.power_w,
-            "sm_clock_mhz": sample.sm_clock_mhz,
-            "ecc_uncorrected": sample.ecc_uncorrected,
-            "xid": None,
-        }
         codes = xids.get(sample.uuid) or [None]
-        rows.extend({**row, "xid": code} for code in codes)
+        for position, code in enumerate(codes):
+            rows.append(_row(sample, code, sample.at + dt.timedelta(milliseconds=position)))
     return rows
+
+
+def _row(sample: GpuSample, xid: int | None, at: dt.datetime) -> dict[str, Any]:
+    return {
+        "uuid": sample.uuid,
+        "at": iso(at),
+        "util_pct": sample.util_pct,
+        "mem_used_mb": sample.mem_used_mb,
+        "temperature_c": sample.temperature_c,
+        "power_w": sample.power_w,
+        "sm_clock_mhz": sample.sm_clock_mhz,
+        "ecc_uncorrected": sample.ecc_uncorrected,
+        "xid": xid,
+    }

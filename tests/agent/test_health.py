@@ -22,9 +22,9 @@ def test_a_critical_xid_marks_the_gpu_unhealthy_with_a_reason_and_it_stays_so() 
     tracker = HealthTracker(GPUS)
     xids = tracker.observe([], [GpuEvent("GPU-3", 3, XID, AT, 79)])
     assert xids == {"GPU-3": [79]}
-    assert health_of(tracker)["GPU-3"] == (False, "XID 79 on GPU 3")
+    assert health_of(tracker)["GPU-3"] == (False, "XID 79")
     tracker.observe([GpuSample("GPU-3", 3, AT, temperature_c=40)], [])
-    assert health_of(tracker)["GPU-3"] == (False, "XID 79 on GPU 3")
+    assert health_of(tracker)["GPU-3"] == (False, "XID 79")
     assert health_of(tracker)["GPU-2"] == (True, "")
 
 
@@ -41,27 +41,27 @@ def test_uncorrected_ecc_errors_and_lost_gpus_are_unhealthy() -> None:
         [GpuEvent("GPU-1", 1, ECC, AT), GpuEvent("GPU-3", 3, LOST, AT)],
     )
     health = health_of(tracker)
-    assert health["GPU-0"] == (False, "2 uncorrected ECC errors on GPU 0")
-    assert health["GPU-1"] == (False, "uncorrected ECC error on GPU 1")
-    assert health["GPU-2"] == (False, "GPU 2 is lost")
-    assert health["GPU-3"] == (False, "GPU 3 is lost")
+    assert health["GPU-0"] == (False, "2 uncorrected ECC errors")
+    assert health["GPU-1"] == (False, "uncorrected ECC error")
+    assert health["GPU-2"] == (False, "GPU is lost")
+    assert health["GPU-3"] == (False, "GPU is lost")
 
 
 def test_over_temperature_is_unhealthy_only_while_it_lasts() -> None:
     tracker = HealthTracker(GPUS, max_temperature_c=90)
     tracker.observe([GpuSample("GPU-0", 0, AT, temperature_c=95)], [])
-    assert health_of(tracker)["GPU-0"] == (False, "GPU 0 at 95 C (limit 90 C)")
+    assert health_of(tracker)["GPU-0"] == (False, "temperature 95 C over the 90 C limit")
     tracker.observe([GpuSample("GPU-0", 0, AT, temperature_c=70)], [])
     assert health_of(tracker)["GPU-0"] == (True, "")
 
 
-def test_a_mig_slice_names_its_physical_gpu_in_the_reason() -> None:
+def test_a_reason_names_the_fault_and_leaves_the_device_to_the_portal() -> None:
     mig = GpuInfo(
         132, "MIG-x", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "a100-1g.5gb", 4864, True, physical_index=3
     )
     tracker = HealthTracker([mig])
     tracker.observe([], [GpuEvent("MIG-x", 132, XID, AT, 79)])
-    assert health_of(tracker)["MIG-x"] == (False, "XID 79 on GPU 3")
+    assert health_of(tracker)["MIG-x"] == (False, "XID 79")
 
 
 def test_telemetry_rows_follow_the_protocol_and_carry_each_new_xid() -> None:
@@ -79,5 +79,6 @@ def test_telemetry_rows_follow_the_protocol_and_carry_each_new_xid() -> None:
         "xid": 13,
     }
     assert [(r["uuid"], r["xid"]) for r in rows] == [("GPU-0", 13), ("GPU-0", 79), ("GPU-1", None)]
+    assert rows[1]["at"] == "2026-01-31T12:00:00.001Z"  # the portal keeps only rows newer than the last
     assert rows[2]["util_pct"] is None
     assert iso(AT) == "2026-01-31T12:00:00.000Z"

@@ -130,7 +130,7 @@ def test_a_scripted_xid_reaches_the_portal_as_an_unhealthy_gpu(portal: StandInPo
     rows = [row for beat in portal.heartbeats for row in beat["telemetry"] if row["xid"] is not None]
     assert [(row["uuid"], row["xid"]) for row in rows] == [(agent.devices[1].uuid, 79)]
     health = portal.heartbeats[-1]["gpus"]
-    assert health[1] == {"uuid": agent.devices[1].uuid, "healthy": False, "reason": "XID 79 on GPU 1"}
+    assert health[1] == {"uuid": agent.devices[1].uuid, "healthy": False, "reason": "XID 79"}
     assert health[0]["healthy"]
 
 
