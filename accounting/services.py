@@ -49,18 +49,22 @@ def _try_lock(key: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def _records_for(alloc: Allocation, until: datetime) -> list[UsageRecord]:
+def _records_for(alloc: Allocation, until: datetime, from_bucket: datetime | None) -> list[UsageRecord]:
+    """Ledger rows of ``alloc`` up to ``until``, from ``from_bucket`` on (earlier buckets are complete and
+    unchanged since the last rollup)."""
     end = min(alloc.ended_at, until) if alloc.ended_at else until
-    is_open = alloc.ended_at is None or alloc.ended_at > until
+    still_held = alloc.ended_at is None or alloc.ended_at > until
+    start = max(alloc.started_at, from_bucket) if from_bucket else alloc.started_at
     job = alloc.job
     return [
         UsageRecord(
             allocation_id=alloc.pk, period_start=s.period_start, team_id=job.team_id, user_id=job.submitted_by_id,
             job_id=job.pk, attempt=alloc.attempt, kind=job.kind, gpu_model_id=alloc.gpu.model_id,
             pool_id=alloc.node.pool_id, node_id=alloc.node_id, share_milli=alloc.share_milli, held_us=s.held_us,
-            gpu_seconds=gpu_seconds(s.held_us, alloc.share_milli), open=is_open,
+            gpu_seconds=gpu_seconds(s.held_us, alloc.share_milli),
+            open=still_held and s.period_start + HOUR > until,
         )
-        for s in slice_interval(alloc.started_at, end, HOUR)
+        for s in slice_interval(start, end, HOUR)
     ]
 
 
@@ -74,16 +78,19 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
         until = until or db_now()
         state, _ = RollupState.objects.select_for_update().get_or_create(key="usage")
         allocs = Allocation.objects.select_related("job", "gpu", "node").filter(started_at__lt=until)
+        from_bucket = None
         if not full and state.rolled_until is not None:
             since = min(state.rolled_until, until) - LATE_COMMIT_SLACK
+            from_bucket = bucket_floor(since)
             allocs = allocs.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since) | Q(started_at__gte=since))
         allocs = list(allocs.order_by("pk"))
         records: list[UsageRecord] = []
         last_bucket: dict[int, datetime | None] = {}
         for alloc in allocs:
-            rows = _records_for(alloc, until)
+            rows = _records_for(alloc, until, from_bucket)
             records.extend(rows)
-            last_bucket[alloc.pk] = rows[-1].period_start if rows else None
+            end = min(alloc.ended_at, until) if alloc.ended_at else until
+            last_bucket[alloc.pk] = bucket_floor(end - timedelta(microseconds=1)) if end > alloc.started_at else None
         deleted = _delete_stale(last_bucket)
         if records:
             UsageRecord.objects.bulk_create(
