@@ -1,0 +1,35 @@
+from django.contrib import admin
+
+from accounting.models import Budget, RateCard, RateCardEntry, UsageRecord
+
+
+class RateCardEntryInline(admin.TabularInline):
+    model = RateCardEntry
+    extra = 1
+
+
+@admin.register(RateCard)
+class RateCardAdmin(admin.ModelAdmin):
+    list_display = ["version", "name", "effective_from", "currency"]
+    inlines = [RateCardEntryInline]
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ["team", "unit", "amount", "warn_percent", "period"]
+    list_select_related = ["team"]
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(admin.ModelAdmin):
+    """Read-only: the ledger is rebuilt by the rollup, never edited by hand."""
+
+    list_display = ["period_start", "team", "user", "job", "gpu_model", "gpu_seconds", "open"]
+    list_select_related = ["team", "user", "job", "gpu_model"]
+    list_filter = ["kind", "open"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
