@@ -5,6 +5,7 @@ from scheduler import views
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/new/", views.job_submit_view, name="job-submit"),
+    path("jobs/quote/", views.job_quote_partial, name="job-quote"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/log/", views.job_log_partial, name="job-log"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),

@@ -50,6 +50,24 @@ def job_submit_view(request):
     return render(request, "jobs/submit.html", {"form": form, "teams": teams})
 
 
+@login_required
+@require_POST
+def job_quote_partial(request):
+    """The quote panel of the submit form, refreshed by htmx whenever a field changes."""
+    from scheduler.services.quote import job_quote
+
+    form = JobSubmitForm(request.POST, teams=list(submit_teams_for(request.user)))
+    quote, problems = None, []
+    if form.is_valid():
+        try:
+            quote = job_quote(user=request.user, **form.submit_kwargs())
+        except ValidationError as exc:
+            problems = [f"{k}: {'; '.join(v)}" for k, v in exc.message_dict.items()]
+    else:
+        problems = [f"{k}: {'; '.join(v)}" for k, v in form.errors.items()]
+    return render(request, "jobs/_quote.html", {"quote": quote, "problems": problems})
+
+
 def _job_context(request, job_id):
     job = job_for(request.user, job_id)
     allocations = list(job.allocations.filter(attempt=job.attempt).select_related("node", "gpu", "gpu__model"))

@@ -4,6 +4,7 @@ from scheduler.api import node, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
+    path("jobs/quote/", views.JobQuoteAPI.as_view(), name="api-job-quote"),
     path("jobs/<int:job_id>/", views.JobDetailAPI.as_view(), name="api-job"),
     path("jobs/<int:job_id>/cancel/", views.JobActionAPI.as_view(action_name="cancel"), name="api-job-cancel"),
     path("jobs/<int:job_id>/hold/", views.JobActionAPI.as_view(action_name="hold"), name="api-job-hold"),

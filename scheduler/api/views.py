@@ -72,6 +72,21 @@ class JobListCreateAPI(APIView):
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
 
+class JobQuoteAPI(APIView):
+    """Quote a job before submitting it: would it start now (or when, and why), its hourly and maximum
+    total cost at the current rate card, and the team's remaining quota. Nothing is saved."""
+
+    @extend_schema(request=JobInputSerializer, responses={200: dict})
+    def post(self, request):
+        from scheduler.services.quote import job_quote
+
+        data = JobInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = _service_call(job_quote, user=request.user, **dict(data.validated_data))
+        money = ("hourly_cost", "max_total_cost")  # money travels as decimal strings, never floats
+        return Response({k: (str(v) if k in money and v is not None else v) for k, v in result.items()})
+
+
 class JobDetailAPI(APIView):
     @extend_schema(responses=JobDetailSerializer)
     def get(self, request, job_id: int):

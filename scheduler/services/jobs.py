@@ -29,7 +29,7 @@ def _check_range(errors: dict, field: str, value, low, high) -> None:
         errors[field] = f"must be between {low} and {high}; got {value}"
 
 
-def job_submit(
+def job_request_build(
     *,
     user,
     team: str | Team | None = None,
@@ -53,8 +53,8 @@ def job_submit(
     image: str = "",
     idle_timeout_minutes: int | None = None,
 ) -> Job:
-    """Validate a request and queue it as a pending job of ``team``. Raises ValidationError naming every
-    bad field (nothing is saved then). The scheduling cycle is woken when the transaction commits."""
+    """Validate a job request and return it as an unsaved Job with every default applied. Raises
+    ValidationError naming every bad field, with its limit or allowed values."""
     errors: dict[str, str] = {}
     allowed = submit_teams_for(user)
     team_obj = None
@@ -131,17 +131,24 @@ def job_submit(
     if preemptible is None:
         preemptible = pc.preemptible if priority_class else defaults.preemptible
 
+    return Job(
+        team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image or "",
+        gpus=gpus, gpu_fraction=gpu_fraction, gpu_model=model_obj, gpu_memory_gb=gpu_memory_gb or 0,
+        cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
+        min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
+        priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
+        idle_timeout_minutes=idle_timeout_minutes,
+        pending_reason_code="Scheduling", pending_reason_message="waiting for the next scheduling cycle",
+    )
+
+
+def job_submit(*, user, **request) -> Job:
+    """Validate a request (see ``job_request_build``) and queue it as a pending job of its team; nothing
+    is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
+    job = job_request_build(user=user, **request)
     with transaction.atomic():
         now = db_now()
-        job = Job.objects.create(
-            team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image or "",
-            gpus=gpus, gpu_fraction=gpu_fraction, gpu_model=model_obj, gpu_memory_gb=gpu_memory_gb or 0,
-            cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
-            min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
-            priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
-            idle_timeout_minutes=idle_timeout_minutes,
-            pending_reason_code="Scheduling", pending_reason_message="waiting for the next scheduling cycle",
-        )
+        job.save()
         job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause="submitted", actor=user)
         _wake_cycle()
     return job

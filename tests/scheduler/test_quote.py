@@ -1,0 +1,56 @@
+"""The quote: the engine's answer for a job that is not submitted yet, its cost and the team's quota."""
+
+from decimal import Decimal
+
+import pytest
+
+from scheduler.cycle import run_cycle
+from scheduler.models import Job
+from scheduler.services.jobs import job_submit
+
+pytestmark = pytest.mark.django_db
+
+
+def quote(client, **body):
+    return client.post("/api/v1/jobs/quote/", {"name": "q", "command": "true", **body}, format="json")
+
+
+def test_a_job_that_fits_is_quoted_to_start_now_with_quota_left(api, alice):
+    response = quote(api(alice), gpu_model="h100-80gb", gpus=2)
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["starts_now"] is True
+    assert body["quota"] == {"gpu_model": "h100-80gb", "guaranteed": 2.0, "limit": 4.0, "in_use": 0.0,
+                             "remaining": 4.0}
+    assert not Job.objects.exists(), "a quote saves nothing"
+
+
+def test_a_job_over_quota_is_quoted_with_the_reason_it_would_wait(api, alice):
+    job_submit(user=alice, name="big", command="true", gpu_model="h100-80gb", gpus=4)
+    run_cycle()
+    body = quote(api(alice), gpu_model="h100-80gb", gpus=1).json()
+    assert body["starts_now"] is False
+    assert body["pending_reason"]["code"] == "QuotaExceeded"
+    assert body["quota"]["remaining"] == 0.0
+
+
+def test_the_quote_prices_the_job_at_the_rate_card(api, alice, cluster):
+    from accounting.models import RateCard, RateCardEntry
+
+    card = RateCard.objects.create(version=1, effective_from="2020-01-01T00:00:00Z", currency="EUR")
+    RateCardEntry.objects.create(rate_card=card, gpu_model=cluster["h100"], price_per_gpu_hour=Decimal("2.50"))
+    body = quote(api(alice), gpu_model="h100-80gb", gpus=2, time_limit_minutes=90).json()
+    assert body["hourly_cost"] == "5.00" and body["max_total_cost"] == "7.50" and body["currency"] == "EUR"
+
+
+def test_a_bad_quote_request_names_the_field(api, alice):
+    response = quote(api(alice), gpu_model="nope")
+    assert response.status_code == 400 and "gpu_model" in response.json()["errors"]
+
+
+def test_the_submit_page_renders_a_quote_panel(alice, client):
+    client.force_login(alice)
+    response = client.post("/jobs/quote/", {"team": "vision", "name": "x", "kind": "training", "command": "true",
+                                            "gpus": 1, "gpu_model": "h100-80gb"})
+    assert response.status_code == 200
+    assert b"Starts now" in response.content
