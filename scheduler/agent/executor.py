@@ -191,13 +191,29 @@ class Executor:
         log.info("started job %s as pid %d on GPUs %s", key, popen.pid, visible_devices(assignment) or "-")
         return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=popen.pid)
 
+    def never_started(self, assignment: Assignment) -> JobEvent:
+        """End an attempt the portal stopped before this node started it (kept until acknowledged)."""
+        event = JobEvent(
+            assignment.job_id,
+            assignment.attempt,
+            "exited",
+            iso(utc_now()),
+            message="stopped before it started",
+        )
+        self.finished[assignment.key] = self._clock()
+        self.unreported[assignment.key] = event
+        self.save()
+        return event
+
     def _start_failed(self, assignment: Assignment, message: str) -> JobEvent:
         log.warning("job %s failed to start: %s", assignment.key, message)
-        self.finished[assignment.key] = self._clock()
-        self.save()
-        return JobEvent(
+        event = JobEvent(
             assignment.job_id, assignment.attempt, "start_failed", iso(utc_now()), message=message
         )
+        self.finished[assignment.key] = self._clock()
+        self.unreported[assignment.key] = event
+        self.save()
+        return event
 
     # stopping ---------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ AGENT_STATE_FILE = "agent.json"
 MAX_TELEMETRY_BUFFER = 4000  # rows kept while the portal is away; the oldest go first
 MAX_TELEMETRY_BATCH = 500  # rows per heartbeat
 MAX_REGISTER_BACKOFF_S = 30.0
+FINAL_LOG_BYTES_PER_PASS = 4 * 1024 * 1024  # so a huge log never holds up the heartbeats
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +208,10 @@ class Agent:
                 continue
             listed.add(assignment.key)
             if assignment.desired == "stopped":
-                self.executor.stop(assignment.key, STOP_REQUESTED, grace_s=assignment.grace_period_s)
+                if self.executor.has_run(assignment.job_id, assignment.attempt):
+                    self.executor.stop(assignment.key, STOP_REQUESTED, grace_s=assignment.grace_period_s)
+                else:  # stopped before it ever started here: the portal still waits to hear it ended
+                    self.outbox.append(self.executor.never_started(assignment))
             elif not self.shutting_down and not self.executor.has_run(assignment.job_id, assignment.attempt):
                 self.outbox.append(self.executor.start(assignment))
         for key in list(self.executor.jobs):
@@ -218,8 +223,8 @@ class Agent:
         while self.outbox:
             event = self.outbox[0]
             try:
-                if event.log_path:
-                    self._ship_final_log(event)
+                if event.log_path and not self._ship_final_log(event):
+                    return  # more log than one pass sends: the rest (and the event) next time
                 self.client.job_event(event.job_id, event.body())
             except PortalUnavailable as error:
                 log.debug("event for job %s waits: %s", event.job_id, error)
@@ -232,29 +237,33 @@ class Agent:
             self.outbox.popleft()
             self.executor.acknowledge(event)
 
-    def _ship_final_log(self, event: JobEvent) -> None:
+    def _ship_final_log(self, event: JobEvent) -> bool:
+        """Send the rest of an ended attempt's log, a few MiB per pass; True once all of it is sent."""
+
         def remember(offset: int) -> None:
             self.outbox[0] = dataclasses.replace(self.outbox[0], log_offset=offset)
             self.executor.update_unreported(self.outbox[0])
 
+        path = event.log_path or ""
         for _ in range(2):  # a second pass from 0 when the portal holds less than we thought
             try:
-                ship_log(
+                offset = ship_log(
                     self.client,
                     event.job_id,
                     event.attempt,
-                    event.log_path or "",
+                    path,
                     self.outbox[0].log_offset,
-                    max_bytes=1 << 40,
+                    max_bytes=FINAL_LOG_BYTES_PER_PASS,
                     final=True,
                     progress=remember,
                 )
-                return
+                return not os.path.exists(path) or offset >= os.path.getsize(path)
             except PortalRejected as error:
                 log.warning("the portal refused the log of job %s: %s", event.job_id, error)
                 if not (error.status == 409 and error.field == "offset"):
-                    return
+                    return True
                 remember(0)
+        return True
 
     def ship_logs(self) -> None:
         """Send what running jobs wrote since the last heartbeat."""

@@ -30,6 +30,7 @@ class StandInPortal:
         self.logs: dict[tuple[int, int], bytes] = {}
         self.down = False
         self.require_register = False
+        self.refuse_heartbeats: list[tuple[int, dict[str, Any]]] = []  # answered in order, then accepted
         self.last_seq = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -98,6 +99,8 @@ class StandInPortal:
             if path == "/api/v1/node/heartbeat/":
                 if self.require_register:
                     return 409, {"detail": "register"}
+                if self.refuse_heartbeats:
+                    return self.refuse_heartbeats.pop(0)
                 if body["seq"] <= self.last_seq:
                     return 409, {"detail": "seq is not newer", "field": "seq"}
                 self.last_seq = body["seq"]

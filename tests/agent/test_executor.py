@@ -114,6 +114,7 @@ def test_an_empty_command_fails_to_start(executor: Executor) -> None:
     event = executor.start(assignment(1, "  "))
     assert (event.type, event.message) == ("start_failed", "empty command")
     assert executor.jobs == {} and executor.has_run(1, 1)
+    assert Executor(executor.work_dir).adopt() == [event]  # kept until the portal acknowledges it
 
 
 def test_it_never_starts_the_same_attempt_twice(executor: Executor) -> None:

@@ -156,3 +156,33 @@ def test_it_refuses_nothing_silently_when_an_assignment_is_malformed(
         beats = len(portal.heartbeats)
         wait_until(lambda: len(portal.heartbeats) > beats + 2)
         assert "1:1" in agent.executor.jobs and agent.executor.jobs["1:1"].state == "running"
+
+
+def test_a_job_stopped_before_it_started_is_reported_ended_without_running(portal: StandInPortal, make_agent):
+    portal.assign(1, "sleep 30", desired="stopped")
+    agent = make_agent()
+    with running(agent):
+        [ended] = wait_until(lambda: portal.events_of(1, "exited"))
+    assert ended["message"] == "stopped before it started" and portal.events_of(1, "started") == []
+
+
+def test_a_long_final_log_is_sent_over_several_passes_before_the_end_event(
+    portal: StandInPortal, make_agent: MakeAgent, monkeypatch
+) -> None:
+    monkeypatch.setattr("scheduler.agent.loop.FINAL_LOG_BYTES_PER_PASS", 64 * 1024)
+    portal.assign(1, "head -c 300000 /dev/zero | tr '\\0' x")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(1, "exited"))
+    assert portal.log_text(1) == "x" * 300_000
+
+
+def test_a_refused_telemetry_batch_is_dropped_and_a_refused_gpu_list_makes_it_register_again(
+    portal: StandInPortal, make_agent: MakeAgent
+) -> None:
+    portal.refuse_heartbeats = [(400, {"detail": "bad row", "field": "telemetry"})]
+    with running(make_agent()):
+        wait_until(lambda: len(portal.heartbeats) >= 2)
+        assert len(portal.registrations) == 1
+        assert len(portal.heartbeats[0]["telemetry"]) == 2  # the refused batch was not resent
+        portal.refuse_heartbeats = [(400, {"detail": "unknown GPU UUID", "field": "gpus"})]
+        wait_until(lambda: len(portal.registrations) == 2)
