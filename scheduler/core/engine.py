@@ -9,6 +9,7 @@ deterministic: inputs are sorted, ties break on job id, node name and device ind
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -362,32 +363,68 @@ class Cycle:
             return True
         return False
 
+    def _prepare_victims(self) -> None:
+        """Sort possible victims once per cycle: per (team, model) for priority preemption and per model
+        for reclaim, each in victim preference order (ineligible jobs left out)."""
+        quota = self.quota
+        self.pref_team: dict[tuple[str, str], list] = {}
+        self.pref_model: dict[str, list] = {}
+        self.pref_start: dict[str, int] = defaultdict(int)
+        for key, recs in self.running_by_team.items():
+            borrowing = quota.borrowed(key[0], key[1]) > EPS
+            ok = [(victim_order(r, borrowing, self.now), r) for r in recs
+                  if eligible(r, self.classes, self.now, self.victims)]
+            self.pref_team[key] = sorted(ok, key=lambda kr: kr[0])
+        for model, recs in self.running_by_model.items():
+            ok = [(victim_order(r, True, self.now), r) for r in recs
+                  if eligible(r, self.classes, self.now, self.victims)]
+            self.pref_model[model] = sorted(ok, key=lambda kr: kr[0])
+
+    def _candidates(self, job: JobInfo, group: Group, reclaim: bool, room: dict[str, float]):
+        """Victim candidates for ``job`` in ``group``, best first (a lazy merge of both rules)."""
+        taken = self.victims
+        pool = group.pool
+
+        def by_priority():
+            # One team's list has one "borrowed" flag, so it is in ascending priority: stop at the first
+            # job that is not of lower priority.
+            for key, rec in self.pref_team.get((job.team, group.model), ()):
+                if rec.job.priority >= job.priority:
+                    return
+                if rec.pool == pool and rec.job.id not in taken:
+                    yield key, rec, "Priority"
+
+        def by_reclaim():
+            order = self.pref_model.get(group.model, ())
+            start = self.pref_start[group.model]
+            while start < len(order) and order[start][1].job.id in taken:
+                start += 1
+            self.pref_start[group.model] = start
+            for i in range(start, len(order)):
+                key, rec = order[i]
+                team = rec.job.team
+                if team == job.team or rec.pool != pool or rec.job.id in taken:
+                    continue
+                if team not in room:
+                    room[team] = self.quota.lendable(team, group.model)
+                if room[team] > EPS:
+                    yield key, rec, RECLAIM
+
+        if not reclaim:
+            return by_priority()
+        return heapq.merge(by_priority(), by_reclaim(), key=lambda c: c[0])
+
     def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
         quota = self.quota
         model = group.model
         amount = req.amount
+        if not hasattr(self, "pref_team"):
+            self._prepare_victims()
         guaranteed = quota.guaranteed.get((job.team, model), 0.0)
         under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
-        candidates = []
-        taken = self.victims
-        team_borrowing = quota.borrowed(job.team, model) > EPS
-        for rec in self.running_by_team.get((job.team, model), ()):
-            if rec.job.priority < job.priority and eligible(rec, self.classes, self.now, taken):
-                candidates.append((victim_order(rec, team_borrowing, self.now), rec, "Priority"))
         room: dict[str, float] = {}
-        if under_guarantee and self.policy.borrowing:
-            for rec in self.running_by_model.get(model, ()):
-                team = rec.job.team
-                if team == job.team:
-                    continue
-                lent = quota.borrowed(team, model)
-                if lent > EPS and eligible(rec, self.classes, self.now, taken):
-                    room[team] = lent
-                    candidates.append((victim_order(rec, True, self.now), rec, RECLAIM))
-        if not candidates:
-            return None
-        candidates.sort(key=lambda c: c[0])
-        plan = plan_on_nodes(self.cluster, group, req, candidates, room)
+        reclaim = under_guarantee and self.policy.borrowing
+        plan = plan_on_nodes(self.cluster, group, req, self._candidates(job, group, reclaim, room), room)
         if plan is None:
             return None
         credit = sum(sum(r.shares.values()) for r, rule in plan.victims if rule != RECLAIM)
@@ -419,6 +456,7 @@ class Cycle:
             self.preemptions.append(Preemption(victim.id, job.id, rule, msg, gpu_seconds_lost=lost,
                                                grace_period_s=g))
             self.victims.add(victim.id)
+            self.quota.release(victim.team, group.model, sum(rec.shares.values()))
             ids.append(victim.id)
         want = req.fraction if req.fraction is not None else 1.0
         idle = tuple(Placement(i, want) for i in plan.free_devices)

@@ -13,6 +13,7 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core.cluster import EPS, Cluster, Group, Node
@@ -31,6 +32,7 @@ class Running:
     shares: dict[int, float]
     model: str
     nodes: tuple[str, ...]
+    pool: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ def index_running(cluster: Cluster, jobs) -> tuple[dict, dict]:
                 nodes.append(dev.node.name)
         if model is None:
             continue
-        rec = Running(job, dict(shares), model, tuple(nodes))
+        rec = Running(job, dict(shares), model, tuple(nodes), cluster.nodes[nodes[0]].pool)
         by_team[(job.team, model)].append(rec)
         by_model[model].append(rec)
     return by_team, by_model
@@ -87,31 +89,44 @@ def eligible(rec: Running, classes: dict[str, PriorityClassInfo], now: float, ta
     return True
 
 
-def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: list[tuple[tuple, Running, str]],
-                  lender_room: dict[str, float]) -> Plan | None:
+def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iterable[tuple[tuple, Running, str]],
+                  lender_room: dict[str, float], limit: int = 256) -> Plan | None:
     """Smallest victim set that frees room for ``req`` in ``group``, or None.
 
-    ``candidates`` are (preference key, record, rule) sorted by preference. ``lender_room`` caps, per team,
-    how much may be reclaimed from it (its borrowed amount); teams absent from it are not capped.
+    ``candidates`` come in preference order (key, record, rule); at most ``limit`` are looked at, and
+    nodes are evaluated in the order their first candidate appears, stopping at a one-victim plan (the
+    smallest possible). ``lender_room`` caps, per team, how much reclaim may take from it.
     """
-    per_node: dict[str, list[tuple[tuple, Running, str]]] = defaultdict(list)
-    for cand in candidates:
-        for name in cand[1].nodes:
-            per_node[name].append(cand)
     gang = req.nodes if req.nodes and req.nodes > 1 else 1
     need = 1 if req.fraction is not None else (req.gpus // gang if gang > 1 else req.gpus)
     if gang == 1 and req.fraction is None and req.gpus > group.max_devices:
         return None  # jobs spread over several nodes by size are not preempted for (see known gaps)
+    per_node: dict[str, list[tuple[tuple, Running, str]]] = {}
+    for i, cand in enumerate(candidates):
+        if i >= limit:
+            break
+        for name in cand[1].nodes:
+            per_node.setdefault(name, []).append(cand)
     options = []
-    for name in sorted(per_node):
+    for name, cands in per_node.items():
         node = cluster.nodes[name]
         if node.pool != group.pool or not node.schedulable:
             continue
         if req.constrained and not (node_matches(node, req, gang) and host_has_room(node, req, gang)):
             continue
-        got = _free_node(node, group.model, req, need, per_node[name], dict(lender_room))
+        if req.fraction is None:
+            devs = node.by_model.get(group.model, ())
+            idle = sum(1 for d in devs if d.healthy and d.free > 1.0 - EPS)
+            freeable = sum(s for c in cands for i, s in c[1].shares.items() if i in {d.id for d in devs})
+            if idle + freeable < need - EPS:
+                continue
+        got = _free_node(node, group.model, req, need, cands, dict(lender_room))
         if got is not None:
             options.append((len(got[0]), [c[0] for c in got[0]], node.order, got))
+            if gang == 1 and len(got[0]) == 1:
+                break
+            if len(options) >= 4 * gang:
+                break
     if len(options) < gang:
         return None
     options.sort(key=lambda o: (o[0], o[1], o[2]))
@@ -124,13 +139,12 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: list
         for _key, rec, rule in cands:
             if rec.job.id not in victims:
                 if rule == RECLAIM and rec.job.team in room:
+                    if room[rec.job.team] <= EPS:
+                        return None  # two gang members would reclaim the same lender's last GPUs
                     room[rec.job.team] -= sum(rec.shares.values())
                 victims[rec.job.id] = (rec, rule)
         devices.extend(devs)
         free.extend(idle)
-    # A victim spanning several nodes frees devices elsewhere too; that never hurts the plan.
-    if any(v < -EPS for v in room.values()) and gang > 1:
-        return None
     ordered = tuple(victims[k] for k in sorted(victims))
     return Plan(ordered, tuple(devices), tuple(free))
 

@@ -43,6 +43,9 @@ class QuotaBook:
         self.non_preemptible: dict[tuple[str, str], float] = defaultdict(float)
         self.borrow_cap: dict[tuple[str, str], float] = {}  # set by plan_borrowing
         self.borrowable: dict[str, float] = {}
+        self.unmet_term: dict[tuple[str, str], float] = {}
+        self.unmet_total: dict[str, float] = defaultdict(float)
+        self.leaving: dict[tuple[str, str], float] = defaultdict(float)
         for job in snapshot.jobs:
             for p in job.placements:
                 model = model_of_device.get(p.gpu_id)
@@ -69,6 +72,23 @@ class QuotaBook:
         for t in self.lineage(team):
             used[(t, model, None)] += amount
             used[(t, model, pool)] += amount
+        if (team, model) in self.unmet_term:
+            self._update_unmet(team, model)
+
+    def _update_unmet(self, team: str, model: str) -> None:
+        """Keep ``unmet_total`` (what borrowers still lack to reach their whole weighted share) current."""
+        new = max(0.0, math.floor(self.borrow_cap[(team, model)] + EPS) - self.borrowed(team, model))
+        self.unmet_total[model] += new - self.unmet_term[(team, model)]
+        self.unmet_term[(team, model)] = new
+
+    def release(self, team: str, model: str, amount: float) -> None:
+        """Note that ``amount`` of the team's GPUs are being preempted (they still count as held)."""
+        self.leaving[(team, model)] += amount
+
+    def lendable(self, team: str, model: str) -> float:
+        """What reclaim may still take from ``team``: its borrowing not already being preempted."""
+        g = self.guaranteed.get((team, model), 0.0)
+        return max(0.0, self.team_used(team, model) - self.leaving.get((team, model), 0.0) - g)
 
     def team_used(self, team: str, model: str) -> float:
         """GPUs of ``model`` the team (with its subtree) holds in all pools."""
@@ -104,6 +124,8 @@ class QuotaBook:
             self.borrowable[model] = pool
             for t in sorted(teams):
                 self.borrow_cap[(t, model)] = pool * weights[t] / total
+                self.unmet_term[(t, model)] = 0.0
+                self._update_unmet(t, model)
 
     def check_guarantee(self, team: str, model: str, amount: float, preemptible: bool, borrowing: bool,
                         free_of_model: float, nl_teams: list[str], credit: float = 0.0) -> Reason | None:
@@ -143,10 +165,7 @@ class QuotaBook:
         if cap is not None and after > cap + EPS and free_of_model >= amount - EPS:
             # Beyond its weighted share a team may still borrow what the other borrowers cannot claim:
             # it must leave idle what they lack to reach their own (whole-GPU) shares.
-            unmet = 0.0
-            for (other, m), other_cap in self.borrow_cap.items():
-                if m == model and other != team:
-                    unmet += max(0.0, math.floor(other_cap + EPS) - self.borrowed(other, model))
+            unmet = self.unmet_total[model] - self.unmet_term.get((team, model), 0.0)
             if free_of_model - amount < unmet - EPS:
                 return R.reason(
                     R.OVER_LIMIT,

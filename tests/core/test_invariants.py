@@ -142,10 +142,18 @@ def assert_guarantee_reachable(snapshot: Snapshot, decisions) -> None:
         for p in job.placements:
             node, gpu = devices[p.gpu_id]
             used[(job.team, gpu.model)] = used.get((job.team, gpu.model), 0.0) + p.share
+    leaving: dict = {}
+    victims = {p.job_id for p in decisions.preemptions}
     for job in snapshot.jobs:
-        if job.placements and job.preemptible and not job.terminating:
+        if job.id in victims:
+            model = devices[job.placements[0].gpu_id][1].model
+            leaving[(job.team, model)] = leaving.get((job.team, model), 0.0) + sum(p.share for p in job.placements)
+    for job in snapshot.jobs:
+        if job.placements and job.preemptible and not job.terminating and job.id not in victims:
             node, gpu = devices[job.placements[0].gpu_id]
-            if node.schedulable and used.get((job.team, gpu.model), 0) > guaranteed.get((job.team, gpu.model), 0):
+            key = (job.team, gpu.model)
+            whole = all(p.share == 1.0 for p in job.placements)
+            if node.schedulable and whole and used.get(key, 0) - leaving.get(key, 0) - guaranteed.get(key, 0) >= 1:
                 borrowers_jobs.setdefault(gpu.model, set()).add((job.team, node.pool))
     seen_teams = set()
     for info in decisions.pending:
