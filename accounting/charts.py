@@ -14,7 +14,8 @@ from accounting.rating import RatedLine, round_money
 GROUP_BYS = ("team", "department", "user", "kind", "gpu_model", "pool")
 LABELS = {"team": "Team", "department": "Department", "user": "User", "kind": "Kind", "gpu_model": "GPU model",
           "pool": "Pool"}
-_LAYOUT = {"margin": {"l": 50, "r": 10, "t": 40, "b": 40}, "height": 320, "legend": {"orientation": "h"},
+_IN_TITLE = {**{k: v.lower() for k, v in LABELS.items()}, "gpu_model": "GPU model"}
+_LAYOUT = {"margin": {"l": 50, "r": 10, "t": 60, "b": 40}, "title_x": 0, "height": 320, "legend": {"orientation": "h"},
            "font": {"family": "system-ui, sans-serif", "size": 12}}
 
 
@@ -51,13 +52,13 @@ def _over_time(lines: list[RatedLine], group_by: str, value: Callable[[RatedLine
 
 def usage_over_time(lines: list[RatedLine], group_by: str = "team") -> go.Figure:
     """Stacked GPU-hours per period, one series per group."""
-    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, f"GPU-hours by {LABELS[group_by].lower()}",
+    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, f"GPU-hours by {_IN_TITLE[group_by]}",
                       "GPU-hours")
 
 
 def cost_over_time(lines: list[RatedLine], group_by: str = "team", currency: str = "USD") -> go.Figure:
     """Stacked cost per period, one series per group."""
-    return _over_time(lines, group_by, lambda r: r.cost, f"Cost by {LABELS[group_by].lower()}", currency)
+    return _over_time(lines, group_by, lambda r: r.cost, f"Cost by {_IN_TITLE[group_by]}", currency)
 
 
 def cost_by(lines: list[RatedLine], group_by: str, currency: str = "USD") -> go.Figure:
@@ -65,7 +66,7 @@ def cost_by(lines: list[RatedLine], group_by: str, currency: str = "USD") -> go.
     rows = totals_by(lines, key_of(group_by))
     fig = go.Figure(go.Bar(x=[r[0] for r in rows], y=[float(r[2]) for r in rows],
                            text=[f"{round_money(r[2])}" for r in rows], textposition="auto"))
-    fig.update_layout(title=f"Cost by {LABELS[group_by].lower()}", yaxis_title=currency, **_LAYOUT)
+    fig.update_layout(title=f"Cost by {_IN_TITLE[group_by]}", yaxis_title=currency, **_LAYOUT)
     return fig
 
 
@@ -86,5 +87,5 @@ def top_jobs_chart(rows: list[tuple[int, str, str, Decimal, Decimal]], currency:
     """Horizontal bars of the most expensive jobs (the most expensive on top)."""
     rows = list(reversed(rows))
     fig = go.Figure(go.Bar(orientation="h", x=[float(r[4]) for r in rows], y=[f"#{r[0]} {r[1]}" for r in rows]))
-    fig.update_layout(title="Top jobs by cost", xaxis_title=currency, **_LAYOUT)
+    fig.update_layout(title="Top jobs by cost", xaxis_title=currency, yaxis_automargin=True, **_LAYOUT)
     return fig
