@@ -90,7 +90,7 @@ def eligible(rec: Running, classes: dict[str, PriorityClassInfo], now: float, ta
 
 
 def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iterable[tuple[tuple, Running, str]],
-                  lender_room: dict[str, float], limit: int = 256) -> Plan | None:
+                  lender_room: dict[str, float], limit: int = 64) -> Plan | None:
     """Smallest victim set that frees room for ``req`` in ``group``, or None.
 
     ``candidates`` come in preference order (key, record, rule); at most ``limit`` are looked at, and
