@@ -1,12 +1,13 @@
 """The home dashboard."""
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Prefetch, Q, Sum
 from django.shortcuts import render
 
 from portal.access import jobs_for, teams_for
 from scheduler.models import Allocation, Gpu, Node, Quota
 from scheduler.models.jobs import HOLDING_STATES, JobState
+from scheduler.selectors import DEFAULT_COLUMNS
 
 
 @login_required
@@ -30,7 +31,9 @@ def home(request):
         {"quota": q, "in_use": in_use.get((q.team_id, q.gpu_model_id), 0.0)} for q in quotas
     ]
     capacity = Gpu.objects.filter(present=True, node__state=Node.READY).values("model__name").annotate(n=Count("id"))
-    recent = list(jobs.order_by("-id")[:10])
+    recent = list(jobs.prefetch_related(Prefetch(
+        "allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
+        to_attr="open_allocations"))[:10])
     return render(request, "home.html", {
-        "counts": counts, "quota_rows": quota_rows, "capacity": list(capacity), "recent": recent, "teams": teams,
+        "counts": counts, "quota_rows": quota_rows, "columns": DEFAULT_COLUMNS, "capacity": list(capacity), "recent": recent, "teams": teams,
     })

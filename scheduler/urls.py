@@ -4,10 +4,12 @@ from scheduler import views
 
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
+    path("jobs.csv", views.job_list_csv, name="job-list-csv"),
     path("jobs/new/", views.job_submit_view, name="job-submit"),
     path("jobs/quote/", views.job_quote_partial, name="job-quote"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/log/", views.job_log_partial, name="job-log"),
+    path("jobs/<int:job_id>/gpu-chart/", views.job_gpu_chart, name="job-gpu-chart"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("cluster/", views.cluster, name="cluster"),
     path("metrics", views.metrics, name="metrics"),

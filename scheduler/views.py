@@ -1,5 +1,7 @@
 """Pages for jobs and the cluster. Thin: parse, call one service or selector, render."""
 
+import json
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -11,33 +13,62 @@ from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_POST
 
 from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for
+from portal.csvutil import csv_response
+from portal.access import teams_for
 from scheduler.forms import JobSubmitForm
+from scheduler.kinds import KINDS
+from scheduler.models.jobs import JobState
+from scheduler.selectors import COLUMNS, SORTS, JobFilter, job_table
 from scheduler.metrics import render_metrics
 from scheduler.models import Allocation, Gpu, Node
 from scheduler.models.jobs import ACTIVE_STATES
 from scheduler.services import jobs as job_services
 
 
+PAGE_ROWS = 200
+
+
 @login_required
 def job_list(request):
-    """My teams' jobs (admins: all), newest first; ?state=active|finished filters."""
-    qs = jobs_for(request.user).prefetch_related(
-        Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"))
-    )
-    which = request.GET.get("state", "")
-    if which == "active":
-        qs = qs.filter(state__in=ACTIVE_STATES)
-    elif which == "finished":
-        qs = qs.exclude(state__in=ACTIVE_STATES)
-    jobs = list(qs.order_by("-id")[:200])
+    """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh."""
+    f = JobFilter.from_params(request.GET)
+    rows = list(job_table(request.user, f)[:PAGE_ROWS])
+    context = {
+        "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
+        "states": JobState.values, "teams": list(teams_for(request.user).values_list("name", flat=True)),
+        "sorts": SORTS, "limited": len(rows) == PAGE_ROWS,
+    }
     template = "jobs/_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
-    return render(request, template, {"jobs": jobs, "which": which})
+    return render(request, template, context)
+
+
+@login_required
+def job_list_csv(request):
+    """The same table as CSV (every matching row, streamed); cells that a spreadsheet would run as a
+    formula are neutralized."""
+    f = JobFilter.from_params(request.GET)
+    header = ["id", "name", "team", "user", "kind", "gpus", "gpu_fraction", "gpu_model", "state",
+              "pending_reason", "queue_position", "created_at", "started_at", "finished_at", "exit_code"]
+
+    def rows():
+        yield header
+        for job in job_table(request.user, f).iterator(chunk_size=500):
+            yield [job.pk, job.name, job.team.name, job.submitted_by.username, job.kind, job.gpus, job.gpu_fraction,
+                   job.gpu_model.name if job.gpu_model else "", job.state,
+                   f"{job.pending_reason_code} {job.pending_reason_message}".strip(), job.queue_position,
+                   job.created_at.isoformat(), job.started_at.isoformat() if job.started_at else "",
+                   job.finished_at.isoformat() if job.finished_at else "", job.exit_code]
+
+    return csv_response(rows(), "rota-jobs.csv")
 
 
 @login_required
 def job_submit_view(request):
     teams = list(submit_teams_for(request.user))
-    form = JobSubmitForm(request.POST or None, teams=teams)
+    initial = {}
+    if request.method == "GET" and request.GET.get("copy"):
+        initial = JobSubmitForm.initial_from(job_for(request.user, request.GET["copy"]))
+    form = JobSubmitForm(request.POST or None, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             job = job_services.job_submit(user=request.user, **form.submit_kwargs())
@@ -76,6 +107,7 @@ def _job_context(request, job_id):
         "job": job, "allocations": allocations, "log": log,
         "transitions": list(job.transitions.select_related("actor")),
         "preemptions": list(job.preemptions.select_related("by_job")),
+        "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),
     }
 
@@ -89,6 +121,23 @@ def job_detail(request, job_id: int):
 def job_log_partial(request, job_id: int):
     """The state badge, reason and log tail, refreshed by htmx while the job is active."""
     return render(request, "jobs/_live.html", _job_context(request, job_id))
+
+
+@login_required
+def job_gpu_chart(request, job_id: int):
+    """The job's per-GPU utilization and memory over time (raw samples, then hourly rollups)."""
+    from scheduler.charts import gpu_usage_figure
+
+    job = job_for(request.user, job_id)
+    samples = list(job.gpu_samples.select_related("gpu", "node").order_by("at").values_list(
+        "node__name", "gpu__index", "at", "util_pct", "mem_used_mb")[:5000])
+    rollups = list(job.gpu_rollups.select_related("gpu", "gpu__node").order_by("hour").values_list(
+        "gpu__node__name", "gpu__index", "hour", "util_avg", "mem_used_max_mb"))
+    rows = [(f"{n}/gpu{i}", at, u, m) for n, i, at, u, m in rollups + samples]
+    if not rows:
+        return HttpResponse('<p class="muted">No GPU samples yet.</p>')
+    figure = gpu_usage_figure(rows)
+    return render(request, "jobs/_gpu_chart.html", {"figure": json.loads(figure.to_json()), "job": job})
 
 
 @login_required

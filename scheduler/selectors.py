@@ -1,0 +1,87 @@
+"""Reads for scheduler pages and APIs, tenancy applied first (portal.access), in a fixed number of queries."""
+
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from portal.access import jobs_for
+from scheduler.models import Allocation, Job
+from scheduler.models.jobs import ACTIVE_STATES, JobState
+
+SORTS = {
+    "id": "id", "-id": "-id", "name": "name", "-name": "-name", "state": "state", "-state": "-state",
+    "team": "team__name", "-team": "-team__name", "gpus": "gpus", "-gpus": "-gpus",
+    "position": "queue_position", "-position": "-queue_position",
+}
+COLUMNS = {
+    "id": "#", "name": "Name", "team": "Team", "user": "User", "kind": "Kind", "gpus": "GPUs", "state": "State",
+    "reason": "Why / where", "submitted": "Submitted", "started": "Started", "finished": "Finished",
+}
+DEFAULT_COLUMNS = ("id", "name", "team", "kind", "gpus", "state", "reason", "submitted")
+
+
+@dataclass
+class JobFilter:
+    """The jobs table's query: scope (mine/team/all), state group or exact state, kind, team, free text,
+    sort and the columns to show. Unknown values fall back to the defaults."""
+
+    scope: str = "team"
+    state: str = ""
+    kind: str = ""
+    team: str = ""
+    q: str = ""
+    sort: str = "-id"
+    columns: tuple[str, ...] = DEFAULT_COLUMNS
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_params(cls, params) -> "JobFilter":
+        f = cls(
+            scope=params.get("scope", "team"), state=params.get("state", ""), kind=params.get("kind", ""),
+            team=params.get("team", ""), q=params.get("q", "").strip()[:100], sort=params.get("sort", "-id"),
+        )
+        cols = tuple(c for c in params.getlist("cols") if c in COLUMNS) if hasattr(params, "getlist") else ()
+        f.columns = cols or DEFAULT_COLUMNS
+        if f.sort not in SORTS:
+            f.errors.append(f"sort must be one of {', '.join(SORTS)}")
+            f.sort = "-id"
+        if f.state not in ("", "active", "finished", *JobState.values):
+            f.errors.append(f"state must be active, finished or one of {', '.join(JobState.values)}")
+            f.state = ""
+        return f
+
+    def as_query(self) -> str:
+        from urllib.parse import urlencode
+
+        pairs = [(k, v) for k, v in [("scope", self.scope), ("state", self.state), ("kind", self.kind),
+                                     ("team", self.team), ("q", self.q), ("sort", self.sort)] if v]
+        pairs += [("cols", c) for c in self.columns]
+        return urlencode(pairs)
+
+
+def job_table(user, f: JobFilter) -> QuerySet[Job]:
+    """Jobs ``user`` may see, filtered and sorted per ``f``, with open allocations prefetched."""
+    qs = jobs_for(user).prefetch_related(
+        Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
+                 to_attr="open_allocations")
+    )
+    if f.scope == "mine":
+        qs = qs.filter(submitted_by=user)
+    elif f.scope == "team" and not user.is_staff:
+        pass  # jobs_for already limits members to their teams
+    if f.state == "active":
+        qs = qs.filter(state__in=ACTIVE_STATES)
+    elif f.state == "finished":
+        qs = qs.exclude(state__in=ACTIVE_STATES)
+    elif f.state:
+        qs = qs.filter(state=f.state)
+    if f.kind:
+        qs = qs.filter(kind=f.kind)
+    if f.team:
+        qs = qs.filter(team__name=f.team)
+    if f.q:
+        text = Q(name__icontains=f.q) | Q(command__icontains=f.q) | Q(submitted_by__username__iexact=f.q)
+        if f.q.lstrip("#").isdigit():
+            text |= Q(pk=int(f.q.lstrip("#")))
+        qs = qs.filter(text)
+    return qs.order_by(SORTS[f.sort], "-id")

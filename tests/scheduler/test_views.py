@@ -1,0 +1,134 @@
+"""Job pages: submit form with inline errors, copy and edit, the jobs table (filter, search, sort, CSV),
+job detail and its live parts, tenancy on every page (the outsider gets 404)."""
+
+import csv
+import io
+
+import pytest
+
+from scheduler.cycle import run_cycle
+from scheduler.models import GpuSample, Job
+from scheduler.services.common import db_now
+from scheduler.services.jobs import job_submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def browser(client):
+    def login(user):
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def submit(user, **kw):
+    return job_submit(user=user, **{"name": "train-resnet", "command": "python train.py", "gpu_model": "h100-80gb",
+                                    **kw})
+
+
+def test_the_submit_form_creates_a_job_and_redirects_to_it(alice, browser):
+    response = browser(alice).post("/jobs/new/", {"team": "vision", "name": "web", "kind": "training",
+                                                  "command": "echo hi", "gpus": 1, "gpu_model": "h100-80gb"})
+    job = Job.objects.get()
+    assert response.status_code == 302 and response.url == f"/jobs/{job.pk}/"
+    assert job.submitted_by == alice and job.team.name == "vision"
+
+
+def test_the_submit_form_shows_errors_inline_and_saves_nothing(alice, browser):
+    response = browser(alice).post("/jobs/new/", {"team": "vision", "name": "", "kind": "training",
+                                                  "command": "", "gpus": 0})
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.count('role="alert"') >= 3
+    assert not Job.objects.exists()
+
+
+def test_copy_and_edit_prefills_the_form_from_a_visible_job_only(alice, charlie, browser):
+    job = submit(alice, gpus=2)
+    page = browser(alice).get(f"/jobs/new/?copy={job.pk}").content.decode()
+    assert 'value="train-resnet"' in page and "python train.py" in page and 'value="2"' in page
+    assert browser(charlie).get(f"/jobs/new/?copy={job.pk}").status_code == 404
+
+
+def test_the_jobs_table_filters_searches_and_sorts(alice, bob, browser):
+    a = submit(alice, name="alpha")
+    b = submit(bob, name="beta")
+    submit(alice, name="gamma-cancelled")
+    Job.objects.filter(name="gamma-cancelled").update(state="cancelled")
+    client = browser(alice)
+    assert [j.pk for j in client.get("/jobs/?state=active&sort=name").context["jobs"]] == [a.pk, b.pk]
+    assert [j.pk for j in client.get("/jobs/?scope=mine&state=active").context["jobs"]] == [a.pk]
+    assert [j.pk for j in client.get("/jobs/?q=bet").context["jobs"]] == [b.pk]
+    assert [j.pk for j in client.get(f"/jobs/?q=%23{a.pk}").context["jobs"]] == [a.pk]
+    bad = client.get("/jobs/?sort=drop_table")
+    assert bad.status_code == 200 and "sort must be one of" in bad.content.decode()
+
+
+def test_the_jobs_table_shows_only_chosen_columns(alice, browser):
+    submit(alice)
+    body = browser(alice).get("/jobs/?cols=id&cols=state").content.decode()
+    assert "<th>#</th><th>State</th></tr>" in body.replace("\n", "")
+
+
+def test_the_jobs_table_needs_a_fixed_number_of_queries(alice, browser, django_assert_max_num_queries):
+    for i in range(15):
+        submit(alice, name=f"j{i}")
+    run_cycle()
+    client = browser(alice)
+    with django_assert_max_num_queries(12):
+        assert client.get("/jobs/").status_code == 200
+
+
+def test_the_csv_download_has_every_matching_row_and_neutralizes_formulas(alice, charlie, browser):
+    submit(alice, name="=HYPERLINK(\"http://evil\")")
+    submit(charlie, name="nlp-secret", gpu_model="h100-80gb")
+    response = browser(alice).get("/jobs.csv")
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0][:3] == ["id", "name", "team"]
+    assert [r[1] for r in rows[1:]] == ["'=HYPERLINK(\"http://evil\")"]
+
+
+def test_an_outsider_gets_404_on_every_job_page(alice, charlie, browser):
+    job = submit(alice)
+    client = browser(charlie)
+    for url in [f"/jobs/{job.pk}/", f"/jobs/{job.pk}/log/", f"/jobs/{job.pk}/gpu-chart/"]:
+        assert client.get(url).status_code == 404, url
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    assert "train-resnet" not in client.get("/jobs/").content.decode()
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+def test_a_team_mate_may_not_cancel_from_the_page(alice, bob, browser):
+    job = submit(alice)
+    assert browser(bob).post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+def test_the_detail_page_escapes_names_and_commands(alice, browser):
+    job = submit(alice, name="<script>alert(1)</script>", command="echo '<img src=x onerror=alert(1)>'")
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "<img src=x" not in body
+
+
+def test_the_gpu_chart_plots_the_jobs_samples(alice, cluster, browser):
+    job = submit(alice)
+    run_cycle()
+    alloc = job.allocations.get()
+    GpuSample.objects.create(gpu=alloc.gpu, node=alloc.node, job=job, at=db_now(), util_pct=77.0, mem_used_mb=2048)
+    body = browser(alice).get(f"/jobs/{job.pk}/gpu-chart/").content.decode()
+    assert "node-h100/gpu0" in body and "77.0" in body
+    empty = submit(alice, name="other")
+    assert "No GPU samples yet" in browser(alice).get(f"/jobs/{empty.pk}/gpu-chart/").content.decode()
+
+
+def test_the_cluster_page_hides_other_teams_job_ids(alice, charlie, browser):
+    job = submit(charlie, gpu_model="h100-80gb")
+    run_cycle()
+    body = browser(alice).get("/cluster/").content.decode()
+    assert f"#{job.pk}<" not in body and "in use" in body
+    assert f"#{job.pk}<" in browser(charlie).get("/cluster/").content.decode()
