@@ -35,5 +35,6 @@ def home(request):
         "allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
         to_attr="open_allocations"))[:10])
     return render(request, "home.html", {
-        "counts": counts, "quota_rows": quota_rows, "columns": DEFAULT_COLUMNS, "capacity": list(capacity), "recent": recent, "teams": teams,
+        "counts": counts, "quota_rows": quota_rows, "columns": DEFAULT_COLUMNS, "capacity": list(capacity),
+        "recent": recent, "teams": teams,
     })

@@ -2,7 +2,7 @@
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Min
@@ -28,7 +28,7 @@ class DispatchResult:
 def _from_ts(value: float | None) -> datetime | None:
     if value is None:
         return None
-    return datetime.fromtimestamp(value, tz=dt_timezone.utc)
+    return datetime.fromtimestamp(value, tz=UTC)
 
 
 def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime) -> DispatchResult:

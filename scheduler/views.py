@@ -12,18 +12,15 @@ from django.shortcuts import redirect, render
 from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_POST
 
-from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for
+from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for, teams_for
 from portal.csvutil import csv_response
-from portal.access import teams_for
 from scheduler.forms import JobSubmitForm
 from scheduler.kinds import KINDS
-from scheduler.models.jobs import JobState
-from scheduler.selectors import COLUMNS, SORTS, JobFilter, job_table
 from scheduler.metrics import render_metrics
 from scheduler.models import Allocation, Gpu, Node
-from scheduler.models.jobs import ACTIVE_STATES
+from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.selectors import COLUMNS, SORTS, JobFilter, job_table
 from scheduler.services import jobs as job_services
-
 
 PAGE_ROWS = 200
 

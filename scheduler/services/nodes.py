@@ -124,7 +124,9 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         now = db_now()
         if node.state == Node.DOWN:
             raise NodeProtocolError("register", status=409)
-        updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(heartbeat_seq=seq, last_heartbeat_at=now)
+        updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(
+            heartbeat_seq=seq, last_heartbeat_at=now
+        )
         if not updated:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
         try:
@@ -232,7 +234,8 @@ def _settle(job: Job, event: dict, now) -> None:
                        cause=f"reclaimed: GPUs idle for {job.idle_timeout_minutes} min", at=now,
                        details={"exit_code": code}, extra=common)
     elif reason == StopReason.CANCEL:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED, cause="cancelled: processes stopped",
+        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+                       cause="cancelled: processes stopped",
                        at=now, details={"exit_code": code}, extra=common)
     elif reason == StopReason.TIMEOUT or "time limit" in message:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,

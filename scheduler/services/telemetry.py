@@ -117,7 +117,8 @@ def telemetry_rollup(*, now: datetime) -> tuple[int, int]:
             rollup, created = GpuSampleRollup.objects.select_for_update().get_or_create(
                 gpu_id=g["gpu_id"], job_id=g["job_id"], hour=g["hour"],
                 defaults=dict(samples=g["n"], util_avg=g["util_avg"], util_max=g["util_max"],
-                              mem_used_max_mb=g["mem_max"], temperature_max_c=g["temp_max"], power_avg_w=g["power_avg"]),
+                              mem_used_max_mb=g["mem_max"], temperature_max_c=g["temp_max"],
+                              power_avg_w=g["power_avg"]),
             )
             if not created:
                 total = rollup.samples + g["n"]

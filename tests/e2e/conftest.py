@@ -44,7 +44,8 @@ def worker_env(transactional_db):
     """The environment a subprocess needs to use the same test database and Redis as this test."""
     db = connection.settings_dict
     env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+    user, host, port = db["USER"] or "postgres", db["HOST"] or "localhost", db["PORT"] or 5432
+    env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{db['NAME']}"
     env["REDIS_URL"] = settings.CELERY_BROKER_URL
     env["PYTHONUNBUFFERED"] = "1"
     return env
