@@ -92,15 +92,16 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
             end = min(alloc.ended_at, until) if alloc.ended_at else until
             last_bucket[alloc.pk] = bucket_floor(end - timedelta(microseconds=1)) if end > alloc.started_at else None
         deleted = _delete_stale(last_bucket)
+        if full or (state.rolled_until is not None and until < state.rolled_until):
+            # A rollup into the past (or a repair): drop what had not started by ``until``.
+            deleted += UsageRecord.objects.filter(
+                Q(period_start__gte=bucket_floor(until) + HOUR) | Q(allocation__started_at__gte=until)
+            ).delete()[0]
         if records:
             UsageRecord.objects.bulk_create(
                 records, batch_size=2000, update_conflicts=True, unique_fields=["allocation", "period_start"],
                 update_fields=["held_us", "gpu_seconds", "open", "share_milli", "team", "user", "kind"],
             )
-        # Rows of allocations not started before ``until`` (a rollup into the past) are dropped.
-        deleted += UsageRecord.objects.filter(
-            Q(period_start__gte=bucket_floor(until) + HOUR) | Q(allocation__started_at__gte=until)
-        ).delete()[0]
         state.rolled_until = until
         state.save(update_fields=["rolled_until", "updated_at"])
     report = RollupReport(ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted)
