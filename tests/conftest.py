@@ -18,6 +18,9 @@ from tests.factories import (
 )
 
 
+pytest_plugins = ["tests.processes"]
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduler.models import Allocation, Job, Node
-from tests.e2e.conftest import wait_for
+from tests.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -1,0 +1,98 @@
+"""Browser tests: Playwright drives Debian's Chromium against a live server with a real Celery worker
+and a real node agent. Screenshots of the key pages land in test-artifacts/ for a person to look at."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scheduler.models import Job
+from scheduler.services.jobs import job_submit
+from tests.processes import wait_for
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def browser_instance():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"Chromium is required for the browser tests: install Debian's chromium ({CHROMIUM})")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser_instance, live_server):
+    context = browser_instance.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+
+
+def sign_in(page, username):
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw-Example-123")
+    page.click("button[type=submit]")
+    page.wait_for_url("**/")
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_a_member_submits_a_job_from_the_form_and_watches_it_run(
+    page, alice, cluster, celery_worker, start_agent, settings
+):
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
+    start_agent(cluster["nodes"][0])
+    sign_in(page, "alice")
+    page.goto("/jobs/new/")
+    page.fill("#id_name", "from-the-browser")
+    page.fill("#id_command", "echo hello from $CUDA_VISIBLE_DEVICES; sleep 1")
+    page.select_option("#id_gpu_model", "h100-80gb")
+    page.wait_for_selector("#quote >> text=Starts now")
+    shot(page, "submit")
+    page.click("button.primary")
+    page.wait_for_url("**/jobs/*/")
+    page.wait_for_selector(".statusline .state-succeeded", timeout=45_000)
+    assert "hello from 0" in page.inner_text("#log")
+    shot(page, "job-detail")
+
+
+def test_a_member_sees_why_a_job_waits(page, alice, cluster):
+    job_submit(user=alice, name="fills-quota", command="sleep 100", gpu_model="h100-80gb", gpus=4)
+    from scheduler.cycle import run_cycle
+
+    run_cycle()
+    waiting = job_submit(user=alice, name="waits", command="true", gpu_model="h100-80gb", gpus=2)
+    run_cycle()
+    sign_in(page, "alice")
+    page.goto("/jobs/")
+    row = page.locator("tr", has_text="waits")
+    assert "QuotaExceeded" in row.inner_text()
+    page.goto(f"/jobs/{waiting.pk}/")
+    reason = page.inner_text(".reason")
+    assert "QuotaExceeded" in reason and "vision" in reason
+    shot(page, "jobs-table")
+
+
+def test_a_member_cannot_open_another_teams_job(page, alice, charlie, cluster):
+    job = job_submit(user=alice, name="vision-only", command="true", gpu_model="h100-80gb")
+    sign_in(page, "charlie")
+    response = page.goto(f"/jobs/{job.pk}/")
+    assert response.status == 404
+    page.goto("/jobs/")
+    assert "vision-only" not in page.content()
+    assert Job.objects.get(pk=job.pk).state == "pending"
