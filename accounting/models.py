@@ -110,3 +110,29 @@ class Budget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.amount} {self.unit}/{self.period}"
+
+
+class Statement(models.Model):
+    """A team's chargeback statement for one closed month (XLSX workbook or PDF), stored for download."""
+
+    FORMATS = [("xlsx", "xlsx"), ("pdf", "pdf")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="statements")
+    month = models.DateField()  # the first day of the month
+    format = models.CharField(max_length=4, choices=FORMATS)
+    content = models.BinaryField()
+    size = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-month", "team__name", "format"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month", "format"], name="statement_unique_team_month_format")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m}.{self.format}"
+
+    @property
+    def filename(self) -> str:
+        return f"rota-statement-{self.month:%Y-%m}-{self.team.name}.{self.format}"

@@ -61,9 +61,25 @@ def usage_lines(
 ) -> list[UsageLine]:
     """Ledger GPU-seconds in ``[start, end)`` the user may see, summed per ``agg`` period (hour, day, week,
     month), job, GPU model and rate card version. One query."""
-    qs = usage_for(user).filter(period_start__gte=start, period_start__lt=end)
+    qs = usage_for(user)
     if team is not None:
         qs = qs.filter(team=team)
+    return _lines(qs, start=start, end=end, agg=agg)
+
+
+def team_usage_lines(team: Team, *, start: datetime, end: datetime, agg: str = "month") -> list[UsageLine]:
+    """One team's usage lines, for system work (stored statements) that acts for no user."""
+    return _lines(UsageRecord.objects.filter(team=team), start=start, end=end, agg=agg)
+
+
+def teams_with_usage(*, start: datetime, end: datetime) -> list[Team]:
+    """Teams with ledger rows in ``[start, end)``."""
+    ids = UsageRecord.objects.filter(period_start__gte=start, period_start__lt=end).values("team_id")
+    return list(Team.objects.filter(pk__in=ids).select_related("parent"))
+
+
+def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
+    qs = qs.filter(period_start__gte=start, period_start__lt=end)
     trunc = TRUNCS[agg]
     qs = qs.annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version())
     rows = qs.values(
@@ -80,6 +96,33 @@ def usage_lines(
         )
         for r in rows
     ]
+
+
+def statements_for(user, *, limit: int = 24) -> list:
+    """Stored monthly statements of the teams ``user`` may see (without their content), newest first."""
+    from accounting.models import Statement
+
+    return list(
+        Statement.objects.filter(team__in=teams_for(user)).select_related("team").defer("content")
+        .order_by("-month", "team__name", "format")[:limit]
+    )
+
+
+def statement_for(user, statement_id: int):
+    """A stored statement if ``user`` may see its team, else Http404 (same as a missing one)."""
+    from accounting.models import Statement
+
+    statement = Statement.objects.filter(pk=statement_id, team__in=teams_for(user)).select_related("team").first()
+    if statement is None:
+        raise Http404("No such statement")
+    return statement
+
+
+def rollup_time():
+    """When the ledger was last rolled up (None before the first rollup)."""
+    from accounting.models import RollupState
+
+    return RollupState.objects.filter(key="usage").values_list("rolled_until", flat=True).first()
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ the same ledger. Open allocations are counted up to the rollup time and correcte
 import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
 from django.db.models import Q, Sum
 
-from accounting.models import RateCard, RateCardEntry, RollupState, UsageRecord
+from accounting.models import RateCard, RateCardEntry, RollupState, Statement, UsageRecord
 from accounting.slicing import HOUR, bucket_floor, gpu_seconds, slice_interval, to_us
 from portal import locks
 from scheduler.models import Allocation, GpuModel
@@ -201,3 +201,54 @@ def rate_card_seed(*, effective_from: datetime, currency: str = "USD") -> tuple[
          for m in GpuModel.objects.exclude(pk__in=priced)]
     )
     return card, created
+
+
+def statements_store(*, month_start: date, replace: bool = False) -> int:
+    """Store an XLSX workbook and a PDF statement for every team with usage in the month starting at
+    ``month_start``. Idempotent: existing statements are kept unless ``replace``. Returns how many were stored."""
+    from accounting import exports
+    from accounting.periods import parse_month
+    from accounting.rating import rate_lines
+    from accounting.selectors import rate_cards, team_usage_lines, teams_with_usage
+
+    month = parse_month(month_start.strftime("%Y-%m"))
+    period = month_start.strftime("%Y-%m")
+    cards = rate_cards()
+    stored = 0
+    for team in teams_with_usage(start=month.start, end=month.end):
+        existing = set(Statement.objects.filter(team=team, month=month_start).values_list("format", flat=True))
+        if existing >= {"xlsx", "pdf"} and not replace:
+            continue
+        lines = rate_lines(team_usage_lines(team, start=month.start, end=month.end), cards)
+        files = {"xlsx": exports.xlsx_bytes(lines, period, cards), "pdf": exports.pdf_bytes(lines, month.label,
+                                                                                         [team.name])}
+        for fmt, content in files.items():
+            if fmt in existing and not replace:
+                continue
+            Statement.objects.update_or_create(team=team, month=month_start, format=fmt,
+                                               defaults={"content": content, "size": len(content)})
+            stored += 1
+    return stored
+
+
+def statements_close_month(*, now: datetime) -> int:
+    """Once last month has closed and the ledger is rolled an hour past its end, store its statements,
+    once (the marker row is locked, so two workers never store the same month twice)."""
+    from accounting.periods import month_start as first_of
+
+    this_month = first_of(now.date())
+    previous = first_of(this_month - timedelta(days=1))
+    marker = datetime(previous.year, previous.month, 1, tzinfo=UTC)
+    closed_at = datetime(this_month.year, this_month.month, 1, tzinfo=UTC) + LATE_COMMIT_SLACK
+    rolled = RollupState.objects.filter(key="usage").values_list("rolled_until", flat=True).first()
+    if not rolled or rolled < closed_at:
+        return 0
+    RollupState.objects.get_or_create(key="statements")
+    with transaction.atomic():
+        state = RollupState.objects.select_for_update().get(key="statements")
+        if state.rolled_until and state.rolled_until >= marker:
+            return 0
+        stored = statements_store(month_start=previous)
+        state.rolled_until = marker
+        state.save(update_fields=["rolled_until", "updated_at"])
+    return stored

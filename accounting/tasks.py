@@ -2,10 +2,16 @@
 
 from celery import shared_task
 
+from accounting.services import statements_close_month
 from accounting.services import usage_rollup as _usage_rollup
+from scheduler.services.common import db_now
 
 
 @shared_task(name="accounting.usage_rollup", time_limit=120, soft_time_limit=100, ignore_result=True)
 def usage_rollup(**_ignored) -> dict:
-    """Bring the usage ledger up to database now (single-flight: returns at once if one is running)."""
-    return _usage_rollup().as_dict()
+    """Bring the usage ledger up to database now (single-flight: returns at once if one is running); once a
+    month has closed, store its statements per team."""
+    report = _usage_rollup().as_dict()
+    if report["ran"]:
+        report["statements"] = statements_close_month(now=db_now())
+    return report

@@ -5,11 +5,12 @@ from datetime import date
 
 import plotly.io as pio
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import render
 
 from accounting import charts, periods
 from accounting.reports import budget_statuses, rated_usage
-from accounting.selectors import waste_by_team
+from accounting.selectors import rollup_time, statement_for, statements_for, waste_by_team
 from scheduler.services.common import db_now
 
 
@@ -66,5 +67,19 @@ def dashboard(request):
         "top_jobs": top, "figures": figures, "budgets": budget_statuses(request.user, this_month),
         "waste": waste_by_team(request.user, start=rng.start, end=rng.end, now=now),
         "export_months": [today.strftime("%Y-%m"), last_month.start.strftime("%Y-%m")],
+        "statements": statements_for(request.user), "rolled_until": rollup_time(),
     }
     return render(request, "accounting/dashboard.html", context)
+
+
+CONTENT_TYPES = {"pdf": "application/pdf",
+                 "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
+
+
+@login_required
+def statement_download(request, statement_id: int):
+    """A stored monthly statement of one of your teams (404 for any other)."""
+    statement = statement_for(request.user, statement_id)
+    response = HttpResponse(bytes(statement.content), content_type=CONTENT_TYPES[statement.format])
+    response["Content-Disposition"] = f'attachment; filename="{statement.filename}"'
+    return response

@@ -18,7 +18,7 @@ NOVEMBER = {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}
 
 def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, django_assert_max_num_queries):
     client.force_login(alice)
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(12):
         response = client.get(URL, NOVEMBER)
     assert response.status_code == 200
     html = response.content.decode()
