@@ -96,3 +96,23 @@ def test_a_member_cannot_open_another_teams_job(page, alice, charlie, cluster):
     page.goto("/jobs/")
     assert "vision-only" not in page.content()
     assert Job.objects.get(pk=job.pk).state == "pending"
+
+
+def test_an_admin_edits_a_quota_and_the_change_shows_in_the_audit_log(page, cluster):
+    from tests.factories import UserFactory
+
+    UserFactory(username="root-admin", is_staff=True, is_superuser=True)
+    sign_in(page, "root-admin")
+    page.goto("/govern/quotas/")
+    page.fill('input[name="q:vision:h100-80gb:limit"]', "6")
+    page.fill("#reason", "vision needs more for the Q4 push")
+    page.click("button[value=preview]")
+    page.click("button[value=save]")
+    page.goto("/govern/audit/")
+    body = page.inner_text("main")
+    assert "vision" in body and "h100-80gb" in body and "Q4 push" in body
+    assert "root-admin" in body
+    shot(page, "audit-log")
+    from scheduler.models import Quota
+
+    assert Quota.objects.get(team__name="vision", gpu_model__name="h100-80gb").limit == 6
