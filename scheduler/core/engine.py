@@ -52,7 +52,7 @@ class Cycle:
             {i: d.model for i, d in cluster.devices.items()},
         )
         self.pools = sorted({n.pool for n in snapshot.nodes})
-        self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools}
+        self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
         self.models_in_cluster = tuple(sorted({m for (_p, m) in cluster.groups}))
         self.free_of_model: dict[str, float] = defaultdict(float)
         for dev in cluster.devices.values():

@@ -29,7 +29,7 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     out: list[str] = []
     jobs = {j.id: j for j in snapshot.jobs}
     devices = {g.id: (n, g) for n in snapshot.nodes for g in n.gpus}
-    team_pools = {t.name: t.pools for t in snapshot.teams if t.pools}
+    team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
     parent = {t.name: t.parent for t in snapshot.teams}
     rows = {(q.team, q.gpu_model, q.pool): q for q in snapshot.quotas}
 

@@ -56,11 +56,12 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class TeamInfo:
-    """A tenant. ``parent`` forms the department -> team tree; ``pools`` are the pools it may use."""
+    """A tenant. ``parent`` forms the department -> team tree; ``pools`` are the pools it may use:
+    None means every pool (simulations, literal tests); an empty set means none (tenancy fails closed)."""
 
     name: str
     parent: str | None = None
-    pools: frozenset[str] = frozenset()
+    pools: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,9 +64,9 @@ def snap(nodes, jobs, quotas=(), teams=(), policy="rota", now=1000.0, usage=None
                     teams=tuple(teams), priority_classes=tuple(classes), usage=usage or {}, policy=pol)
 
 
-def team(name: str, parent: str | None = None, pools=()) -> TeamInfo:
-    """A team row."""
-    return TeamInfo(name=name, parent=parent, pools=frozenset(pools))
+def team(name: str, parent: str | None = None, pools=None) -> TeamInfo:
+    """A team row (``pools`` None: every pool)."""
+    return TeamInfo(name=name, parent=parent, pools=None if pools is None else frozenset(pools))
 
 
 def by_id(decisions):

@@ -94,3 +94,14 @@ def test_it_checks_host_cpus_and_memory():
     started, pending = by_id(d)
     assert d.starts[0].placements[0].gpu_id == 100
     assert pending[2].reason.details["constraint"] == "host_resources"
+
+
+
+def test_a_team_allowed_no_pool_gets_nothing_even_when_gpus_are_idle():
+    """Tenancy fails closed: an empty pool set means no pool, not every pool."""
+    s = snap([node("n1", first_id=0)], [JobInfo(1, "outsiders", gpus=1)],
+             [quota("outsiders", guaranteed=4, limit=4)], [team("outsiders", pools=())])
+    d = schedule(s)
+    assert not d.starts
+    assert d.pending[0].reason.code == R.NO_MATCHING_POOL
+    assert check_invariants(s, d) == []

@@ -131,3 +131,18 @@ def test_a_start_the_database_refuses_changes_nothing(alice, cluster):
     assert job.state == "pending"
     assert not Allocation.objects.filter(job=job).exists()
     assert Job.objects.get(pk=job.pk).transitions.count() == 1
+
+
+def test_a_team_with_no_pool_access_gets_no_gpus(cluster):
+    """Tenancy fails closed in the live snapshot too: a team in no pool's allow-list runs nowhere."""
+    from portal.models import Membership
+    from tests.factories import MembershipFactory, QuotaFactory, TeamFactory, UserFactory
+
+    outsiders = TeamFactory(name="outsiders")
+    QuotaFactory(team=outsiders, gpu_model=cluster["h100"], guaranteed=4, limit=4)
+    user = UserFactory(username="olga")
+    MembershipFactory(user=user, team=outsiders, role=Membership.MEMBER)
+    job = submit(user)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "pending" and job.pending_reason_code == "NoMatchingPool"
