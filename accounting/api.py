@@ -4,6 +4,7 @@ from datetime import date
 
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiTypes, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
@@ -62,10 +63,29 @@ class ChargebackAPI(APIView):
         return response
 
 
+class UsageRowSerializer(serializers.Serializer):
+    period = serializers.DateTimeField()
+    group = serializers.CharField(help_text="the value of the group_by field (a team name, a user name, ...)")
+    gpu_seconds = serializers.DecimalField(max_digits=24, decimal_places=3)
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=4)
+    cost = serializers.DecimalField(max_digits=16, decimal_places=2)
+
+
+class UsageOutputSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(help_text="exclusive")
+    group_by = serializers.CharField()
+    agg = serializers.CharField()
+    currency = serializers.CharField()
+    total_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=4)
+    total_cost = serializers.DecimalField(max_digits=16, decimal_places=2)
+    results = UsageRowSerializer(many=True)
+
+
 class UsageAPI(APIView):
     """GPU-seconds, GPU-hours and cost per period and group for ``[start, end]`` (inclusive days, UTC)."""
 
-    @extend_schema(parameters=[
+    @extend_schema(responses=UsageOutputSerializer, parameters=[
         OpenApiParameter("start", str, required=True, description="YYYY-MM-DD"),
         OpenApiParameter("end", str, required=True, description="YYYY-MM-DD, inclusive"),
         OpenApiParameter("group_by", str, enum=list(charts.GROUP_BYS)),

@@ -88,3 +88,16 @@ def test_it_warns_when_a_team_nears_its_budget(client, alice, cluster):
 
 def test_anonymous_users_are_sent_to_login(client):
     assert client.get(URL).status_code == 302
+
+
+def test_the_query_count_does_not_grow_with_the_number_of_jobs(client, alice, cluster, usage,
+                                                               django_assert_max_num_queries):
+    start = usage["train"].allocations.first().started_at
+    for i in range(25):
+        job = make_job(alice, cluster["vision"], name=f"sweep-{i}", kind="evaluation")
+        allocate(job, "GPU-a100-1", start + timedelta(hours=20 + i), start + timedelta(hours=20 + i, minutes=30))
+    usage_rollup(until=start + timedelta(days=5))
+    client.force_login(alice)
+    with django_assert_max_num_queries(12):
+        html = client.get(URL, {**NOVEMBER, "group_by": "user"}).content.decode()
+    assert "sweep-" in html
