@@ -21,3 +21,15 @@ def test_the_rollup_task_counts_running_work_up_to_database_now(alice, cluster):
     result = tasks.usage_rollup.apply(kwargs={"unexpected": 1}).get()
     assert result["ran"] is True
     assert UsageRecord.objects.filter(job=job).exists()
+
+
+def test_the_rollup_command_reconciles(alice, cluster):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    job = make_job(alice, cluster["vision"])
+    allocate(job, "GPU-h100-0", T0, None)
+    out = StringIO()
+    call_command("usage_rollup", "--full", "--check", stdout=out)
+    assert "rolled up to" in out.getvalue() and "held" in out.getvalue()
