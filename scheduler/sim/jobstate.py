@@ -66,6 +66,21 @@ class JobViews:
         self.classes = classes
         self.exact = exact_time_limits
 
+    def priority(self, job: SimJob) -> int:
+        """The job's priority: its class's value (0 for an unknown class)."""
+        cls = self.classes.get(job.trace.priority_class)
+        return cls.value if cls else 0
+
+    def preemptible(self, job: SimJob) -> bool:
+        """Whether the job may be preempted (its class's default; unknown classes are preemptible)."""
+        cls = self.classes.get(job.trace.priority_class)
+        return cls.preemptible if cls else True
+
+    def may_preempt(self, job: SimJob) -> bool:
+        """Whether the job's class may preempt lower-priority work."""
+        cls = self.classes.get(job.trace.priority_class)
+        return cls.may_preempt if cls else True
+
     def time_limit(self, job: SimJob) -> float | None:
         """Seconds one attempt may run (None: no limit)."""
         if self.exact:

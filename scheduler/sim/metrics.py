@@ -131,6 +131,7 @@ def summarize(result: SimResult, *, packing: bool = False) -> dict[str, object]:
         "invariant_violations": result.invariant_violations,
         "apply_errors": result.apply_errors,
         "cycles": result.cycles,
+        "skipped_cycles": result.skipped_cycles,
         "engine_s": result.engine_s,
         "check_s": result.check_s,
         "wall_s": result.wall_s,

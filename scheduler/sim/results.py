@@ -51,6 +51,7 @@ class SimResult:
     offered_gpu_s: float
     jobs: list[JobRecord] = field(default_factory=list)
     cycles: int = 0
+    skipped_cycles: int = 0
     engine_s: float = 0.0
     check_s: float = 0.0
     wall_s: float = 0.0

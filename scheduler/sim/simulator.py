@@ -32,6 +32,7 @@ from scheduler.core.types import (
     Snapshot,
 )
 from scheduler.sim.cluster import Cluster
+from scheduler.sim.holdings import Holdings
 from scheduler.sim.jobstate import JobViews, SimJob
 from scheduler.sim.ledger import TeamLedger
 from scheduler.sim.quotas import DEFAULT_PRIORITY_CLASSES, TeamSetup
@@ -54,6 +55,8 @@ class SimConfig:
     exact_time_limits: give every job a time limit equal to its true run time (plus restart costs), an
       oracle for backfill; the trace's own limits are used otherwise.
     until: stop the replay at this time (jobs still running or waiting are reported as unfinished).
+    skip_idle_cycles: with a preempting policy, skip cycles in which no preemption the core's contract
+      allows could happen (see ``Simulator._may_start``); off: cycle whenever something changed.
     """
 
     cycle_interval_s: float = 60.0
@@ -63,6 +66,7 @@ class SimConfig:
     check_invariants: bool = True
     exact_time_limits: bool = False
     until: float | None = None
+    skip_idle_cycles: bool = True
 
 
 class Simulator:
@@ -100,14 +104,16 @@ class Simulator:
         self.jobs: dict[int, SimJob] = {}
         self.pending_requests: dict[float, int] = {}
         self.unseen: list[SimJob] = []
+        # For skipping idle cycles: waiting requests per team, priorities of waiting jobs that may
+        # preempt and of running jobs that may be preempted.
+        self.team_requests: dict[str, dict[float, int]] = {}
+        self.preemptors: dict[int, int] = {}
+        self.victims: dict[int, int] = {}
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         teams = list(dict.fromkeys([t.name for t in setup.teams] + list(trace.teams)))
         self.ledger = TeamLedger(teams, setup.guaranteed_by_team(), policy.fair_share_half_life_s)
-        self.limits = setup.limits()
-        parents = {t.name: t.parent for t in setup.teams}
-        self.lineage = {team: _lineage(team, parents) for team in teams}
-        self.held_by_model: dict[tuple[str, str], float] = {}
+        self.holdings = Holdings(setup, teams)
         self.dirty = False
         self.span = trace.span_s
         self.result = SimResult(
@@ -129,9 +135,12 @@ class Simulator:
         while now <= until:
             index = self._process_until(now, arrivals, index)
             heartbeat = bool(self.pending) and now - last_cycle >= self.config.heartbeat_s - _EPS
-            if (self.dirty or heartbeat) and self._may_start():
-                self._cycle(now)
-                last_cycle = now
+            if self.dirty or heartbeat:
+                if self._may_start():
+                    self._cycle(now)
+                    last_cycle = now
+                elif self.pending:
+                    self.result.skipped_cycles += 1
             self.dirty = False
             self._register_waiting(now)
             upcoming = min(
@@ -185,13 +194,29 @@ class Simulator:
         self.unseen.clear()
 
     def _may_start(self) -> bool:
-        """False when no waiting job could start in any case: none fits the free GPUs and the policy
-        cannot preempt. Skipping such a cycle changes nothing."""
+        """False when no cycle could start or preempt anything, so skipping it changes nothing.
+
+        A waiting job can only start if it fits the free GPUs, or (when the policy preempts) by one of
+        the two preemptions of the core's contract: ``Priority`` (a running preemptible job has a lower
+        priority than a waiting job whose class may preempt) or ``Reclaim`` (the waiting job's team
+        holds less than its guarantee of some model, by enough to take it with the free GPUs).
+        With ``skip_idle_cycles`` off, or with a team tree (parents), a preempting policy always cycles.
+        """
         if not self.pending:
             return False
-        if self.policy.preemption:
+        if min(self.pending_requests) <= self.free_total + _EPS:
             return True
-        return min(self.pending_requests) <= self.free_total + _EPS
+        if not self.policy.preemption:
+            return False
+        if not self.config.skip_idle_cycles or self.holdings.has_parents:
+            return True
+        if self.preemptors and self.victims and max(self.preemptors) > min(self.victims):
+            return True
+        free = self.free_total
+        return any(
+            requests and self.holdings.may_reclaim(team, min(requests), free)
+            for team, requests in self.team_requests.items()
+        )
 
     # -- events --------------------------------------------------------------------------------------
 
@@ -203,17 +228,19 @@ class Simulator:
 
     def _enqueue(self, job: SimJob, now: float) -> None:
         self.pending[job.trace.id] = job
-        self.pending_requests[job.request] = self.pending_requests.get(job.request, 0) + 1
+        _count(self.pending_requests, job.request, +1)
+        _count(self.team_requests.setdefault(job.trace.team, {}), job.request, +1)
+        if self.views.may_preempt(job):
+            _count(self.preemptors, self.views.priority(job), +1)
         self.unseen.append(job)
         self.dirty = True
 
     def _dequeue(self, job: SimJob, now: float) -> None:
         del self.pending[job.trace.id]
-        count = self.pending_requests[job.request] - 1
-        if count:
-            self.pending_requests[job.request] = count
-        else:
-            del self.pending_requests[job.request]
+        _count(self.pending_requests, job.request, -1)
+        _count(self.team_requests[job.trace.team], job.request, -1)
+        if self.views.may_preempt(job):
+            _count(self.preemptors, self.views.priority(job), -1)
         if job.waiting:
             job.waiting = False
             self.ledger.change_pending(job.trace.team, now, job.request, -1)
@@ -223,11 +250,11 @@ class Simulator:
         for p in job.placements:
             self.free_share[p.gpu_id] += p.share
         self.free_total += job.request
-        for model, amount in job.models.items():
-            key = (job.trace.team, model)
-            self.held_by_model[key] -= amount
+        self.holdings.change(job.trace.team, job.models, -1)
         self.ledger.change_held(job.trace.team, now, -job.request)
         del self.running[job.trace.id]
+        if job.preempted_at is None and self.views.preemptible(job):
+            _count(self.victims, self.views.priority(job), -1)
         held_s = now - job.started_at
         job.attained += held_s * job.request
         self.result.allocated_gpu_s += _clip(job.started_at, now, self.span) * job.request
@@ -335,10 +362,11 @@ class Simulator:
             models[model] = models.get(model, 0.0) + p.share
         job.models = models
         team = job.trace.team
-        for model, amount in models.items():
-            key = (team, model)
-            self.held_by_model[key] = self.held_by_model.get(key, 0.0) + amount
-        self._check_limits(team, models, now)
+        self.holdings.change(team, models, +1)
+        for problem in self.holdings.over_limit(team, models):
+            self.result.quota_violations += 1
+            if len(self.result.quota_examples) < _MAX_EXAMPLES:
+                self.result.quota_examples.append(f"t={now:g}: {problem}")
         self.ledger.change_held(team, now, job.request)
         job.placements = placements
         job.started_at = now
@@ -347,36 +375,21 @@ class Simulator:
         job.attempt += 1
         self.running[job_id] = job
         job.info = self.views.running(job, now)
+        if self.views.preemptible(job):
+            _count(self.victims, self.views.priority(job), +1)
         run_for = job.overhead + job.remaining
         limit = self.views.time_limit(job)
         if limit is not None:
             run_for = min(run_for, limit)
         self._push(now + run_for, _COMPLETE, job)
 
-    def _check_limits(self, team: str, models: dict[str, float], now: float) -> None:
-        """Count a quota violation when a team (or an ancestor) now holds more than its limit."""
-        for model in models:
-            for holder in self.lineage.get(team, (team,)):
-                limit = self.limits.get((holder, model))
-                if limit is None:
-                    continue
-                held = sum(
-                    v
-                    for (t, m), v in self.held_by_model.items()
-                    if m == model and holder in self.lineage.get(t, (t,))
-                )
-                if held > limit + 1e-6:
-                    self.result.quota_violations += 1
-                    if len(self.result.quota_examples) < _MAX_EXAMPLES:
-                        self.result.quota_examples.append(
-                            f"t={now:g}: team {holder} holds {held:g} {model} GPUs, limit {limit:g}"
-                        )
-
     def _preempt(self, job_id: int, grace_s: float, now: float) -> None:
         job = self.running.get(job_id)
         if job is None or job.preempted_at is not None:
             self._apply_error(f"t={now:g}: preemption of job {job_id}, which is not running")
             return
+        if self.views.preemptible(job):
+            _count(self.victims, self.views.priority(job), -1)
         job.preempted_at = now
         job.preemptions += 1
         job.attempt += 1  # cancels its completion event
@@ -417,6 +430,15 @@ class Simulator:
         result.unarrived = len(self.trace.jobs) - len(self.jobs)
 
 
+def _count(counter: dict, key: object, delta: int) -> None:
+    """Add ``delta`` to a multiset kept as {key: count}; drop keys that reach 0."""
+    count = counter.get(key, 0) + delta
+    if count:
+        counter[key] = count
+    else:
+        del counter[key]
+
+
 def _tick(t: float, interval: float) -> float:
     """The first cycle tick at or after ``t``."""
     return math.ceil(t / interval - 1e-12) * interval if interval > 0 else t
@@ -425,16 +447,6 @@ def _tick(t: float, interval: float) -> float:
 def _clip(start: float, end: float, span: float) -> float:
     """Length of ``[start, end)`` inside ``[0, span)``."""
     return max(0.0, min(end, span) - max(start, 0.0))
-
-
-def _lineage(team: str, parents: dict[str, str | None]) -> tuple[str, ...]:
-    """``team`` and its ancestors, nearest first (cycles in the tree are cut)."""
-    out = [team]
-    parent = parents.get(team)
-    while parent is not None and parent not in out:
-        out.append(parent)
-        parent = parents.get(parent)
-    return tuple(out)
 
 
 def simulate(
