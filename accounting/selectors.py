@@ -1,11 +1,12 @@
 """Reads for accounting, tenancy applied first: every query starts from the teams the user may see.
 
-Members and team-admins see their teams' usage and cost; platform admins see everything. Selectors return
+Members see their teams' usage and cost (other people's rows under "(other members)"); team-admins also see
+their team's users; platform admins see everything. Selectors return
 plain data (``UsageLine``, ``RateCardVersion``) for the pure rating and chart modules, in a fixed, small
 number of queries.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -16,7 +17,7 @@ from django.http import Http404
 from accounting.models import Budget, RateCard, UsageRecord
 from accounting.rating import RateCardVersion, UsageLine
 from portal.access import is_platform_admin, teams_for
-from portal.models import Team
+from portal.models import Membership, Team
 from scheduler.models import JobTransition, Preemption
 from scheduler.models.jobs import WAITING_STATES
 
@@ -60,11 +61,32 @@ def usage_lines(
     user, *, start: datetime, end: datetime, agg: str = "day", team: Team | None = None
 ) -> list[UsageLine]:
     """Ledger GPU-seconds in ``[start, end)`` the user may see, summed per ``agg`` period (hour, day, week,
-    month), job, GPU model and rate card version. One query."""
+    month), job, GPU model and rate card version. Two queries.
+
+    Per-person detail is for team-admins: in a team where ``user`` is a plain member, other people's rows
+    keep their job but show the user as ``OTHER_MEMBERS``."""
     qs = usage_for(user)
     if team is not None:
         qs = qs.filter(team=team)
-    return _lines(qs, start=start, end=end, agg=agg)
+    lines = _lines(qs, start=start, end=end, agg=agg)
+    masked = _member_only_teams(user)
+    if not masked:
+        return lines
+    me = user.get_username()
+    return [replace(ln, user=OTHER_MEMBERS) if ln.team in masked and ln.user != me else ln for ln in lines]
+
+
+OTHER_MEMBERS = "(other members)"
+
+
+def _member_only_teams(user) -> set[str]:
+    """Teams where ``user`` is a plain member (not team-admin); none for platform admins."""
+    if not user.is_authenticated or is_platform_admin(user):
+        return set()
+    roles: dict[str, set[str]] = {}
+    for name, role in Membership.objects.filter(user=user).values_list("team__name", "role"):
+        roles.setdefault(name, set()).add(role)
+    return {name for name, r in roles.items() if Membership.TEAM_ADMIN not in r}
 
 
 def team_usage_lines(team: Team, *, start: datetime, end: datetime, agg: str = "month") -> list[UsageLine]:
@@ -98,21 +120,32 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
     ]
 
 
+def admin_teams_for(user) -> QuerySet[Team]:
+    """Teams whose per-person detail ``user`` may see: all for platform admins, else those they are team-admin of."""
+    if is_platform_admin(user):
+        return Team.objects.all()
+    if not user.is_authenticated:
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user, memberships__role=Membership.TEAM_ADMIN)
+
+
 def statements_for(user, *, limit: int = 24) -> list:
-    """Stored monthly statements of the teams ``user`` may see (without their content), newest first."""
+    """Stored monthly statements (they name people) of the teams ``user`` is team-admin of, newest first,
+    without their content."""
     from accounting.models import Statement
 
     return list(
-        Statement.objects.filter(team__in=teams_for(user)).select_related("team").defer("content")
+        Statement.objects.filter(team__in=admin_teams_for(user)).select_related("team").defer("content")
         .order_by("-month", "team__name", "format")[:limit]
     )
 
 
 def statement_for(user, statement_id: int):
-    """A stored statement if ``user`` may see its team, else Http404 (same as a missing one)."""
+    """A stored statement if ``user`` is team-admin of its team (or platform admin), else Http404 (the same
+    answer as for a missing one)."""
     from accounting.models import Statement
 
-    statement = Statement.objects.filter(pk=statement_id, team__in=teams_for(user)).select_related("team").first()
+    statement = Statement.objects.filter(pk=statement_id, team__in=admin_teams_for(user)).select_related("team").first()
     if statement is None:
         raise Http404("No such statement")
     return statement

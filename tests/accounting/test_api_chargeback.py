@@ -115,3 +115,14 @@ def test_token_auth_works(alice, usage):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
     assert fetch(client, month="2026-11")[0].status_code == 200
+
+
+def test_a_member_sees_teammates_as_other_members_and_a_team_admin_sees_names(api, bob, cluster, usage):
+    from portal.models import Membership
+
+    _, body = fetch(api(bob), month="2026-11")
+    assert {r["user"] for r in csv.DictReader(io.StringIO(body.decode()))} == {"(other members)"}
+    lead = UserFactory(username="lead")
+    Membership.objects.create(user=lead, team=cluster["vision"], role=Membership.TEAM_ADMIN)
+    _, body = fetch(api(lead), month="2026-11")
+    assert {(r["team"], r["user"]) for r in csv.DictReader(io.StringIO(body.decode()))} == {("vision", "alice")}

@@ -8,7 +8,9 @@ from openpyxl import load_workbook
 
 from accounting.models import Statement
 from accounting.services import statements_close_month, usage_rollup
+from portal.models import Membership
 from tests.accounting.conftest import NOV
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 DEC_1 = datetime(2026, 12, 1, tzinfo=NOV.tzinfo)
@@ -24,12 +26,16 @@ def test_it_stores_statements_once_the_month_has_closed(usage):
     assert set(Statement.objects.values_list("month", flat=True)) == {date(2026, 11, 1)}
 
 
-def test_a_member_downloads_their_team_s_statement_and_gets_404_for_another(client, alice, usage):
+def test_a_team_admin_downloads_their_team_s_statement_and_gets_404_for_another(client, alice, cluster, usage):
     usage_rollup(until=DEC_1 + timedelta(hours=2))
     statements_close_month(now=DEC_1 + timedelta(hours=2))
     mine = Statement.objects.get(team__name="vision", format="xlsx")
     theirs = Statement.objects.get(team__name="nlp", format="pdf")
-    client.force_login(alice)
+    client.force_login(alice)  # a plain member: statements name people, so they are for team-admins
+    assert client.get(f"/accounting/statements/{mine.pk}/").status_code == 404
+    lead = UserFactory(username="lead")
+    Membership.objects.create(user=lead, team=cluster["vision"], role=Membership.TEAM_ADMIN)
+    client.force_login(lead)
     response = client.get(f"/accounting/statements/{mine.pk}/")
     assert response.status_code == 200
     wb = load_workbook(BytesIO(response.content))
