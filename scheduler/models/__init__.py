@@ -5,6 +5,7 @@ from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
 from scheduler.models.quota import Quota
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
+from scheduler.models.whatif import WhatIfRun
 
 __all__ = [
     "Allocation",
@@ -22,4 +23,5 @@ __all__ = [
     "Preemption",
     "PriorityClass",
     "Quota",
+    "WhatIfRun",
 ]
