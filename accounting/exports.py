@@ -13,7 +13,7 @@ from accounting.charts import top_jobs, totals_by
 from accounting.rating import RateCardVersion, RatedLine
 
 COLUMNS = ["period", "department", "team", "user", "job", "kind", "gpu_model", "gpus", "allocated_gpu_hours",
-           "rate", "rate_card_version", "cost", "job_id", "currency"]
+           "rate", "rate_card_version", "cost", "job_id", "currency", "utilized_gpu_hours", "efficiency"]
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
@@ -29,7 +29,9 @@ def safe_cell(value):
 def chargeback_row(line: RatedLine, period: str) -> list:
     u = line.usage
     return [period, u.department, u.team, u.user, u.job_name, u.kind, u.gpu_model, u.gpus,
-            u.gpu_hours.quantize(Decimal("0.000001")), line.rate, u.card_version, line.cost, u.job_id, line.currency]
+            u.gpu_hours.quantize(Decimal("0.000001")), line.rate, u.card_version, line.cost, u.job_id, line.currency,
+            round(u.utilized_gpu_hours, 6) if u.measured_gpu_seconds else None,
+            round(u.efficiency, 4) if u.efficiency is not None else None]
 
 
 class _Echo:
@@ -77,7 +79,7 @@ def xlsx_bytes(lines: list[RatedLine], period: str, cards: list[RateCardVersion]
     _sheet(wb, "By user", ["period", "team", "user", "allocated_gpu_hours", "cost"],
            ([period, *k.split("\x00"), h, c] for k, h, c in by_user), {4: HOURS_FORMAT, 5: MONEY_FORMAT})
     _sheet(wb, "Job detail", COLUMNS, (chargeback_row(r, period) for r in lines),
-           {8: "0.000", 9: HOURS_FORMAT, 10: "#,##0.0000", 12: MONEY_FORMAT})
+           {8: "0.000", 9: HOURS_FORMAT, 10: "#,##0.0000", 12: MONEY_FORMAT, 15: HOURS_FORMAT, 16: "0.0%"})
     _sheet(wb, "Rate card", ["rate_card_version", "effective_from", "gpu_model", "price_per_gpu_hour", "currency"],
            ([c.version, c.effective_from.strftime("%Y-%m-%d %H:%M UTC"), m, p, c.currency]
             for c in cards for m, p in sorted(c.prices.items())), {4: "#,##0.0000"})

@@ -99,10 +99,21 @@ class UsageLine:
     gpus: Decimal
     card_version: int | None
     gpu_seconds: Decimal
+    utilized_gpu_seconds: float = 0.0  # GPU-seconds × utilization, over the hours with telemetry
+    measured_gpu_seconds: float = 0.0  # GPU-seconds of the hours with telemetry
 
     @property
     def gpu_hours(self) -> Decimal:
         return self.gpu_seconds / SECONDS_PER_HOUR
+
+    @property
+    def utilized_gpu_hours(self) -> float:
+        return self.utilized_gpu_seconds / 3600
+
+    @property
+    def efficiency(self) -> float | None:
+        """Utilized / allocated over the hours with telemetry (0..1); None without telemetry."""
+        return self.utilized_gpu_seconds / self.measured_gpu_seconds if self.measured_gpu_seconds else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,12 @@ class Rated:
         return sum((r.cost for r in self.lines), Decimal(0))
 
     @property
+    def efficiency(self) -> float | None:
+        """Utilized / allocated GPU-seconds over the hours with telemetry; None without any."""
+        measured = sum(r.usage.measured_gpu_seconds for r in self.lines)
+        return sum(r.usage.utilized_gpu_seconds for r in self.lines) / measured if measured else None
+
+    @property
     def total_gpu_hours(self) -> Decimal:
         return sum((r.usage.gpu_hours for r in self.lines), Decimal(0))
 

@@ -10,15 +10,29 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum, Window
-from django.db.models.functions import Lead, TruncDay, TruncMonth, TruncWeek
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    F,
+    FloatField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Cast, Coalesce, Lead, TruncDay, TruncMonth, TruncWeek
 from django.http import Http404
 
 from accounting.models import Budget, RateCard, UsageRecord
 from accounting.rating import RateCardVersion, UsageLine
+from accounting.slicing import HOUR
 from portal.access import is_platform_admin, teams_for
 from portal.models import Membership, Team
-from scheduler.models import JobTransition, Preemption
+from scheduler.models import GpuSample, GpuSampleRollup, JobTransition, Preemption
 from scheduler.models.jobs import WAITING_STATES
 
 TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
@@ -100,21 +114,42 @@ def teams_with_usage(*, start: datetime, end: datetime) -> list[Team]:
     return list(Team.objects.filter(pk__in=ids).select_related("parent"))
 
 
+def _utilization():
+    """Average GPU utilization (%) of the row's device for its job in its hour: the telemetry rollup when the
+    raw samples are gone, else the raw samples; NULL without telemetry."""
+    rolled = GpuSampleRollup.objects.filter(
+        gpu_id=OuterRef("allocation__gpu_id"), job_id=OuterRef("job_id"), hour=OuterRef("period_start")
+    ).values("util_avg")[:1]
+    raw = (
+        GpuSample.objects.filter(gpu_id=OuterRef("allocation__gpu_id"), job_id=OuterRef("job_id"),
+                                 at__gte=OuterRef("period_start"), at__lt=OuterRef("period_start") + HOUR)
+        .values("gpu_id").annotate(a=Avg("util_pct")).values("a")[:1]
+    )
+    return Coalesce(Subquery(rolled, output_field=FloatField()), Subquery(raw, output_field=FloatField()))
+
+
 def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
     qs = qs.filter(period_start__gte=start, period_start__lt=end)
     trunc = TRUNCS[agg]
-    qs = qs.annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version())
+    qs = qs.annotate(
+        period=trunc("period_start") if trunc else F("period_start"), card=_card_version(), util=_utilization()
+    )
+    gs = Cast("gpu_seconds", FloatField())
     rows = qs.values(
         "period", "card", "job_id", "kind", "team__name", "team__parent__name", "user__username", "job__name",
         "job__gpus", "job__gpu_fraction", "gpu_model__name", "pool__name",
-    ).annotate(gs=Sum("gpu_seconds")).order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
+    ).annotate(
+        gs=Sum("gpu_seconds"), utilized=Sum(gs * F("util") / 100.0),
+        measured=Sum(Case(When(util__isnull=False, then=gs), default=Value(0.0), output_field=FloatField())),
+    ).order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
     return [
         UsageLine(
             period=r["period"], team=r["team__name"], department=r["team__parent__name"] or r["team__name"],
             user=r["user__username"], job_id=r["job_id"], job_name=r["job__name"], kind=r["kind"],
             gpu_model=r["gpu_model__name"], pool=r["pool__name"],
             gpus=r["job__gpu_fraction"] if r["job__gpu_fraction"] is not None else Decimal(r["job__gpus"]),
-            card_version=r["card"], gpu_seconds=r["gs"],
+            card_version=r["card"], gpu_seconds=r["gs"], utilized_gpu_seconds=r["utilized"] or 0.0,
+            measured_gpu_seconds=r["measured"] or 0.0,
         )
         for r in rows
     ]
