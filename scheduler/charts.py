@@ -26,3 +26,24 @@ def gpu_usage_figure(rows: Iterable[tuple[str, datetime, float | None, float | N
     fig.update_layout(height=420, margin={"l": 50, "r": 20, "t": 40, "b": 30}, template="plotly_white",
                       legend={"orientation": "h"})
     return fig
+
+
+WHATIF_SERIES = (("actual", "What happened"), ("baseline", "Replay as configured"), ("changed", "Replay with changes"))
+WHATIF_METRICS = (("avg_wait_s", "Average wait (minutes)", 1 / 60), ("gpu_hours", "GPU-hours received", 1.0),
+                  ("preemptions", "Preemptions suffered", 1.0))
+
+
+def whatif_figures(result: dict) -> list[go.Figure]:
+    """One grouped bar chart per metric: per team, what happened vs the two replays."""
+    teams = sorted(set(result.get("actual", {})) | set(result.get("baseline", {})) | set(result.get("changed", {})))
+    figures = []
+    for key, title, factor in WHATIF_METRICS:
+        fig = go.Figure()
+        for series, label in WHATIF_SERIES:
+            rows = result.get(series, {})
+            fig.add_trace(go.Bar(name=label, x=teams, y=[round(rows.get(t, {}).get(key, 0.0) * factor, 2)
+                                                          for t in teams]))
+        fig.update_layout(title=title, barmode="group", height=320, template="plotly_white",
+                          margin={"l": 50, "r": 20, "t": 50, "b": 40}, legend={"orientation": "h"})
+        figures.append(fig)
+    return figures

@@ -29,3 +29,11 @@ def telemetry_rollup(**_ignored) -> dict:
 
     made, deleted = rollup(now=db_now())
     return {"rollups": made, "deleted": deleted}
+
+
+@shared_task(name="scheduler.whatif", time_limit=1800, soft_time_limit=1750, ignore_result=True)
+def whatif_run(run_id: int, **_ignored) -> None:
+    """Replay a queued what-if (``scheduler.whatif.whatif_execute``); progress is saved on the run."""
+    from scheduler.whatif import whatif_execute
+
+    whatif_execute(run_id)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler import views
+from scheduler import views, views_whatif
 
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
@@ -12,5 +12,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/gpu-chart/", views.job_gpu_chart, name="job-gpu-chart"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("cluster/", views.cluster, name="cluster"),
+    path("whatif/", views_whatif.whatif_list, name="whatif"),
+    path("whatif/<int:run_id>/", views_whatif.whatif_detail, name="whatif-detail"),
     path("metrics", views.metrics, name="metrics"),
 ]
