@@ -331,6 +331,28 @@ def cmd_nodes(args) -> int:
     return 0
 
 
+def cmd_share(args) -> int:
+    """Fair-share standing of your teams (or one), like Slurm's sshare, then quota per GPU model."""
+    client = client_from_config()
+    names = [args.team] if args.team else [t["name"] for t in client.get("/api/v1/teams/")]
+    bodies = [client.get(f"/api/v1/teams/{name}/share/") for name in names]
+    if args.json:
+        print_json(bodies)
+        return 0
+    print_table(
+        ["TEAM", "ENTITLEMENT", "NORMSHARES", "RAWUSAGE", "NORMUSAGE", "FAIRSHARE", "RANK"],
+        [[b["share"]["team"], f"{b['share']['entitlement']:g}", f"{b['share']['norm_shares']:.3f}",
+          f"{b['share']['raw_usage']:.0f}", f"{b['share']['norm_usage']:.3f}", f"{b['share']['fair_share']:.3f}",
+          f"{b['share']['rank']}/{b['teams']}"] for b in bodies],
+    )
+    rows = [[b["share"]["team"], q["gpu_model"], q["guaranteed"], q["limit"] if q["limit"] is not None else "-",
+             q["in_use"], q["borrowed"], q["lent"]] for b in bodies for q in b["quotas"]]
+    if rows:
+        print()
+        print_table(["TEAM", "GPU_MODEL", "GUARANTEED", "LIMIT", "IN_USE", "BORROWED", "LENT"], rows)
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------------
 
 
@@ -384,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(action=action)
 
     sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
+
+    p = sub.add_parser("share", parents=[common], help="fair-share standing and quota of your teams (like sshare)")
+    p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
     return parser
 
 
@@ -410,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command = command
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
+        "share": cmd_share,
         "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
     }
     try:

@@ -15,6 +15,8 @@ urlpatterns = [
     path("", include("scheduler.urls")),
     path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
     path("api/v1/", include("portal.governance.api_urls")),
+    path("api/v1/", include("portal.teams.api_urls")),
+    path("teams/", include("portal.teams.urls")),
     path("accounting/", include("accounting.urls")),
     path("api/v1/", include("accounting.api_urls")),
     path("api/v1/", include("scheduler.api.urls")),

@@ -198,3 +198,18 @@ def test_parse_script_reads_only_the_header():
     flags, text = cli.parse_script("#!/bin/sh\n# comment\n#ROTA --gpus 2 # two\nrun\n#ROTA --gpus 3\n")
     assert flags == ["--gpus", "2"]
     assert text.endswith("#ROTA --gpus 3\n")
+
+
+def test_it_shows_fair_share_and_quota_like_sshare(rota, alice, charlie, capsys):
+    assert rota(alice, "share") == 0
+    out, _ = out_of(capsys)
+    lines = out.splitlines()
+    assert lines[0].split() == ["TEAM", "ENTITLEMENT", "NORMSHARES", "RAWUSAGE", "NORMUSAGE", "FAIRSHARE", "RANK"]
+    assert lines[1].split()[0] == "vision" and lines[1].split()[5] == "1.000"
+    assert "nlp" not in out  # only teams alice may see
+    assert any(line.split()[:2] == ["vision", "h100-80gb"] for line in lines)
+    assert rota(alice, "share", "vision", "--json") == 0
+    body = json.loads(out_of(capsys)[0])
+    assert body[0]["share"]["team"] == "vision" and body[0]["share"]["entitlement"] == 3.0
+    assert rota(charlie, "share", "vision") == 1
+    assert "error:" in out_of(capsys)[1]

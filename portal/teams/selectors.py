@@ -1,0 +1,185 @@
+"""Reads for the team dashboard: quota standing per GPU model (in use, borrowed, lent), fair-share standing
+(like Slurm's ``sshare``), running and pending work, recent failures and members. Tenancy first: every
+entry point takes a team already fetched through ``team_for`` (the access layer's ``teams_for``)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Prefetch, Sum
+from django.http import Http404
+
+from portal.access import User, is_platform_admin, jobs_for, role_in, teams_for
+from portal.models import Membership, Team
+from scheduler.core.ordering import entitlements, fair_share_factors
+from scheduler.core.types import Policy, QuotaInfo, Snapshot
+from scheduler.models import Allocation, Quota
+from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, JobState
+from scheduler.snapshot import decayed_usage
+
+FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
+RECENT_FAILURES = 10
+ACTIVE_ROWS = 200
+
+
+def team_for(user: User, name: str) -> Team:
+    """The team ``name`` if ``user`` may see it (member or platform admin), else Http404 like a missing one."""
+    team = teams_for(user).filter(name=name).select_related("parent").first()
+    if team is None:
+        raise Http404("No such team")
+    return team
+
+
+def can_manage_team(user: User, team: Team) -> bool:
+    """Team-admins of ``team`` and platform admins manage its members and templates; members do not."""
+    return is_platform_admin(user) or role_in(user, team) == Membership.TEAM_ADMIN
+
+
+@dataclass(frozen=True)
+class QuotaStanding:
+    """One GPU model of a team's quota, in GPUs. ``borrowed``: held above the guarantee (reclaimable by
+    its owners); ``lent``: the part of the team's idle guarantee other teams hold now."""
+
+    gpu_model: str
+    guaranteed: Decimal
+    limit: Decimal | None
+    weight: Decimal
+    in_use: Decimal
+    borrowed: Decimal
+    lent: Decimal
+
+    @property
+    def idle_guarantee(self) -> Decimal:
+        return max(Decimal(0), self.guaranteed - self.in_use)
+
+    @property
+    def headroom(self) -> Decimal | None:
+        """GPUs the team may still take before its limit (None: no cap)."""
+        return None if self.limit is None else max(Decimal(0), self.limit - self.in_use)
+
+
+def _usage_by_team_and_model() -> dict[tuple[int, str], Decimal]:
+    rows = (Allocation.objects.filter(ended_at__isnull=True, job__state__in=HOLDING_STATES)
+            .values("job__team_id", "gpu__model__name").annotate(milli=Sum("share_milli")))
+    return {(r["job__team_id"], r["gpu__model__name"]): Decimal(r["milli"]) / 1000 for r in rows}
+
+
+def quota_standing(*, team: Team) -> list[QuotaStanding]:
+    """The team's quota per GPU model with what it holds, borrows and lends now (two queries).
+
+    Lending: on each GPU model, what all teams hold above their guarantees is served from the idle
+    guarantees of the others; it is split over the lenders in proportion to their idle guarantee (a lender
+    never lends more than its idle guarantee)."""
+    quotas = list(Quota.objects.select_related("gpu_model").order_by("gpu_model__name"))
+    usage = _usage_by_team_and_model()
+    guaranteed: dict[tuple[int, str], Decimal] = {}
+    own: dict[str, dict] = {}
+    for q in quotas:
+        key = (q.team_id, q.gpu_model.name)
+        guaranteed[key] = guaranteed.get(key, Decimal(0)) + q.guaranteed
+        if q.team_id == team.pk:
+            row = own.setdefault(q.gpu_model.name, {"guaranteed": Decimal(0), "limit": Decimal(0),
+                                                    "weight": Decimal(0), "capped": True})
+            row["guaranteed"] += q.guaranteed
+            row["weight"] += q.weight
+            if q.limit is None:
+                row["capped"] = False
+            else:
+                row["limit"] += q.limit
+    for (team_id, model) in usage:
+        if team_id == team.pk and model not in own:  # holds a model without a quota row (e.g. borrowed)
+            own[model] = {"guaranteed": Decimal(0), "limit": Decimal(0), "weight": Decimal(0), "capped": True}
+    out = []
+    for model, row in sorted(own.items()):
+        teams = {t for (t, m) in set(guaranteed) | set(usage) if m == model}
+        borrowed_by = {t: max(Decimal(0), usage.get((t, model), Decimal(0)) - guaranteed.get((t, model), Decimal(0)))
+                       for t in teams}
+        idle = {t: max(Decimal(0), guaranteed.get((t, model), Decimal(0)) - usage.get((t, model), Decimal(0)))
+                for t in teams}
+        in_use = usage.get((team.pk, model), Decimal(0))
+        mine_idle = idle.get(team.pk, Decimal(0))
+        others_borrow = sum(b for t, b in borrowed_by.items() if t != team.pk)
+        idle_total = sum(idle.values())
+        lent = Decimal(0)
+        if mine_idle and others_borrow:
+            lent = min(mine_idle, (others_borrow * mine_idle / idle_total).quantize(Decimal("0.001")))
+        out.append(QuotaStanding(
+            gpu_model=model, guaranteed=row["guaranteed"], limit=row["limit"] if row["capped"] else None,
+            weight=row["weight"], in_use=in_use, borrowed=borrowed_by.get(team.pk, Decimal(0)), lent=lent,
+        ))
+    return out
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    """One team's fair-share standing, like a line of ``sshare``. Usage in decayed GPU-seconds."""
+
+    team: str
+    entitlement: float  # GPUs (sum of guarantees, else of quota weights)
+    norm_shares: float  # entitlement / all teams' entitlements
+    raw_usage: float  # decayed GPU-seconds
+    norm_usage: float  # raw_usage / all teams' raw usage
+    usage_per_entitlement: float  # the engine's ordering key: lower runs first inside a priority
+    fair_share: float  # Slurm's classic factor 2 ** (-norm_usage / norm_shares): 1 idle, 0.5 on target
+    rank: int  # 1 runs first among teams (by the engine's key)
+
+
+@dataclass(frozen=True)
+class ShareStanding:
+    team: ShareRow
+    teams: int  # how many teams are ranked
+    half_life_s: float
+    total_usage: float
+    total_entitlement: float
+
+
+def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -> ShareStanding:
+    """``team``'s fair-share standing against every team, computed with the engine's own entitlement and
+    ordering functions over ``decayed_usage`` (two queries and the usage scan)."""
+    policy = policy or Policy()
+    usage = decayed_usage(now, policy.fair_share_half_life_s)
+    quotas = tuple(
+        QuotaInfo(team=t, gpu_model=m, guaranteed=float(g), limit=None, weight=float(w))
+        for t, m, g, w in Quota.objects.values_list("team__name", "gpu_model__name", "guaranteed", "weight")
+    )
+    names = list(Team.objects.values_list("name", flat=True))
+    snapshot = Snapshot(now=now.timestamp(), nodes=(), jobs=(), quotas=quotas, usage=usage, policy=policy)
+    ent = entitlements(snapshot)
+    factors = fair_share_factors(snapshot)
+    total_ent = sum(ent.values())
+    total_usage = sum(max(u, 0.0) for u in usage.values())
+    order = sorted(names, key=lambda n: (factors.get(n, 0.0), n))
+    name = team.name
+    e = ent.get(name, 0.0)
+    u = max(usage.get(name, 0.0), 0.0)
+    norm_shares = e / total_ent if total_ent else 0.0
+    norm_usage = u / total_usage if total_usage else 0.0
+    if norm_shares:
+        fair_share = 2 ** (-norm_usage / norm_shares)
+    else:
+        fair_share = 0.0 if norm_usage else 1.0
+    row = ShareRow(team=name, entitlement=e, norm_shares=norm_shares, raw_usage=u, norm_usage=norm_usage,
+                   usage_per_entitlement=factors.get(name, 0.0), fair_share=fair_share,
+                   rank=order.index(name) + 1 if name in order else len(order) + 1)
+    return ShareStanding(team=row, teams=len(order), half_life_s=policy.fair_share_half_life_s,
+                         total_usage=total_usage, total_entitlement=total_ent)
+
+
+def team_active_jobs(*, user: User, team: Team) -> list:
+    """The team's running and waiting jobs (holding first, then the queue in engine order)."""
+    qs = jobs_for(user).filter(team=team, state__in=ACTIVE_STATES).prefetch_related(
+        Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
+                 to_attr="open_allocations"))
+    jobs = list(qs.order_by("queue_position", "id")[:ACTIVE_ROWS])
+    holding = [j for j in jobs if j.state in HOLDING_STATES]
+    waiting = [j for j in jobs if j.state not in HOLDING_STATES]
+    return holding + waiting
+
+
+def team_recent_failures(*, user: User, team: Team) -> list:
+    return list(jobs_for(user).filter(team=team, state__in=FAILED_STATES)
+                .order_by("-finished_at", "-id")[:RECENT_FAILURES])
+
+
+def team_members(*, team: Team) -> list[Membership]:
+    return list(Membership.objects.filter(team=team).select_related("user").order_by("user__username"))

@@ -1,0 +1,12 @@
+"""Team pages under /teams/."""
+
+from django.urls import path
+
+from portal.teams import views
+
+urlpatterns = [
+    path("", views.team_index, name="team-index"),
+    path("<slug:name>/", views.team_dashboard, name="team-dashboard"),
+    path("<slug:name>/members/", views.member_set, name="team-member-set"),
+    path("<slug:name>/members/<str:username>/remove/", views.member_remove, name="team-member-remove"),
+]
