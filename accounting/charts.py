@@ -36,17 +36,22 @@ def totals_by(lines: Iterable[RatedLine], key: Callable[[RatedLine], str]) -> li
     return sorted(((k, hours[k], costs[k]) for k in hours), key=lambda t: (-t[2], -t[1], t[0]))
 
 
+def period_label(at) -> str:
+    """``2026-11-04`` for a day, week or month start; with the hour for hourly periods."""
+    return at.strftime("%Y-%m-%d %H:00" if (at.hour or at.minute) else "%Y-%m-%d")
+
+
 def _over_time(lines: list[RatedLine], group_by: str, value: Callable[[RatedLine], Decimal], title: str, unit: str):
     key = key_of(group_by)
     periods = sorted({line.usage.period for line in lines})
     series: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
     for line in lines:
         series[key(line)][line.usage.period] += value(line)
+    labels = [period_label(p) for p in periods]
     fig = go.Figure()
     for name in sorted(series):
-        fig.add_trace(go.Bar(name=name, x=[p.isoformat() for p in periods],
-                             y=[float(series[name].get(p, 0)) for p in periods]))
-    fig.update_layout(title=title, barmode="stack", yaxis_title=unit, **_LAYOUT)
+        fig.add_trace(go.Bar(name=name, x=labels, y=[float(series[name].get(p, 0)) for p in periods]))
+    fig.update_layout(title=title, barmode="stack", yaxis_title=unit, xaxis_type="category", **_LAYOUT)
     return fig
 
 
@@ -88,4 +93,13 @@ def top_jobs_chart(rows: list[tuple[int, str, str, Decimal, Decimal]], currency:
     rows = list(reversed(rows))
     fig = go.Figure(go.Bar(orientation="h", x=[float(r[4]) for r in rows], y=[f"#{r[0]} {r[1]}" for r in rows]))
     fig.update_layout(title="Top jobs by cost", xaxis_title=currency, yaxis_automargin=True, **_LAYOUT)
+    return fig
+
+
+def waste_chart(rows: list[tuple[str, float, float]]) -> go.Figure:
+    """Per team: GPU-hours of work lost to preemption and hours jobs spent queued, side by side."""
+    teams = [r[0] for r in rows]
+    fig = go.Figure([go.Bar(name="GPU-hours lost to preemption", x=teams, y=[r[1] for r in rows]),
+                     go.Bar(name="hours queued", x=teams, y=[r[2] for r in rows])])
+    fig.update_layout(barmode="group", yaxis_title="hours", **{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 30}})
     return fig

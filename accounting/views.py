@@ -56,6 +56,9 @@ def dashboard(request):
         "fig-by_kind": _figure(charts.cost_by(rated.lines, "kind", cur)),
         "fig-top_jobs": _figure(charts.top_jobs_chart(top, cur)),
     }
+    waste = waste_by_team(request.user, start=rng.start, end=rng.end, now=now)
+    if waste:
+        figures["fig-waste"] = _figure(charts.waste_chart([(w.team, w.gpu_hours_lost, w.queued_hours) for w in waste]))
     this_month = periods.parse_month(today.strftime("%Y-%m"))
     last_month = periods.preset_range("last-month", today)
     context = {
@@ -66,7 +69,7 @@ def dashboard(request):
         "efficiency": rated.efficiency, "has_usage": bool(rated.lines),
         "totals": charts.totals_by(rated.lines, charts.key_of(group_by)), "group_label": charts.LABELS[group_by],
         "top_jobs": top, "figures": figures, "budgets": budget_statuses(request.user, this_month),
-        "waste": waste_by_team(request.user, start=rng.start, end=rng.end, now=now),
+        "waste": waste,
         "export_months": [today.strftime("%Y-%m"), last_month.start.strftime("%Y-%m")],
         "statements": statements_for(request.user), "rolled_until": rollup_time(),
     }

@@ -23,7 +23,7 @@ def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, dj
     assert response.status_code == 200
     html = response.content.decode()
     assert "/static/vendor/plotly/plotly.min.js" in html and "cdn" not in html.lower()
-    for fig in ("fig-usage", "fig-cost", "fig-by_model", "fig-by_kind", "fig-top_jobs"):
+    for fig in ("fig-usage", "fig-cost", "fig-by_model", "fig-by_kind", "fig-top_jobs", "fig-waste"):
         assert f'id="{fig}"' in html
     assert "resnet" in html and "82.50" in html
     assert "nlp-notebook" not in html  # another team's job
