@@ -1,10 +1,79 @@
-"""The job submission form: field shapes here, every rule in the job_submit service."""
+"""The job submission form: field shapes here, every rule in the job_submit service. Fields are grouped
+(basics, resources, the kind's own settings, scheduling) and the GPU model choices are limited to the
+models in pools the chosen team may use."""
+
+from decimal import Decimal
 
 from django import forms
 
-from scheduler.kinds import KIND_CHOICES
-from scheduler.models import GpuModel, PriorityClass
+from scheduler.kinds import KIND_CHOICES, KINDS
+from scheduler.models import Gpu, PriorityClass
 from scheduler.services import jobs as job_services
+
+MAX_REPLICAS = 16
+# Which kinds show a kind-specific field (the others hide it; the server ignores it for them).
+KIND_FIELDS = {"nodes": ("training",), "idle_timeout_minutes": ("notebook",), "replicas": ("inference",),
+               "health_path": ("inference",)}
+GROUPS = [
+    ("Basics", ("team", "name", "kind", "command", "image")),
+    ("Resources", ("gpus", "gpu_fraction", "gpu_model", "gpu_memory_gb", "cpus", "memory_gb", "nodes")),
+    ("Service and interactive settings", ("replicas", "health_path", "idle_timeout_minutes")),
+    ("Scheduling", ("time_limit_minutes", "priority_class", "preemptible")),
+]
+# Fields a saved template keeps (the team is the template's own).
+TEMPLATE_FIELDS = tuple(f for _, names in GROUPS for f in names if f != "team")
+PREEMPTIBLE_CHOICES = [("", "the kind's default"), ("yes", "yes: may be preempted"), ("no", "no")]
+
+
+KIND_INFO = {
+    "training": ("Training", "Single node or a multi-node gang; ends when the script ends. Checkpoint: it may be "
+                             "preempted and requeued."),
+    "inference": ("Inference service", "Replicas that run until stopped, restarted on failure; served on a port "
+                                       "the platform assigns."),
+    "notebook": ("Notebook", "Interactive: a connect URL once running; stopped when idle past its timeout."),
+    "data-processing": ("Data processing", "Batch preprocessing or ETL on GPUs; preemptible, runs when capacity "
+                                           "is idle."),
+    "evaluation": ("Evaluation", "Benchmarks and model evaluation runs; batch priority."),
+    "agent": ("Agent task", "Short autonomous agent runs with a tight time limit; batch priority."),
+}
+
+
+def kind_cards() -> list[dict]:
+    """Each kind with its title, what it is for and its defaults (from ``scheduler.kinds``)."""
+    return [
+        {"kind": kind, "title": KIND_INFO.get(kind, (kind, ""))[0], "blurb": KIND_INFO.get(kind, ("", ""))[1],
+         "priority_class": d.priority_class, "preemptible": d.preemptible,
+         "time_limit_minutes": d.time_limit_minutes, "idle_timeout_minutes": d.idle_timeout_minutes,
+         "restart_on_failure": d.restart_on_failure}
+        for kind, d in KINDS.items()
+    ]
+
+
+def models_by_team(teams) -> dict[str, list[str]]:
+    """GPU model names present in the pools each team may use (one query)."""
+    names = {t.pk: t.name for t in teams}
+    out: dict[str, set[str]] = {name: set() for name in names.values()}
+    rows = Gpu.objects.filter(present=True, node__pool__teams__in=list(names)).values_list(
+        "node__pool__teams", "model__name").distinct()
+    for team_id, model in rows:
+        if team_id in names:
+            out[names[team_id]].add(model)
+    return {team: sorted(models) for team, models in out.items()}
+
+
+class GpuModelSelect(forms.Select):
+    """A select whose options say which teams may use each model (``data-teams``), so the page can offer
+    only the chosen team's models."""
+
+    def __init__(self, *args, teams_of: dict[str, list[str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teams_of = teams_of or {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if value:
+            option["attrs"]["data-teams"] = " ".join(self.teams_of.get(str(value), []))
+        return option
 
 
 class JobSubmitForm(forms.Form):
@@ -13,49 +82,126 @@ class JobSubmitForm(forms.Form):
     kind = forms.ChoiceField(choices=KIND_CHOICES, initial="training")
     command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
                               max_length=job_services.MAX_COMMAND)
+    image = forms.CharField(label="Container image", required=False, max_length=300,
+                            help_text="Where the runtime uses one, e.g. nvcr.io/nvidia/pytorch:24.05-py3")
     gpus = forms.IntegerField(label="GPUs", min_value=1, max_value=job_services.MAX_GPUS, initial=1)
     gpu_fraction = forms.DecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
                                       decimal_places=3,
                                       help_text="Share one GPU, e.g. 0.25 (leave blank for whole GPUs)")
-    gpu_model = forms.ChoiceField(label="GPU model", required=False)
+    gpu_model = forms.ChoiceField(label="GPU model", required=False,
+                                  help_text="Only models in pools your team may use")
     gpu_memory_gb = forms.IntegerField(label="Min GPU memory (GB)", required=False, min_value=0,
                                        max_value=job_services.MAX_GPU_MEMORY_GB)
     cpus = forms.IntegerField(label="CPUs", required=False, min_value=0, max_value=job_services.MAX_CPUS)
     memory_gb = forms.IntegerField(label="Memory (GB)", required=False, min_value=0,
                                    max_value=job_services.MAX_MEMORY_GB)
     nodes = forms.IntegerField(label="Nodes", required=False, min_value=1, max_value=job_services.MAX_NODES,
-                               help_text="Blank: one node when it fits, else the fewest")
+                               help_text="Multi-node training: GPUs are split evenly over the nodes. "
+                                         "Blank: one node when it fits, else the fewest")
+    replicas = forms.IntegerField(label="Replicas", required=False, min_value=1, max_value=MAX_REPLICAS, initial=1,
+                                  help_text="Each replica is its own job (name-1, name-2, …), restarted on failure")
+    health_path = forms.CharField(label="Health path", required=False, max_length=200, initial="/health",
+                                  help_text="Probed on the port the platform assigns ($PORT); the endpoint shows "
+                                            "on the job page once it runs")
+    idle_timeout_minutes = forms.IntegerField(label="Idle timeout (minutes)", required=False, min_value=5,
+                                              max_value=job_services.MAX_TIME_LIMIT_MINUTES,
+                                              help_text="A notebook left idle this long is stopped")
     time_limit_minutes = forms.IntegerField(label="Time limit (minutes)", required=False, min_value=1,
                                             max_value=job_services.MAX_TIME_LIMIT_MINUTES,
                                             help_text="Blank: the kind's default")
     priority_class = forms.ChoiceField(required=False)
+    preemptible = forms.ChoiceField(choices=PREEMPTIBLE_CHOICES, required=False)
 
-    COPIED_FIELDS = ("name", "kind", "command", "gpus", "gpu_fraction", "gpu_memory_gb", "cpus", "memory_gb",
-                     "nodes", "time_limit_minutes")
+    COPIED_FIELDS = ("name", "kind", "command", "image", "gpus", "gpu_fraction", "gpu_memory_gb", "cpus",
+                     "memory_gb", "nodes", "time_limit_minutes", "idle_timeout_minutes")
 
     @classmethod
     def initial_from(cls, job) -> dict:
         """The form's initial values for "copy and edit" of ``job``."""
         initial = {f: getattr(job, f) for f in cls.COPIED_FIELDS}
         initial.update(team=job.team.name, gpu_model=job.gpu_model.name if job.gpu_model else "",
-                       priority_class=job.priority_class.name)
+                       priority_class=job.priority_class.name, preemptible="yes" if job.preemptible else "no",
+                       health_path=(job.env or {}).get("ROTA_HEALTH_PATH", ""))
         return initial
+
+    @staticmethod
+    def initial_for_kind(kind: str) -> dict:
+        """Presets of a kind card: the kind and its defaults, shown in the fields they fill."""
+        if kind not in KINDS:
+            return {}
+        d = KINDS[kind]
+        return {"kind": kind, "priority_class": d.priority_class, "time_limit_minutes": d.time_limit_minutes,
+                "preemptible": "yes" if d.preemptible else "no", "idle_timeout_minutes": d.idle_timeout_minutes}
+
+    @staticmethod
+    def initial_from_template(template) -> dict:
+        """The form's initial values from a saved template (unknown keys are ignored)."""
+        values = {k: v for k, v in (template.fields or {}).items() if k in TEMPLATE_FIELDS}
+        return {**values, "kind": template.kind, "team": template.team.name}
 
     def __init__(self, *args, teams=(), **kwargs):
         super().__init__(*args, **kwargs)
+        teams = list(teams)
         self.fields["team"].choices = [(t.name, t.label) for t in teams]
-        self.fields["gpu_model"].choices = [("", "any model")] + [
-            (m.name, f"{m.name} ({m.memory_gb:g} GB)") for m in GpuModel.objects.all()
-        ]
+        self.models_by_team = models_by_team(teams)
+        teams_of: dict[str, list[str]] = {}
+        for team, models in self.models_by_team.items():
+            for m in models:
+                teams_of.setdefault(m, []).append(team)
+        self.fields["gpu_model"].choices = [("", "any model")] + [(m, m) for m in sorted(teams_of)]
+        self.fields["gpu_model"].widget = GpuModelSelect(teams_of=teams_of, choices=self.fields["gpu_model"].choices)
         self.fields["priority_class"].choices = [("", "the kind's default")] + [
             (p.name, f"{p.name} ({p.value})") for p in PriorityClass.objects.all()
         ]
+        for name, kinds in KIND_FIELDS.items():
+            self.fields[name].widget.attrs["data-kinds"] = " ".join(kinds)
+
+    def groups(self):
+        """The fieldsets for the template: (legend, [(bound field, kinds that show it or "")])."""
+        return [(legend, [(self[name], " ".join(KIND_FIELDS.get(name, ()))) for name in names])
+                for legend, names in GROUPS]
+
+    @classmethod
+    def kind_presets(cls) -> dict[str, dict]:
+        """What choosing each kind fills in (for the page's script)."""
+        return {kind: cls.initial_for_kind(kind) for kind in KINDS}
+
+    def clean(self):
+        data = super().clean()
+        team, model = data.get("team"), data.get("gpu_model")
+        if team and model and model not in self.models_by_team.get(team, []):
+            allowed = ", ".join(self.models_by_team.get(team, [])) or "none"
+            self.add_error("gpu_model", f"{model} is in no pool team {team} may use; allowed: {allowed}")
+        return data
+
+    def replica_count(self) -> int:
+        if self.cleaned_data.get("kind") != "inference":
+            return 1
+        return self.cleaned_data.get("replicas") or 1
 
     def submit_kwargs(self) -> dict:
-        data = dict(self.cleaned_data)
+        """Keyword arguments of ``job_submit`` / ``job_quote`` (fields of other kinds dropped)."""
+        data = {k: v for k, v in self.cleaned_data.items() if k not in ("replicas", "health_path")}
+        kind = data.get("kind")
         for key in ("gpu_memory_gb", "cpus", "memory_gb"):
             data[key] = data.get(key) or 0
         data["gpu_model"] = data.get("gpu_model") or None
-        data["nodes"] = data.get("nodes") or None
+        data["nodes"] = (data.get("nodes") or None) if kind in KIND_FIELDS["nodes"] else None
+        if kind not in KIND_FIELDS["idle_timeout_minutes"]:
+            data["idle_timeout_minutes"] = None
         data["priority_class"] = data.get("priority_class") or None
+        data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
+        data["image"] = data.get("image") or ""
+        if kind == "inference" and self.cleaned_data.get("health_path"):
+            data["env"] = {"ROTA_HEALTH_PATH": self.cleaned_data["health_path"]}
         return data
+
+    def template_fields(self) -> dict:
+        """The values a saved template keeps: JSON-safe, blanks dropped, no team."""
+        out = {}
+        for name in TEMPLATE_FIELDS:
+            value = self.cleaned_data.get(name)
+            if value in (None, ""):
+                continue
+            out[name] = format(value, "f") if isinstance(value, Decimal) else value
+        return out

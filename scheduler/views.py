@@ -59,23 +59,87 @@ def job_list_csv(request):
     return csv_response(rows(), "rota-jobs.csv")
 
 
+def _submit_initial(request) -> dict:
+    """Initial values of the submit form: copy of a job, a saved template, a kind card, a team."""
+    from portal.teams.selectors import job_template_for
+
+    initial: dict = {}
+    if request.GET.get("copy"):
+        initial = JobSubmitForm.initial_from(job_for(request.user, request.GET["copy"]))
+    elif request.GET.get("template"):
+        initial = JobSubmitForm.initial_from_template(job_template_for(request.user, request.GET["template"]))
+    elif request.GET.get("kind"):
+        initial = JobSubmitForm.initial_for_kind(request.GET["kind"])
+    if request.GET.get("team") and "team" not in initial:
+        initial["team"] = request.GET["team"]
+    return initial
+
+
+def _save_template(request, form, teams) -> bool:
+    """Save the form's values as a template of its team; errors go inline on the form."""
+    from django.core.exceptions import PermissionDenied
+
+    from portal.teams.services import job_template_save
+
+    team = next((t for t in teams if t.name == form.cleaned_data["team"]), None)
+    try:
+        template = job_template_save(user=request.user, team=team, name=request.POST.get("template_name", ""),
+                                     kind=form.cleaned_data["kind"], fields=form.template_fields())
+    except PermissionDenied as exc:
+        form.add_error(None, str(exc))
+    except ValidationError as exc:
+        form.template_errors = [m for ms in exc.message_dict.values() for m in ms]
+    else:
+        messages.success(request, f"Template {template.name!r} saved for team {team.name}.")
+        return True
+    return False
+
+
+def _submit_replicas(user, replicas: int, request: dict) -> list:
+    """Submit ``replicas`` copies of an inference service as jobs ``name-1`` … ``name-N`` (all or none);
+    one replica keeps its name."""
+    from django.db import transaction
+
+    if replicas <= 1:
+        return [job_services.job_submit(user=user, **request)]
+    base = request["name"][: job_services.MAX_NAME - 4]
+    with transaction.atomic():
+        return [job_services.job_submit(user=user, **{**request, "name": f"{base}-{i}"})
+                for i in range(1, replicas + 1)]
+
+
 @login_required
 def job_submit_view(request):
+    """The submit page: kind cards with their defaults, saved templates, the form and its live quote.
+    POST ``action=save-template`` saves the values as a team template instead of submitting."""
+    from portal.teams.selectors import can_manage_team, job_templates
+
     teams = list(submit_teams_for(request.user))
-    initial = {}
-    if request.method == "GET" and request.GET.get("copy"):
-        initial = JobSubmitForm.initial_from(job_for(request.user, request.GET["copy"]))
+    initial = _submit_initial(request) if request.method == "GET" else {}
     form = JobSubmitForm(request.POST or None, teams=teams, initial=initial)
+    form.template_errors = []
     if request.method == "POST" and form.is_valid():
-        try:
-            job = job_services.job_submit(user=request.user, **form.submit_kwargs())
-        except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                form.add_error(field if field in form.fields else None, errors)
+        if request.POST.get("action") == "save-template":
+            _save_template(request, form, teams)
         else:
-            messages.success(request, f"Job #{job.pk} submitted.")
-            return redirect("job-detail", job_id=job.pk)
-    return render(request, "jobs/submit.html", {"form": form, "teams": teams})
+            try:
+                jobs = _submit_replicas(request.user, form.replica_count(), form.submit_kwargs())
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                ids = ", ".join(f"#{j.pk}" for j in jobs)
+                messages.success(request, f"Job{'s' if len(jobs) > 1 else ''} {ids} submitted.")
+                return redirect("job-detail", job_id=jobs[0].pk)
+    from scheduler.forms import kind_cards
+
+    templates = [(t, job_templates(team=t), can_manage_team(request.user, t)) for t in teams]
+    return render(request, "jobs/submit.html", {
+        "form": form, "teams": teams, "kinds": kind_cards(), "presets": JobSubmitForm.kind_presets(),
+        "team_templates": templates,
+        "can_save_templates": any(manage for _, _, manage in templates),
+        "current_kind": form["kind"].value() or "training",
+    })
 
 
 @login_required
@@ -85,15 +149,16 @@ def job_quote_partial(request):
     from scheduler.services.quote import job_quote
 
     form = JobSubmitForm(request.POST, teams=list(submit_teams_for(request.user)))
-    quote, problems = None, []
+    quote, problems, replicas = None, [], 1
     if form.is_valid():
+        replicas = form.replica_count()
         try:
             quote = job_quote(user=request.user, **form.submit_kwargs())
         except ValidationError as exc:
             problems = [f"{k}: {'; '.join(v)}" for k, v in exc.message_dict.items()]
     else:
         problems = [f"{k}: {'; '.join(v)}" for k, v in form.errors.items()]
-    return render(request, "jobs/_quote.html", {"quote": quote, "problems": problems})
+    return render(request, "jobs/_quote.html", {"quote": quote, "problems": problems, "replicas": replicas})
 
 
 def _job_context(request, job_id):

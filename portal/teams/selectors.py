@@ -183,3 +183,25 @@ def team_recent_failures(*, user: User, team: Team) -> list:
 
 def team_members(*, team: Team) -> list[Membership]:
     return list(Membership.objects.filter(team=team).select_related("user").order_by("user__username"))
+
+
+def job_templates(*, team: Team) -> list:
+    """The team's saved job templates, by name."""
+    from scheduler.models import JobTemplate
+
+    return list(JobTemplate.objects.filter(team=team).select_related("created_by").order_by("name"))
+
+
+def job_template_for(user: User, template_id: int | str):
+    """The template ``template_id`` if it belongs to a team ``user`` may see, else Http404 (as for a missing
+    one)."""
+    from scheduler.models import JobTemplate
+
+    try:
+        pk = int(template_id)
+    except (TypeError, ValueError):
+        raise Http404("No such template") from None
+    template = JobTemplate.objects.filter(pk=pk, team__in=teams_for(user)).select_related("team").first()
+    if template is None:
+        raise Http404("No such template")
+    return template

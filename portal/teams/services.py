@@ -68,3 +68,45 @@ def membership_remove(*, actor, team: Team, username: str, reason: str = "") -> 
                      object_name=f"{team.name}/{username}", before={"role": membership.role}, after=None,
                      reason=reason)
         membership.delete()
+
+
+TEMPLATE_NAME_MAX = 100
+
+
+def job_template_save(*, user, team: Team, name: str, kind: str, fields: dict):
+    """Save the submit-form values ``fields`` as template ``name`` of ``team`` (replacing one of the same
+    name). Team-admins and platform admins only; audited."""
+    from scheduler.kinds import KINDS
+    from scheduler.models import JobTemplate
+
+    if not can_manage_team(user, team):
+        raise PermissionDenied(f"only team-admins of {team.name} may save its templates")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"template_name": "name the template"})
+    if len(name) > TEMPLATE_NAME_MAX:
+        raise ValidationError({"template_name": f"must be at most {TEMPLATE_NAME_MAX} characters; got {len(name)}"})
+    if kind not in KINDS:
+        raise ValidationError({"kind": f"must be one of {', '.join(KINDS)}; got {kind!r}"})
+    with transaction.atomic():
+        template = JobTemplate.objects.select_for_update().filter(team=team, name=name).first()
+        before = {"kind": template.kind, "fields": template.fields} if template else None
+        if template is None:
+            template = JobTemplate(team=team, name=name, created_by=user)
+        template.kind, template.fields = kind, fields
+        template.save()
+        audit_record(actor=user, action="job-template.create" if before is None else "job-template.update",
+                     object_type="job-template", object_id=template.pk, object_name=f"{team.name}/{name}",
+                     before=before, after={"kind": kind, "fields": fields})
+    return template
+
+
+def job_template_delete(*, user, template) -> None:
+    """Delete a saved template (team-admins and platform admins only; audited)."""
+    if not can_manage_team(user, template.team):
+        raise PermissionDenied(f"only team-admins of {template.team.name} may delete its templates")
+    with transaction.atomic():
+        audit_record(actor=user, action="job-template.delete", object_type="job-template", object_id=template.pk,
+                     object_name=f"{template.team.name}/{template.name}",
+                     before={"kind": template.kind, "fields": template.fields}, after=None)
+        template.delete()

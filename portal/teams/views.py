@@ -85,3 +85,25 @@ def member_remove(request, name: str, username: str):
     else:
         messages.success(request, f"{username} removed from {team.name}.")
     return redirect("team-dashboard", name=team.name)
+
+
+@login_required
+def template_list(request, name: str):
+    """The team's saved job templates: apply (members), delete (team-admins)."""
+    team = selectors.team_for(request.user, name)
+    return render(request, "teams/templates.html", {
+        "team": team, "templates": selectors.job_templates(team=team),
+        "can_manage": selectors.can_manage_team(request.user, team),
+    })
+
+
+@login_required
+@require_POST
+def template_delete(request, name: str, template_id: int):
+    team = selectors.team_for(request.user, name)
+    template = selectors.job_template_for(request.user, template_id)
+    if template.team_id != team.pk or not selectors.can_manage_team(request.user, team):
+        raise Http404("No such template")
+    services.job_template_delete(user=request.user, template=template)
+    messages.success(request, f"Template {template.name!r} deleted.")
+    return redirect("template-list", name=team.name)

@@ -5,6 +5,7 @@ from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
 from scheduler.models.quota import Quota
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
+from scheduler.models.templates import JobTemplate
 from scheduler.models.whatif import WhatIfRun
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobLog",
+    "JobTemplate",
     "JobTransition",
     "Node",
     "NodeToken",
