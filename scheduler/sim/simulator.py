@@ -221,12 +221,14 @@ class Simulator:
     # -- events --------------------------------------------------------------------------------------
 
     def _arrive(self, trace_job: TraceJob) -> None:
+        """A trace job is submitted: it joins the queue."""
         job = SimJob(trace_job)
         self.jobs[trace_job.id] = job
         job.info = self.views.pending(job)
         self._enqueue(job, trace_job.submit_time)
 
     def _enqueue(self, job: SimJob, now: float) -> None:
+        """Put ``job`` in the queue (on arrival or after a preemption) and mark the state changed."""
         self.pending[job.trace.id] = job
         _count(self.pending_requests, job.request, +1)
         _count(self.team_requests.setdefault(job.trace.team, {}), job.request, +1)
@@ -236,6 +238,7 @@ class Simulator:
         self.dirty = True
 
     def _dequeue(self, job: SimJob, now: float) -> None:
+        """Take ``job`` out of the queue (it is starting)."""
         del self.pending[job.trace.id]
         _count(self.pending_requests, job.request, -1)
         _count(self.team_requests[job.trace.team], job.request, -1)
@@ -261,6 +264,7 @@ class Simulator:
         self.dirty = True
 
     def _complete(self, job: SimJob, now: float) -> None:
+        """The job's attempt ends at ``now``: done, or stopped at its time limit."""
         work_from = job.started_at + job.overhead
         job.remaining = max(0.0, job.remaining - max(0.0, now - work_from))
         overhead_gpu_s = min(job.overhead, now - job.started_at) * job.request
@@ -334,11 +338,13 @@ class Simulator:
         return bool(decisions.starts or decisions.preemptions)
 
     def _apply_error(self, message: str) -> None:
+        """Count a decision the simulator could not apply (it is skipped)."""
         self.result.apply_errors += 1
         if len(self.result.apply_examples) < _MAX_EXAMPLES:
             self.result.apply_examples.append(message)
 
     def _start(self, job_id: int, placements: tuple[Placement, ...], now: float) -> None:
+        """Apply a ``Start``: check the devices are free, bind them, schedule the completion."""
         job = self.pending.get(job_id)
         if job is None:
             self._apply_error(f"t={now:g}: start of job {job_id}, which is not pending")
@@ -384,6 +390,7 @@ class Simulator:
         self._push(now + run_for, _COMPLETE, job)
 
     def _preempt(self, job_id: int, grace_s: float, now: float) -> None:
+        """Apply a ``Preemption``: the victim stops working now and frees its devices after ``grace_s``."""
         job = self.running.get(job_id)
         if job is None or job.preempted_at is not None:
             self._apply_error(f"t={now:g}: preemption of job {job_id}, which is not running")
@@ -400,12 +407,14 @@ class Simulator:
             self.dirty = True
 
     def _push(self, at: float, kind: int, job: SimJob) -> None:
+        """Schedule a timed event for the job's current attempt."""
         self.seq += 1
         heapq.heappush(self.heap, (at, self.seq, kind, job.trace.id, job.attempt))
 
     # -- results -------------------------------------------------------------------------------------
 
     def _finish(self, end: float) -> None:
+        """Fill the result with per-job records and per-team integrals."""
         result = self.result
         ledger = self.ledger
         result.teams = {team: (ledger.contended_gpu_s[team], ledger.starved_s[team]) for team in ledger.teams}
