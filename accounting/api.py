@@ -33,8 +33,11 @@ class ChargebackAPI(APIView):
     content_negotiation_class = IgnoreFormatParam
 
     @extend_schema(
-        parameters=[OpenApiParameter("month", str, required=True, description="YYYY-MM"),
-                    OpenApiParameter("format", str, enum=list(FORMATS)), OpenApiParameter("team", str)],
+        parameters=[
+            OpenApiParameter("month", str, required=True, description="YYYY-MM"),
+            OpenApiParameter("format", str, enum=list(FORMATS)),
+            OpenApiParameter("team", str),
+        ],
         responses={(200, "text/csv"): OpenApiTypes.BINARY},
     )
     def get(self, request):
@@ -55,10 +58,13 @@ class ChargebackAPI(APIView):
         elif fmt == "xlsx":
             response = HttpResponse(exports.xlsx_bytes(rated.lines, period, rated.cards), content_type=XLSX_TYPE)
         else:
-            teams = [team.name] if team else sorted({r.usage.team for r in rated.lines}) or list(
-                teams_for(request.user).values_list("name", flat=True)[:50])
-            response = HttpResponse(exports.pdf_bytes(rated.lines, month.label, teams),
-                                    content_type="application/pdf")
+            teams = (
+                [team.name]
+                if team
+                else sorted({r.usage.team for r in rated.lines})
+                or list(teams_for(request.user).values_list("name", flat=True)[:50])
+            )
+            response = HttpResponse(exports.pdf_bytes(rated.lines, month.label, teams), content_type="application/pdf")
         response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
         return response
 
@@ -85,13 +91,16 @@ class UsageOutputSerializer(serializers.Serializer):
 class UsageAPI(APIView):
     """GPU-seconds, GPU-hours and cost per period and group for ``[start, end]`` (inclusive days, UTC)."""
 
-    @extend_schema(responses=UsageOutputSerializer, parameters=[
-        OpenApiParameter("start", str, required=True, description="YYYY-MM-DD"),
-        OpenApiParameter("end", str, required=True, description="YYYY-MM-DD, inclusive"),
-        OpenApiParameter("group_by", str, enum=list(charts.GROUP_BYS)),
-        OpenApiParameter("agg", str, enum=["hour", *periods.AGGREGATIONS]),
-        OpenApiParameter("team", str),
-    ])
+    @extend_schema(
+        responses=UsageOutputSerializer,
+        parameters=[
+            OpenApiParameter("start", str, required=True, description="YYYY-MM-DD"),
+            OpenApiParameter("end", str, required=True, description="YYYY-MM-DD, inclusive"),
+            OpenApiParameter("group_by", str, enum=list(charts.GROUP_BYS)),
+            OpenApiParameter("agg", str, enum=["hour", *periods.AGGREGATIONS]),
+            OpenApiParameter("team", str),
+        ],
+    )
     def get(self, request):
         q = request.query_params
         errors = {}
@@ -115,8 +124,15 @@ class UsageAPI(APIView):
             raise ValidationError(errors)
         team = team_for(request.user, q["team"]) if q.get("team") else None
         rated = rated_usage(request.user, rng, agg=agg, team=team)
-        return Response({
-            "start": rng.start.isoformat(), "end": rng.end.isoformat(), "group_by": group_by, "agg": agg,
-            "currency": rated.currency, "total_gpu_hours": f"{rated.total_gpu_hours:.4f}",
-            "total_cost": f"{rated.total_cost:.2f}", "results": usage_summary(rated, group_by),
-        })
+        return Response(
+            {
+                "start": rng.start.isoformat(),
+                "end": rng.end.isoformat(),
+                "group_by": group_by,
+                "agg": agg,
+                "currency": rated.currency,
+                "total_gpu_hours": f"{rated.total_gpu_hours:.4f}",
+                "total_cost": f"{rated.total_cost:.2f}",
+                "results": usage_summary(rated, group_by),
+            }
+        )

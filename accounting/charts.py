@@ -12,11 +12,22 @@ import plotly.graph_objects as go
 from accounting.rating import RatedLine, round_money
 
 GROUP_BYS = ("team", "department", "user", "kind", "gpu_model", "pool")
-LABELS = {"team": "Team", "department": "Department", "user": "User", "kind": "Kind", "gpu_model": "GPU model",
-          "pool": "Pool"}
+LABELS = {
+    "team": "Team",
+    "department": "Department",
+    "user": "User",
+    "kind": "Kind",
+    "gpu_model": "GPU model",
+    "pool": "Pool",
+}
 _IN_TITLE = {**{k: v.lower() for k, v in LABELS.items()}, "gpu_model": "GPU model"}
-_LAYOUT = {"margin": {"l": 50, "r": 10, "t": 60, "b": 40}, "title_x": 0, "height": 320, "legend": {"orientation": "h"},
-           "font": {"family": "system-ui, sans-serif", "size": 12}}
+_LAYOUT = {
+    "margin": {"l": 50, "r": 10, "t": 60, "b": 40},
+    "title_x": 0,
+    "height": 320,
+    "legend": {"orientation": "h"},
+    "font": {"family": "system-ui, sans-serif", "size": 12},
+}
 
 
 def key_of(group_by: str) -> Callable[[RatedLine], str]:
@@ -57,8 +68,7 @@ def _over_time(lines: list[RatedLine], group_by: str, value: Callable[[RatedLine
 
 def usage_over_time(lines: list[RatedLine], group_by: str = "team") -> go.Figure:
     """Stacked GPU-hours per period, one series per group."""
-    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, f"GPU-hours by {_IN_TITLE[group_by]}",
-                      "GPU-hours")
+    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, f"GPU-hours by {_IN_TITLE[group_by]}", "GPU-hours")
 
 
 def cost_over_time(lines: list[RatedLine], group_by: str = "team", currency: str = "USD") -> go.Figure:
@@ -69,8 +79,14 @@ def cost_over_time(lines: list[RatedLine], group_by: str = "team", currency: str
 def cost_by(lines: list[RatedLine], group_by: str, currency: str = "USD") -> go.Figure:
     """Cost per group as a bar chart (e.g. by GPU model or workload kind)."""
     rows = totals_by(lines, key_of(group_by))
-    fig = go.Figure(go.Bar(x=[r[0] for r in rows], y=[float(r[2]) for r in rows],
-                           text=[f"{round_money(r[2])}" for r in rows], textposition="auto"))
+    fig = go.Figure(
+        go.Bar(
+            x=[r[0] for r in rows],
+            y=[float(r[2]) for r in rows],
+            text=[f"{round_money(r[2])}" for r in rows],
+            textposition="auto",
+        )
+    )
     fig.update_layout(title=f"Cost by {_IN_TITLE[group_by]}", yaxis_title=currency, **_LAYOUT)
     return fig
 
@@ -99,7 +115,11 @@ def top_jobs_chart(rows: list[tuple[int, str, str, Decimal, Decimal]], currency:
 def waste_chart(rows: list[tuple[str, float, float]]) -> go.Figure:
     """Per team: GPU-hours of work lost to preemption and hours jobs spent queued, side by side."""
     teams = [r[0] for r in rows]
-    fig = go.Figure([go.Bar(name="GPU-hours lost to preemption", x=teams, y=[r[1] for r in rows]),
-                     go.Bar(name="hours queued", x=teams, y=[r[2] for r in rows])])
+    fig = go.Figure(
+        [
+            go.Bar(name="GPU-hours lost to preemption", x=teams, y=[r[1] for r in rows]),
+            go.Bar(name="hours queued", x=teams, y=[r[2] for r in rows]),
+        ]
+    )
     fig.update_layout(barmode="group", yaxis_title="hours", **{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 30}})
     return fig

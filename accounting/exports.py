@@ -12,8 +12,24 @@ from decimal import Decimal
 from accounting.charts import top_jobs, totals_by
 from accounting.rating import RateCardVersion, RatedLine
 
-COLUMNS = ["period", "department", "team", "user", "job", "kind", "gpu_model", "gpus", "allocated_gpu_hours",
-           "rate", "rate_card_version", "cost", "job_id", "currency", "utilized_gpu_hours", "efficiency"]
+COLUMNS = [
+    "period",
+    "department",
+    "team",
+    "user",
+    "job",
+    "kind",
+    "gpu_model",
+    "gpus",
+    "allocated_gpu_hours",
+    "rate",
+    "rate_card_version",
+    "cost",
+    "job_id",
+    "currency",
+    "utilized_gpu_hours",
+    "efficiency",
+]
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
@@ -28,10 +44,24 @@ def safe_cell(value):
 
 def chargeback_row(line: RatedLine, period: str) -> list:
     u = line.usage
-    return [period, u.department, u.team, u.user, u.job_name, u.kind, u.gpu_model, u.gpus,
-            u.gpu_hours.quantize(Decimal("0.000001")), line.rate, u.card_version, line.cost, u.job_id, line.currency,
-            round(u.utilized_gpu_hours, 6) if u.measured_gpu_seconds else None,
-            round(u.efficiency, 4) if u.efficiency is not None else None]
+    return [
+        period,
+        u.department,
+        u.team,
+        u.user,
+        u.job_name,
+        u.kind,
+        u.gpu_model,
+        u.gpus,
+        u.gpu_hours.quantize(Decimal("0.000001")),
+        line.rate,
+        u.card_version,
+        line.cost,
+        u.job_id,
+        line.currency,
+        round(u.utilized_gpu_hours, 6) if u.measured_gpu_seconds else None,
+        round(u.efficiency, 4) if u.efficiency is not None else None,
+    ]
 
 
 class _Echo:
@@ -73,16 +103,39 @@ def xlsx_bytes(lines: list[RatedLine], period: str, cards: list[RateCardVersion]
     wb.remove(wb.active)
     by_team = totals_by(lines, lambda r: r.usage.team)
     dept = {r.usage.team: r.usage.department for r in lines}
-    _sheet(wb, "Summary by team", ["period", "department", "team", "allocated_gpu_hours", "cost"],
-           ([period, dept[t], t, h, c] for t, h, c in by_team), {4: HOURS_FORMAT, 5: MONEY_FORMAT})
+    _sheet(
+        wb,
+        "Summary by team",
+        ["period", "department", "team", "allocated_gpu_hours", "cost"],
+        ([period, dept[t], t, h, c] for t, h, c in by_team),
+        {4: HOURS_FORMAT, 5: MONEY_FORMAT},
+    )
     by_user = totals_by(lines, lambda r: f"{r.usage.team}\x00{r.usage.user}")
-    _sheet(wb, "By user", ["period", "team", "user", "allocated_gpu_hours", "cost"],
-           ([period, *k.split("\x00"), h, c] for k, h, c in by_user), {4: HOURS_FORMAT, 5: MONEY_FORMAT})
-    _sheet(wb, "Job detail", COLUMNS, (chargeback_row(r, period) for r in lines),
-           {8: "0.000", 9: HOURS_FORMAT, 10: "#,##0.0000", 12: MONEY_FORMAT, 15: HOURS_FORMAT, 16: "0.0%"})
-    _sheet(wb, "Rate card", ["rate_card_version", "effective_from", "gpu_model", "price_per_gpu_hour", "currency"],
-           ([c.version, c.effective_from.strftime("%Y-%m-%d %H:%M UTC"), m, p, c.currency]
-            for c in cards for m, p in sorted(c.prices.items())), {4: "#,##0.0000"})
+    _sheet(
+        wb,
+        "By user",
+        ["period", "team", "user", "allocated_gpu_hours", "cost"],
+        ([period, *k.split("\x00"), h, c] for k, h, c in by_user),
+        {4: HOURS_FORMAT, 5: MONEY_FORMAT},
+    )
+    _sheet(
+        wb,
+        "Job detail",
+        COLUMNS,
+        (chargeback_row(r, period) for r in lines),
+        {8: "0.000", 9: HOURS_FORMAT, 10: "#,##0.0000", 12: MONEY_FORMAT, 15: HOURS_FORMAT, 16: "0.0%"},
+    )
+    _sheet(
+        wb,
+        "Rate card",
+        ["rate_card_version", "effective_from", "gpu_model", "price_per_gpu_hour", "currency"],
+        (
+            [c.version, c.effective_from.strftime("%Y-%m-%d %H:%M UTC"), m, p, c.currency]
+            for c in cards
+            for m, p in sorted(c.prices.items())
+        ),
+        {4: "#,##0.0000"},
+    )
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()
@@ -119,9 +172,14 @@ def pdf_bytes(lines: list[RatedLine], period_label: str, teams: list[str]) -> by
     for line in lines:
         per_team[line.usage.team].append(line)
     story = []
-    grid = TableStyle([("GRID", (0, 0), (-1, -1), 0.25, colors.grey), ("FONTSIZE", (0, 0), (-1, -1), 8),
-                       ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e5e7eb")),
-                       ("ALIGN", (-2, 1), (-1, -1), "RIGHT")])
+    grid = TableStyle(
+        [
+            ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
+            ("FONTSIZE", (0, 0), (-1, -1), 8),
+            ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e5e7eb")),
+            ("ALIGN", (-2, 1), (-1, -1), "RIGHT"),
+        ]
+    )
     for i, team in enumerate(teams or ["(no teams)"]):
         if i:
             story.append(PageBreak())
@@ -133,18 +191,29 @@ def pdf_bytes(lines: list[RatedLine], period_label: str, teams: list[str]) -> by
             Paragraph(f"Chargeback statement: {escape(team)}", styles["Title"]),
             Paragraph(f"Period: {escape(period_label)}", styles["Normal"]),
             Spacer(1, 8),
-            Table([["GPU-hours", "Cost", "Jobs"],
-                   [f"{total_hours:,.2f}", f"{total_cost:,.2f} {currency}", str(len({r.usage.job_id for r in tl}))]],
-                  style=grid),
-            Spacer(1, 12), Paragraph("Cost by GPU model", styles["Heading3"]),
+            Table(
+                [
+                    ["GPU-hours", "Cost", "Jobs"],
+                    [f"{total_hours:,.2f}", f"{total_cost:,.2f} {currency}", str(len({r.usage.job_id for r in tl}))],
+                ],
+                style=grid,
+            ),
+            Spacer(1, 12),
+            Paragraph("Cost by GPU model", styles["Heading3"]),
             _bar_chart([(m, float(c)) for m, _, c in totals_by(tl, lambda r: r.usage.gpu_model)]),
             Paragraph("Top jobs by cost", styles["Heading3"]),
         ]
         rows = [["Job", "User", "GPU-hours", "Cost"]]
         users = {r.usage.job_id: r.usage.user for r in tl}
         for job_id, name, _team, hours, cost in top_jobs(tl, 15):
-            rows.append([Paragraph(escape(f"#{job_id} {name}"), styles["BodyText"]), users[job_id],
-                         f"{hours:,.2f}", f"{cost:,.2f}"])
+            rows.append(
+                [
+                    Paragraph(escape(f"#{job_id} {name}"), styles["BodyText"]),
+                    users[job_id],
+                    f"{hours:,.2f}",
+                    f"{cost:,.2f}",
+                ]
+            )
         if len(rows) == 1:
             rows.append(["no usage", "", "", ""])
         story.append(Table(rows, colWidths=[230, 100, 70, 70], style=grid, repeatRows=1))

@@ -5,8 +5,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 MONTH_FORMAT = "YYYY-MM"
-PRESETS = {"7d": "Last 7 days", "30d": "Last 30 days", "90d": "Last 90 days", "this-month": "This month",
-           "last-month": "Last month", "custom": "Custom"}
+PRESETS = {
+    "7d": "Last 7 days",
+    "30d": "Last 30 days",
+    "90d": "Last 90 days",
+    "this-month": "This month",
+    "last-month": "Last month",
+    "custom": "Custom",
+}
 AGGREGATIONS = ("day", "week", "month")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 

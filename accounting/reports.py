@@ -73,7 +73,12 @@ def usage_summary(rated: Rated, group_by: str) -> list[dict]:
         cell[0] += line.usage.gpu_seconds
         cell[1] += line.cost
     return [
-        {"period": p.isoformat(), "group": g, "gpu_seconds": f"{s:.3f}", "gpu_hours": f"{s / 3600:.4f}",
-         "cost": f"{c:.2f}"}
+        {
+            "period": p.isoformat(),
+            "group": g,
+            "gpu_seconds": f"{s:.3f}",
+            "gpu_hours": f"{s / 3600:.4f}",
+            "cost": f"{c:.2f}",
+        }
         for (p, g), (s, c) in sorted(acc.items())
     ]

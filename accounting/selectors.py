@@ -57,7 +57,9 @@ def rate_cards() -> list[RateCardVersion]:
     """Every rate card version with its prices (two queries)."""
     return [
         RateCardVersion(
-            version=c.version, effective_from=c.effective_from, currency=c.currency,
+            version=c.version,
+            effective_from=c.effective_from,
+            currency=c.currency,
             prices={e.gpu_model.name: e.price_per_gpu_hour for e in c.entries.all()},
         )
         for c in RateCard.objects.prefetch_related("entries__gpu_model").order_by("effective_from")
@@ -66,14 +68,13 @@ def rate_cards() -> list[RateCardVersion]:
 
 def _card_version():
     return Subquery(
-        RateCard.objects.filter(effective_from__lte=OuterRef("period_start")).order_by("-effective_from")
+        RateCard.objects.filter(effective_from__lte=OuterRef("period_start"))
+        .order_by("-effective_from")
         .values("version")[:1]
     )
 
 
-def usage_lines(
-    user, *, start: datetime, end: datetime, agg: str = "day", team: Team | None = None
-) -> list[UsageLine]:
+def usage_lines(user, *, start: datetime, end: datetime, agg: str = "day", team: Team | None = None) -> list[UsageLine]:
     """Ledger GPU-seconds in ``[start, end)`` the user may see, summed per ``agg`` period (hour, day, week,
     month), job, GPU model and rate card version. Two queries.
 
@@ -121,9 +122,15 @@ def _utilization():
         gpu_id=OuterRef("allocation__gpu_id"), job_id=OuterRef("job_id"), hour=OuterRef("period_start")
     ).values("util_avg")[:1]
     raw = (
-        GpuSample.objects.filter(gpu_id=OuterRef("allocation__gpu_id"), job_id=OuterRef("job_id"),
-                                 at__gte=OuterRef("period_start"), at__lt=OuterRef("period_start") + HOUR)
-        .values("gpu_id").annotate(a=Avg("util_pct")).values("a")[:1]
+        GpuSample.objects.filter(
+            gpu_id=OuterRef("allocation__gpu_id"),
+            job_id=OuterRef("job_id"),
+            at__gte=OuterRef("period_start"),
+            at__lt=OuterRef("period_start") + HOUR,
+        )
+        .values("gpu_id")
+        .annotate(a=Avg("util_pct"))
+        .values("a")[:1]
     )
     return Coalesce(Subquery(rolled, output_field=FloatField()), Subquery(raw, output_field=FloatField()))
 
@@ -135,20 +142,43 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
         period=trunc("period_start") if trunc else F("period_start"), card=_card_version(), util=_utilization()
     )
     gs = Cast("gpu_seconds", FloatField())
-    rows = qs.values(
-        "period", "card", "job_id", "kind", "team__name", "team__parent__name", "user__username", "job__name",
-        "job__gpus", "job__gpu_fraction", "gpu_model__name", "pool__name",
-    ).annotate(
-        gs=Sum("gpu_seconds"), utilized=Sum(gs * F("util") / 100.0),
-        measured=Sum(Case(When(util__isnull=False, then=gs), default=Value(0.0), output_field=FloatField())),
-    ).order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
+    rows = (
+        qs.values(
+            "period",
+            "card",
+            "job_id",
+            "kind",
+            "team__name",
+            "team__parent__name",
+            "user__username",
+            "job__name",
+            "job__gpus",
+            "job__gpu_fraction",
+            "gpu_model__name",
+            "pool__name",
+        )
+        .annotate(
+            gs=Sum("gpu_seconds"),
+            utilized=Sum(gs * F("util") / 100.0),
+            measured=Sum(Case(When(util__isnull=False, then=gs), default=Value(0.0), output_field=FloatField())),
+        )
+        .order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
+    )
     return [
         UsageLine(
-            period=r["period"], team=r["team__name"], department=r["team__parent__name"] or r["team__name"],
-            user=r["user__username"], job_id=r["job_id"], job_name=r["job__name"], kind=r["kind"],
-            gpu_model=r["gpu_model__name"], pool=r["pool__name"],
+            period=r["period"],
+            team=r["team__name"],
+            department=r["team__parent__name"] or r["team__name"],
+            user=r["user__username"],
+            job_id=r["job_id"],
+            job_name=r["job__name"],
+            kind=r["kind"],
+            gpu_model=r["gpu_model__name"],
+            pool=r["pool__name"],
             gpus=r["job__gpu_fraction"] if r["job__gpu_fraction"] is not None else Decimal(r["job__gpus"]),
-            card_version=r["card"], gpu_seconds=r["gs"], utilized_gpu_seconds=r["utilized"] or 0.0,
+            card_version=r["card"],
+            gpu_seconds=r["gs"],
+            utilized_gpu_seconds=r["utilized"] or 0.0,
             measured_gpu_seconds=r["measured"] or 0.0,
         )
         for r in rows
@@ -170,7 +200,9 @@ def statements_for(user, *, limit: int = 24) -> list:
     from accounting.models import Statement
 
     return list(
-        Statement.objects.filter(team__in=admin_teams_for(user)).select_related("team").defer("content")
+        Statement.objects.filter(team__in=admin_teams_for(user))
+        .select_related("team")
+        .defer("content")
         .order_by("-month", "team__name", "format")[:limit]
     )
 
@@ -218,7 +250,8 @@ def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> lis
     lost = {
         r["job__team__name"]: r
         for r in Preemption.objects.filter(job__team__in=teams, at__gte=start, at__lt=end)
-        .values("job__team__name").annotate(n=Count("id"), s=Sum("gpu_seconds_lost"))
+        .values("job__team__name")
+        .annotate(n=Count("id"), s=Sum("gpu_seconds_lost"))
     }
     horizon = min(end, now)
     transitions = (
@@ -237,7 +270,9 @@ def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> lis
     names = sorted(set(lost) | set(queued))
     return [
         TeamWaste(
-            team=n, preemptions=lost.get(n, {}).get("n", 0), gpu_seconds_lost=lost.get(n, {}).get("s") or 0.0,
+            team=n,
+            preemptions=lost.get(n, {}).get("n", 0),
+            gpu_seconds_lost=lost.get(n, {}).get("s") or 0.0,
             queued_seconds=queued.get(n, 0.0),
         )
         for n in names

@@ -58,9 +58,18 @@ def _records_for(alloc: Allocation, until: datetime, from_bucket: datetime | Non
     job = alloc.job
     return [
         UsageRecord(
-            allocation_id=alloc.pk, period_start=s.period_start, team_id=job.team_id, user_id=job.submitted_by_id,
-            job_id=job.pk, attempt=alloc.attempt, kind=job.kind, gpu_model_id=alloc.gpu.model_id,
-            pool_id=alloc.node.pool_id, node_id=alloc.node_id, share_milli=alloc.share_milli, held_us=s.held_us,
+            allocation_id=alloc.pk,
+            period_start=s.period_start,
+            team_id=job.team_id,
+            user_id=job.submitted_by_id,
+            job_id=job.pk,
+            attempt=alloc.attempt,
+            kind=job.kind,
+            gpu_model_id=alloc.gpu.model_id,
+            pool_id=alloc.node.pool_id,
+            node_id=alloc.node_id,
+            share_milli=alloc.share_milli,
+            held_us=s.held_us,
             gpu_seconds=gpu_seconds(s.held_us, alloc.share_milli),
             open=still_held and s.period_start + HOUR > until,
         )
@@ -99,7 +108,10 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
             ).delete()[0]
         if records:
             UsageRecord.objects.bulk_create(
-                records, batch_size=2000, update_conflicts=True, unique_fields=["allocation", "period_start"],
+                records,
+                batch_size=2000,
+                update_conflicts=True,
+                unique_fields=["allocation", "period_start"],
                 update_fields=["held_us", "gpu_seconds", "open", "share_milli", "team", "user", "kind"],
             )
         state.rolled_until = until
@@ -148,9 +160,9 @@ def usage_reconcile(*, until: datetime | None = None) -> Reconciliation:
     if until is None:
         until = RollupState.objects.filter(key="usage").values_list("rolled_until", flat=True).first() or db_now()
     held = Decimal(0)
-    for started_at, ended_at, share_milli in Allocation.objects.filter(started_at__lt=until).values_list(
-        "started_at", "ended_at", "share_milli"
-    ).iterator():
+    for started_at, ended_at, share_milli in (
+        Allocation.objects.filter(started_at__lt=until).values_list("started_at", "ended_at", "share_milli").iterator()
+    ):
         end = min(ended_at, until) if ended_at else until
         if end > started_at:
             held += gpu_seconds(to_us(end - started_at), share_milli)
@@ -160,9 +172,16 @@ def usage_reconcile(*, until: datetime | None = None) -> Reconciliation:
 
 # Demo prices per GPU-hour (USD) by GPU model name prefix; MIG profiles priced by their slice.
 DEFAULT_PRICES = {
-    "h100": Decimal("4.00"), "h200": Decimal("5.00"), "a100-80gb": Decimal("2.80"), "a100-40gb": Decimal("2.20"),
-    "a100-1g": Decimal("0.35"), "a100-2g": Decimal("0.70"), "a100-3g": Decimal("1.05"), "l40s": Decimal("1.40"),
-    "l4": Decimal("0.60"), "ascend": Decimal("1.80"),
+    "h100": Decimal("4.00"),
+    "h200": Decimal("5.00"),
+    "a100-80gb": Decimal("2.80"),
+    "a100-40gb": Decimal("2.20"),
+    "a100-1g": Decimal("0.35"),
+    "a100-2g": Decimal("0.70"),
+    "a100-3g": Decimal("1.05"),
+    "l40s": Decimal("1.40"),
+    "l4": Decimal("0.60"),
+    "ascend": Decimal("1.80"),
 }
 FALLBACK_PRICE = Decimal("1.00")
 
@@ -182,8 +201,11 @@ def rate_card_create(
         card = RateCard.objects.create(version=version, effective_from=effective_from, currency=currency, name=name)
         models = {m.name: m for m in GpuModel.objects.filter(name__in=list(prices))}
         RateCardEntry.objects.bulk_create(
-            [RateCardEntry(rate_card=card, gpu_model=models[n], price_per_gpu_hour=p)
-             for n, p in prices.items() if n in models]
+            [
+                RateCardEntry(rate_card=card, gpu_model=models[n], price_per_gpu_hour=p)
+                for n, p in prices.items()
+                if n in models
+            ]
         )
     return card
 
@@ -197,8 +219,10 @@ def rate_card_seed(*, effective_from: datetime, currency: str = "USD") -> tuple[
         card = RateCard.objects.create(version=1, effective_from=effective_from, currency=currency, name="Demo rates")
     priced = set(card.entries.values_list("gpu_model_id", flat=True))
     RateCardEntry.objects.bulk_create(
-        [RateCardEntry(rate_card=card, gpu_model=m, price_per_gpu_hour=default_price(m.name))
-         for m in GpuModel.objects.exclude(pk__in=priced)]
+        [
+            RateCardEntry(rate_card=card, gpu_model=m, price_per_gpu_hour=default_price(m.name))
+            for m in GpuModel.objects.exclude(pk__in=priced)
+        ]
     )
     return card, created
 
@@ -220,13 +244,16 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
         if existing >= {"xlsx", "pdf"} and not replace:
             continue
         lines = rate_lines(team_usage_lines(team, start=month.start, end=month.end), cards)
-        files = {"xlsx": exports.xlsx_bytes(lines, period, cards), "pdf": exports.pdf_bytes(lines, month.label,
-                                                                                         [team.name])}
+        files = {
+            "xlsx": exports.xlsx_bytes(lines, period, cards),
+            "pdf": exports.pdf_bytes(lines, month.label, [team.name]),
+        }
         for fmt, content in files.items():
             if fmt in existing and not replace:
                 continue
-            Statement.objects.update_or_create(team=team, month=month_start, format=fmt,
-                                               defaults={"content": content, "size": len(content)})
+            Statement.objects.update_or_create(
+                team=team, month=month_start, format=fmt, defaults={"content": content, "size": len(content)}
+            )
             stored += 1
     return stored
 

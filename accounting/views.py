@@ -22,8 +22,11 @@ def _params(request, today: date) -> tuple[dict, periods.Range, list[str]]:
     q = request.GET
     errors = []
     p = {
-        "preset": q.get("preset", "30d"), "start": q.get("start", ""), "end": q.get("end", ""),
-        "agg": q.get("agg", "day"), "group_by": q.get("group_by", "team"),
+        "preset": q.get("preset", "30d"),
+        "start": q.get("start", ""),
+        "end": q.get("end", ""),
+        "agg": q.get("agg", "day"),
+        "group_by": q.get("group_by", "team"),
     }
     if p["agg"] not in periods.AGGREGATIONS:
         errors.append(f"agg: expected one of {', '.join(periods.AGGREGATIONS)}")
@@ -62,22 +65,31 @@ def dashboard(request):
     this_month = periods.parse_month(today.strftime("%Y-%m"))
     last_month = periods.preset_range("last-month", today)
     context = {
-        "params": params, "range": rng, "errors": errors, "currency": cur,
-        "presets": periods.PRESETS, "aggregations": periods.AGGREGATIONS,
+        "params": params,
+        "range": rng,
+        "errors": errors,
+        "currency": cur,
+        "presets": periods.PRESETS,
+        "aggregations": periods.AGGREGATIONS,
         "group_bys": [(g, charts.LABELS[g]) for g in charts.GROUP_BYS],
-        "total_cost": rated.total_cost, "total_gpu_hours": rated.total_gpu_hours,
-        "efficiency": rated.efficiency, "has_usage": bool(rated.lines),
-        "totals": charts.totals_by(rated.lines, charts.key_of(group_by)), "group_label": charts.LABELS[group_by],
-        "top_jobs": top, "figures": figures, "budgets": budget_statuses(request.user, this_month),
+        "total_cost": rated.total_cost,
+        "total_gpu_hours": rated.total_gpu_hours,
+        "efficiency": rated.efficiency,
+        "has_usage": bool(rated.lines),
+        "totals": charts.totals_by(rated.lines, charts.key_of(group_by)),
+        "group_label": charts.LABELS[group_by],
+        "top_jobs": top,
+        "figures": figures,
+        "budgets": budget_statuses(request.user, this_month),
         "waste": waste,
         "export_months": [today.strftime("%Y-%m"), last_month.start.strftime("%Y-%m")],
-        "statements": statements_for(request.user), "rolled_until": rollup_time(),
+        "statements": statements_for(request.user),
+        "rolled_until": rollup_time(),
     }
     return render(request, "accounting/dashboard.html", context)
 
 
-CONTENT_TYPES = {"pdf": "application/pdf",
-                 "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
+CONTENT_TYPES = {"pdf": "application/pdf", "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"}
 
 
 @login_required

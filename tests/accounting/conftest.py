@@ -15,8 +15,11 @@ NOV = datetime(2026, 11, 1, tzinfo=UTC)
 def usage(alice, charlie, cluster):
     """vision: alice's 2-GPU training (10 h on h100) and a formula-named evaluation (1 h on a100);
     nlp: charlie's notebook on a quarter of an h100 for 4 h. One October hour for vision too."""
-    rate_card_create(version=1, effective_from=datetime(2026, 1, 1, tzinfo=UTC),
-                     prices={"h100-80gb": Decimal("4.00"), "a100-40gb": Decimal("2.50")})
+    rate_card_create(
+        version=1,
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        prices={"h100-80gb": Decimal("4.00"), "a100-40gb": Decimal("2.50")},
+    )
     train = make_job(alice, cluster["vision"], name="resnet", gpus=2)
     for uuid in ("GPU-h100-0", "GPU-h100-1"):
         allocate(train, uuid, NOV + timedelta(days=3), NOV + timedelta(days=3, hours=10))

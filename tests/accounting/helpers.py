@@ -10,20 +10,33 @@ T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 def make_job(user, team, *, name="train", kind="training", gpus=1, gpu_fraction=None, attempt=1, state="running"):
     return Job.objects.create(
-        team=team, submitted_by=user, name=name, kind=kind, command="true", gpus=gpus,
+        team=team,
+        submitted_by=user,
+        name=name,
+        kind=kind,
+        command="true",
+        gpus=gpus,
         gpu_fraction=Decimal(gpu_fraction) if gpu_fraction is not None else None,
-        priority_class=PriorityClass.objects.get(name="training"), state=state, attempt=attempt,
+        priority_class=PriorityClass.objects.get(name="training"),
+        state=state,
+        attempt=attempt,
     )
 
 
 def allocate(job, gpu: Gpu | str, start, end=None, *, share_milli=1000, attempt=None):
     gpu = Gpu.objects.get(uuid=gpu) if isinstance(gpu, str) else gpu
     return Allocation.objects.create(
-        job=job, attempt=attempt or job.attempt, gpu=gpu, node=gpu.node, share_milli=share_milli,
-        started_at=start, ended_at=end,
+        job=job,
+        attempt=attempt or job.attempt,
+        gpu=gpu,
+        node=gpu.node,
+        share_milli=share_milli,
+        started_at=start,
+        ended_at=end,
     )
 
 
 def preempt(job, at, lost):
-    return Preemption.objects.create(job=job, attempt=job.attempt, reason="Reclaim", message="reclaimed",
-                                     gpu_seconds_lost=lost, at=at)
+    return Preemption.objects.create(
+        job=job, attempt=job.attempt, reason="Reclaim", message="reclaimed", gpu_seconds_lost=lost, at=at
+    )

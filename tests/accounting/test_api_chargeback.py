@@ -38,11 +38,23 @@ def test_it_streams_a_csv_with_the_member_s_team_rows_only(api, alice, usage):
     assert response["Content-Type"].startswith("text/csv")
     assert 'filename="rota-chargeback-2026-11.csv"' in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(body.decode())))
-    assert list(rows[0])[:12] == ["period", "department", "team", "user", "job", "kind", "gpu_model", "gpus",
-                                  "allocated_gpu_hours", "rate", "rate_card_version", "cost"]
+    assert list(rows[0])[:12] == [
+        "period",
+        "department",
+        "team",
+        "user",
+        "job",
+        "kind",
+        "gpu_model",
+        "gpus",
+        "allocated_gpu_hours",
+        "rate",
+        "rate_card_version",
+        "cost",
+    ]
     assert {r["team"] for r in rows} == {"vision"}
     by_job = {r["job"]: r for r in rows}
-    assert set(by_job) == {"resnet", "'=HYPERLINK(\"http://x.example\",\"click\")"}
+    assert set(by_job) == {"resnet", '\'=HYPERLINK("http://x.example","click")'}
     resnet = by_job["resnet"]
     assert (resnet["period"], resnet["gpus"], resnet["rate_card_version"]) == ("2026-11", "2", "1")
     assert Decimal(resnet["allocated_gpu_hours"]) == 20 and Decimal(resnet["cost"]) == Decimal("80.00")
@@ -76,10 +88,14 @@ def test_the_xlsx_reads_back_with_four_sheets_frozen_headers_and_text_formulas(a
     assert summary["E2"].number_format == "#,##0.00"
     detail = wb["Job detail"]
     names = [row[4] for row in detail.iter_rows(min_row=2, values_only=True)]
-    assert "'=HYPERLINK(\"http://x.example\",\"click\")" in names
+    assert '\'=HYPERLINK("http://x.example","click")' in names
     assert all(c.data_type != "f" for row in detail.iter_rows() for c in row)
-    assert [c.value for c in wb["Rate card"][1]][:4] == ["rate_card_version", "effective_from", "gpu_model",
-                                                         "price_per_gpu_hour"]
+    assert [c.value for c in wb["Rate card"][1]][:4] == [
+        "rate_card_version",
+        "effective_from",
+        "gpu_model",
+        "price_per_gpu_hour",
+    ]
 
 
 def test_the_pdf_is_a_statement_with_pages(api, alice, usage):

@@ -8,15 +8,24 @@ URL = "/api/v1/usage/"
 
 def test_it_sums_usage_per_team_for_a_member(api, alice, usage):
     data = api(alice).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "group_by": "team", "agg": "month"}).json()
-    assert data["results"] == [{"period": "2026-11-01T00:00:00+00:00", "group": "vision", "gpu_seconds": "75600.000",
-                                "gpu_hours": "21.0000", "cost": "82.50"}]
+    assert data["results"] == [
+        {
+            "period": "2026-11-01T00:00:00+00:00",
+            "group": "vision",
+            "gpu_seconds": "75600.000",
+            "gpu_hours": "21.0000",
+            "cost": "82.50",
+        }
+    ]
     assert data["total_cost"] == "82.50" and data["currency"] == "USD"
 
 
 def test_it_groups_by_gpu_model_per_day(api, alice, usage):
     data = api(alice).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "group_by": "gpu_model"}).json()
     assert [(r["period"][:10], r["group"], r["cost"]) for r in data["results"]] == [
-        ("2026-11-04", "h100-80gb", "80.00"), ("2026-11-05", "a100-40gb", "2.50")]
+        ("2026-11-04", "h100-80gb", "80.00"),
+        ("2026-11-05", "a100-40gb", "2.50"),
+    ]
     assert {r["group"] for r in data["results"]} == {"h100-80gb", "a100-40gb"}
 
 

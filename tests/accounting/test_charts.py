@@ -12,13 +12,30 @@ CARD = RateCardVersion(1, datetime(2026, 1, 1, tzinfo=UTC), {"h100-80gb": Decima
 
 
 def line(day, team, job_id, model, hours, kind="training"):
-    return UsageLine(period=datetime(2026, 11, day, tzinfo=UTC), team=team, department="research", user="u",
-                     job_id=job_id, job_name=f"j{job_id}", kind=kind, gpu_model=model, pool="train",
-                     gpus=Decimal(1), card_version=1, gpu_seconds=Decimal(hours * 3600))
+    return UsageLine(
+        period=datetime(2026, 11, day, tzinfo=UTC),
+        team=team,
+        department="research",
+        user="u",
+        job_id=job_id,
+        job_name=f"j{job_id}",
+        kind=kind,
+        gpu_model=model,
+        pool="train",
+        gpus=Decimal(1),
+        card_version=1,
+        gpu_seconds=Decimal(hours * 3600),
+    )
 
 
-LINES = rate_lines([line(1, "vision", 1, "h100-80gb", 2), line(2, "vision", 1, "h100-80gb", 1),
-                    line(2, "nlp", 2, "a100-40gb", 5, "notebook")], [CARD])
+LINES = rate_lines(
+    [
+        line(1, "vision", 1, "h100-80gb", 2),
+        line(2, "vision", 1, "h100-80gb", 1),
+        line(2, "nlp", 2, "a100-40gb", 5, "notebook"),
+    ],
+    [CARD],
+)
 
 
 def test_usage_over_time_stacks_one_series_per_group_over_every_period():

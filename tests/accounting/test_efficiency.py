@@ -22,8 +22,9 @@ def test_it_weights_gpu_seconds_by_utilization_where_telemetry_exists(api, alice
     allocate(job, gpu, start, start + 3 * H)
     GpuSampleRollup.objects.create(gpu=gpu, job=job, hour=start, samples=60, util_avg=50.0)  # hour 1: rolled up
     for minute, util in ((5, 80.0), (35, 100.0)):  # hour 2: raw samples, 90 % on average
-        GpuSample.objects.create(gpu=gpu, node=gpu.node, job=job, at=start + H + timedelta(minutes=minute),
-                                 util_pct=util)
+        GpuSample.objects.create(
+            gpu=gpu, node=gpu.node, job=job, at=start + H + timedelta(minutes=minute), util_pct=util
+        )
     usage_rollup(until=start + 4 * H)  # hour 3: no telemetry, left out of efficiency
     response = api(alice).get("/api/v1/reports/chargeback/", {"month": "2026-11", "format": "csv"})
     (row,) = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))

@@ -32,7 +32,13 @@ def test_it_counts_a_fraction_by_the_share_held(alice, cluster):
     assert rows(job) == [(T0, Decimal(750)), (T0 + H, Decimal(150))]
     rec = UsageRecord.objects.filter(job=job).first()
     assert (rec.team.name, rec.user.username, rec.kind, rec.gpu_model.name, rec.pool.name, rec.node.name) == (
-        "vision", "alice", "training", "h100-80gb", "train", "node-h100")
+        "vision",
+        "alice",
+        "training",
+        "h100-80gb",
+        "train",
+        "node-h100",
+    )
 
 
 def test_it_counts_an_open_allocation_up_to_the_rollup_and_corrects_it_later(alice, cluster):
@@ -79,8 +85,9 @@ def test_ledger_reconciles_with_preemptions_fractions_and_boundaries(alice, char
     for uuid in ("GPU-a100-0", "GPU-a100-1"):
         allocate(victim, uuid, T0 + 3 * H + 13 * M, None, attempt=2)
     shared = make_job(charlie, nlp, gpu_fraction="0.333", kind="notebook")
-    allocate(shared, "GPU-h100-2", T0 + 59 * M + timedelta(seconds=59, microseconds=7), T0 + 4 * H + 1 * M,
-             share_milli=333)
+    allocate(
+        shared, "GPU-h100-2", T0 + 59 * M + timedelta(seconds=59, microseconds=7), T0 + 4 * H + 1 * M, share_milli=333
+    )
     bigger = make_job(alice, vision, name="inf", kind="inference")
     allocate(bigger, "GPU-h100-0", T0 + 102 * M, T0 + 2 * H + 1 * M)
 

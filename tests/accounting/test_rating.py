@@ -38,15 +38,30 @@ def test_the_card_in_force_is_the_latest_effective_one():
 
 
 def line(version, seconds, model="h100-80gb"):
-    return UsageLine(period=T0, team="vision", department="vision", user="alice", job_id=1, job_name="j",
-                     kind="training", gpu_model=model, pool="train", gpus=Decimal(1), card_version=version,
-                     gpu_seconds=Decimal(seconds))
+    return UsageLine(
+        period=T0,
+        team="vision",
+        department="vision",
+        user="alice",
+        job_id=1,
+        job_name="j",
+        kind="training",
+        gpu_model=model,
+        pool="train",
+        gpus=Decimal(1),
+        card_version=version,
+        gpu_seconds=Decimal(seconds),
+    )
 
 
 def test_rate_lines_uses_the_version_each_line_was_grouped_under_and_zero_when_unpriced():
     rated = rate_lines([line(1, 3600), line(2, 1800), line(2, 3600, "l4"), line(None, 3600)], [V1, V2])
     assert [(r.rate, r.cost) for r in rated] == [
-        (Decimal("4.00"), Decimal("4.00")), (Decimal("5.00"), Decimal("2.50")), (0, 0), (0, 0)]
+        (Decimal("4.00"), Decimal("4.00")),
+        (Decimal("5.00"), Decimal("2.50")),
+        (0, 0),
+        (0, 0),
+    ]
     assert rated[0].team == "vision"
 
 
@@ -74,4 +89,6 @@ def test_seed_rates_prices_every_gpu_model_and_is_idempotent(cluster):
     call_command("seed_rates")
     card = RateCard.objects.get()
     assert {e.gpu_model.name: e.price_per_gpu_hour for e in card.entries.all()} == {
-        "h100-80gb": Decimal("4.0000"), "a100-40gb": Decimal("2.2000")}
+        "h100-80gb": Decimal("4.0000"),
+        "a100-40gb": Decimal("2.2000"),
+    }

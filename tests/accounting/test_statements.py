@@ -22,7 +22,11 @@ def test_it_stores_statements_once_the_month_has_closed(usage):
     assert statements_close_month(now=DEC_1 + timedelta(hours=2)) == 4
     assert statements_close_month(now=DEC_1 + timedelta(hours=3)) == 0
     assert sorted(Statement.objects.values_list("team__name", "format")) == [
-        ("nlp", "pdf"), ("nlp", "xlsx"), ("vision", "pdf"), ("vision", "xlsx")]
+        ("nlp", "pdf"),
+        ("nlp", "xlsx"),
+        ("vision", "pdf"),
+        ("vision", "xlsx"),
+    ]
     assert set(Statement.objects.values_list("month", flat=True)) == {date(2026, 11, 1)}
 
 

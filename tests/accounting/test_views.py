@@ -50,8 +50,17 @@ def test_a_user_in_no_team_sees_no_usage(client, usage):
     assert "No usage in this range" in html and "resnet" not in html
 
 
-@pytest.mark.parametrize(("group_by", "agg"), [("team", "day"), ("department", "week"), ("user", "month"),
-                                               ("kind", "day"), ("gpu_model", "week"), ("pool", "month")])
+@pytest.mark.parametrize(
+    ("group_by", "agg"),
+    [
+        ("team", "day"),
+        ("department", "week"),
+        ("user", "month"),
+        ("kind", "day"),
+        ("gpu_model", "week"),
+        ("pool", "month"),
+    ],
+)
 def test_every_grouping_and_aggregation_renders(client, alice, usage, group_by, agg):
     client.force_login(alice)
     assert client.get(URL, {**NOVEMBER, "group_by": group_by, "agg": agg}).status_code == 200
@@ -90,8 +99,9 @@ def test_anonymous_users_are_sent_to_login(client):
     assert client.get(URL).status_code == 302
 
 
-def test_the_query_count_does_not_grow_with_the_number_of_jobs(client, alice, cluster, usage,
-                                                               django_assert_max_num_queries):
+def test_the_query_count_does_not_grow_with_the_number_of_jobs(
+    client, alice, cluster, usage, django_assert_max_num_queries
+):
     start = usage["train"].allocations.first().started_at
     for i in range(25):
         job = make_job(alice, cluster["vision"], name=f"sweep-{i}", kind="evaluation")

@@ -16,8 +16,10 @@ class Command(BaseCommand):
         report = usage_rollup(full=full)
         if not report.ran:
             raise CommandError("another rollup is running; try again in a moment")
-        self.stdout.write(f"rolled up to {report.until:%Y-%m-%d %H:%M:%S} UTC: {report.allocations} allocations, "
-                          f"{report.rows} rows written, {report.deleted} deleted")
+        self.stdout.write(
+            f"rolled up to {report.until:%Y-%m-%d %H:%M:%S} UTC: {report.allocations} allocations, "
+            f"{report.rows} rows written, {report.deleted} deleted"
+        )
         if check:
             result = usage_reconcile(until=report.until)
             self.stdout.write(f"ledger {result.ledger_gpu_seconds} GPU-s, held {result.held_gpu_seconds} GPU-s")
