@@ -90,3 +90,9 @@ class PoolTeamsForm(ReasonMixin):
 
 class NodeStateForm(forms.Form):
     reason = forms.CharField(max_length=300, help_text="required: why the node is drained or resumed")
+
+
+class JobPriorityForm(forms.Form):
+    priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(), to_field_name="name",
+                                            label="Priority class")
+    reason = forms.CharField(max_length=500, required=False, help_text="why (kept in the audit log)")

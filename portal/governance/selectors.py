@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, Prefetch, Q, Sum
+from django.db.models import Count, F, Prefetch, Q, Sum
 
 from portal.models import Team
 from scheduler.models import Allocation, Gpu, GpuModel, Node, Pool, Quota
@@ -84,3 +84,77 @@ def nodes_for_governance() -> list[Node]:
         .annotate(busy=Count("allocations", filter=Q(allocations__ended_at__isnull=True), distinct=True))
         .order_by("name")
     )
+
+
+@dataclass
+class PoolQueue:
+    """The waiting jobs one pool could serve, in engine order. ``pool`` None: jobs no pool can serve."""
+
+    pool: Pool | None
+    gpu_models: list[str]
+    teams: list[str]
+    jobs: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.pool.name if self.pool else "no matching pool"
+
+
+def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
+    """Pending and held jobs per pool, in the engine's order (its last queue positions, then arrival). A job
+    is listed under every pool it could run in (its requested pool, its team allowed there, its GPU model
+    present there); jobs that fit no pool are listed last. Four queries."""
+    from scheduler.models import Job
+    from scheduler.models.jobs import WAITING_STATES
+
+    pools = list(Pool.objects.prefetch_related("teams").order_by("name"))
+    models_in: dict[int, set[str]] = {}
+    for pool_id, model in Gpu.objects.filter(present=True).values_list("node__pool_id", "model__name").distinct():
+        models_in.setdefault(pool_id, set()).add(model)
+    queues = {p.pk: PoolQueue(pool=p, gpu_models=sorted(models_in.get(p.pk, ())),
+                              teams=sorted(t.name for t in p.teams.all())) for p in pools}
+    team_ids = {p.pk: {t.pk for t in p.teams.all()} for p in pools}
+    nowhere = PoolQueue(pool=None, gpu_models=[], teams=[])
+    jobs = (Job.objects.filter(state__in=WAITING_STATES)
+            .select_related("team", "submitted_by", "gpu_model", "priority_class", "pool")
+            .order_by(F("queue_position").asc(nulls_last=True), "id"))
+    for job in jobs:
+        fits = [q for p_id, q in queues.items()
+                if (job.pool_id is None or job.pool_id == p_id) and job.team_id in team_ids[p_id]
+                and (job.gpu_model is None or job.gpu_model.name in q.gpu_models)]
+        for q in fits or [nowhere]:
+            q.jobs.append(job)
+    out = list(queues.values()) + ([nowhere] if nowhere.jobs else [])
+    if pool:
+        out = [q for q in out if q.name == pool]
+    return out
+
+
+def gpu_heatmap() -> dict:
+    """GPU utilization (percent, latest sample) as a Plotly heatmap figure: nodes across, GPU index down;
+    blank where a node has no such GPU or no sample. One query; plain data (no Plotly import)."""
+    rows = list(Gpu.objects.filter(present=True).order_by("node__name", "index").values_list(
+        "node__name", "index", "model__name", "util_pct", "healthy"))
+    nodes = sorted({r[0] for r in rows})
+    depth = max((r[1] for r in rows), default=-1) + 1
+    col = {n: i for i, n in enumerate(nodes)}
+    z = [[None] * len(nodes) for _ in range(depth)]
+    text = [[""] * len(nodes) for _ in range(depth)]
+    for node, index, model, util, healthy in rows:
+        z[index][col[node]] = None if util is None else round(util, 1)
+        state = "" if healthy else " · UNHEALTHY"
+        text[index][col[node]] = f"{node}/gpu{index} {model}{state}"
+    figure = {
+        "data": [{
+            "type": "heatmap", "x": nodes, "y": [f"gpu{i}" for i in range(depth)], "z": z, "text": text,
+            "zmin": 0, "zmax": 100, "colorscale": "YlGnBu", "reversescale": True, "xgap": 2, "ygap": 2,
+            "colorbar": {"title": {"text": "util %"}},
+            "hovertemplate": "%{text}<br>utilization %{z}%<extra></extra>",
+        }],
+        "layout": {
+            "title": {"text": "GPU utilization (latest sample)"}, "height": 120 + 28 * max(depth, 1),
+            "margin": {"l": 60, "r": 20, "t": 40, "b": 90}, "xaxis": {"tickangle": -40},
+            "yaxis": {"autorange": "reversed"},
+        },
+    }
+    return {"figure": figure, "gpus": len(rows), "nodes": len(nodes)}

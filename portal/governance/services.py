@@ -227,3 +227,50 @@ def node_change_state(*, user, node: Node, state: str, reason: str) -> Node:
         audit_record(actor=user, action=action, object_type="node", object_id=node.pk, object_name=node.name,
                      before=before, after={"state": node.state, "state_reason": node.state_reason}, reason=reason)
     return node
+
+
+def _wake_cycle() -> None:
+    """A scheduling cycle once the transaction commits (a hint: beat runs it anyway)."""
+    from scheduler.tasks import run_cycle
+
+    run_cycle.delay_on_commit()
+
+
+def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: str = ""):
+    """Move a pending or held job to another priority class (its preemptibility stays). A guarded UPDATE:
+    a job that started or ended meanwhile is refused. Audited; wakes the scheduling cycle."""
+    from scheduler.models import Job
+    from scheduler.models.jobs import WAITING_STATES
+
+    _require_admin(user)
+    with transaction.atomic():
+        before = Job.objects.filter(pk=job.pk).values_list("priority_class__name", "state").first()
+        if before is None:
+            raise ValidationError({"job": "no such job"})
+        if before[0] == priority_class.name:
+            return job
+        updated = Job.objects.filter(pk=job.pk, state__in=WAITING_STATES).update(priority_class=priority_class)
+        if updated != 1:
+            raise ValidationError({"state": f"only a pending or held job changes priority class; this one is "
+                                            f"{before[1]}"})
+        audit_record(actor=user, action="job.priority-class", object_type="job", object_id=job.pk,
+                     object_name=f"#{job.pk} {job.name}", before={"priority_class": before[0]},
+                     after={"priority_class": priority_class.name}, reason=reason)
+        _wake_cycle()
+    job.refresh_from_db()
+    return job
+
+
+def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
+    """Hold (``hold``) or release a waiting job from the admin queue: the job service's hold/release, plus
+    an audit entry in the same transaction."""
+    from scheduler.services.jobs import job_hold, job_release
+
+    _require_admin(user)
+    with transaction.atomic():
+        before = job.state
+        job = (job_hold if hold else job_release)(user=user, job=job)
+        audit_record(actor=user, action="job.hold" if hold else "job.release", object_type="job", object_id=job.pk,
+                     object_name=f"#{job.pk} {job.name}", before={"state": before}, after={"state": job.state},
+                     reason=reason)
+    return job

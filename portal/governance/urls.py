@@ -16,4 +16,8 @@ urlpatterns = [
     path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
     path("nodes/<slug:name>/resume/", views.node_state, {"target": "resume"}, name="govern-node-resume"),
     path("audit/", views.audit_log, name="govern-audit"),
+    path("queue/", views.queue, name="govern-queue"),
+    path("queue/<int:job_id>/hold/", views.queue_hold, {"target": "hold"}, name="govern-queue-hold"),
+    path("queue/<int:job_id>/release/", views.queue_hold, {"target": "release"}, name="govern-queue-release"),
+    path("queue/<int:job_id>/priority/", views.queue_priority, name="govern-queue-priority"),
 ]

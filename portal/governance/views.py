@@ -4,18 +4,21 @@ Anyone else gets 404 (the pages do not exist for them). Thin: parse, call one se
 import csv
 import json
 from functools import wraps
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from portal.access import is_platform_admin
+from portal.access import is_platform_admin, job_for
 from portal.audit import audit_entries
 from portal.governance import selectors, services
 from portal.governance.forms import (
+    JobPriorityForm,
     NodeStateForm,
     PoolTeamsForm,
     PriorityClassForm,
@@ -141,10 +144,14 @@ def pool_teams(request, name: str):
     return redirect("govern-pools")
 
 
+def _nodes_context(**extra):
+    return {"nodes": selectors.nodes_for_governance(), "heatmap": selectors.gpu_heatmap(), "section": "nodes",
+            **extra}
+
+
 @staff_only
 def nodes(request):
-    return render(request, "governance/nodes.html",
-                  {"nodes": selectors.nodes_for_governance(), "form": NodeStateForm(), "section": "nodes"})
+    return render(request, "governance/nodes.html", _nodes_context(form=NodeStateForm()))
 
 
 @staff_only
@@ -154,9 +161,7 @@ def node_state(request, name: str, target: str):
     form = NodeStateForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"{node.name}: a reason is required to {target} a node.")
-        return render(request, "governance/nodes.html",
-                      {"nodes": selectors.nodes_for_governance(), "form": form, "failed": node.name,
-                       "section": "nodes"}, status=400)
+        return render(request, "governance/nodes.html", _nodes_context(form=form, failed=node.name), status=400)
     state = Node.READY if target == "resume" else Node.DRAINING
     try:
         services.node_change_state(user=request.user, node=node, state=state, reason=form.cleaned_data["reason"])
@@ -205,3 +210,54 @@ def audit_log(request):
         "actors": sorted(set(AuditEntry.objects.values_list("actor_name", flat=True).distinct())),
         "section": "audit",
     })
+
+
+@staff_only
+def queue(request):
+    """Pending and held jobs per pool in the engine's order, with hold/release and priority changes."""
+    from scheduler.models import Pool as PoolModel
+
+    pool = request.GET.get("pool", "")
+    return render(request, "governance/queue.html", {
+        "queues": selectors.queue_by_pool(pool=pool), "pool": pool, "section": "queue",
+        "pool_names": list(PoolModel.objects.order_by("name").values_list("name", flat=True)),
+        "priority_classes": list(PriorityClass.objects.order_by("-value")),
+    })
+
+
+def _back_to_queue(request):
+    pool = request.POST.get("pool", "")
+    return redirect(f"{reverse('govern-queue')}?{urlencode({'pool': pool})}" if pool else reverse("govern-queue"))
+
+
+@staff_only
+@require_POST
+def queue_hold(request, job_id: int, target: str):
+    job = job_for(request.user, job_id)
+    try:
+        services.queue_job_hold(user=request.user, job=job, hold=target == "hold",
+                                reason=request.POST.get("reason", ""))
+    except ValidationError as exc:
+        messages.error(request, f"Job #{job.pk}: {' '.join(exc.messages)}")
+    else:
+        messages.success(request, f"Job #{job.pk}: {'held' if target == 'hold' else 'released'}.")
+    return _back_to_queue(request)
+
+
+@staff_only
+@require_POST
+def queue_priority(request, job_id: int):
+    job = job_for(request.user, job_id)
+    form = JobPriorityForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Job #{job.pk}: " + "; ".join(
+            f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return _back_to_queue(request)
+    try:
+        services.job_priority_class_set(user=request.user, job=job, priority_class=form.cleaned_data["priority_class"],
+                                        reason=form.cleaned_data["reason"])
+    except ValidationError as exc:
+        messages.error(request, f"Job #{job.pk}: {' '.join(exc.messages)}")
+    else:
+        messages.success(request, f"Job #{job.pk}: priority class {form.cleaned_data['priority_class'].name}.")
+    return _back_to_queue(request)
