@@ -420,6 +420,10 @@ class Simulator:
         result.teams = {team: (ledger.contended_gpu_s[team], ledger.starved_s[team]) for team in ledger.teams}
         result.guaranteed = dict(ledger.guaranteed)
         result.end_s = end
+        for job in self.running.values():  # still running when the replay stopped (--until)
+            result.allocated_gpu_s += _clip(job.started_at, end, self.span) * job.request
+            stop = job.preempted_at if job.preempted_at is not None else end
+            result.useful_gpu_s += _clip(job.started_at + job.overhead, stop, self.span) * job.request
         for job in self.jobs.values():
             t = job.trace
             result.jobs.append(

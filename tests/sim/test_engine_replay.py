@@ -59,3 +59,26 @@ def test_skipping_idle_cycles_changes_no_outcome_of_a_preempting_policy():
     assert skipped.preemptions == every.preemptions > 0
     assert skipped.cycles < every.cycles
     assert skipped.invariant_violations == every.invariant_violations == 0
+
+
+def test_an_openb_packing_trace_shares_gpus_and_reports_unallocated_gpus(tmp_path, capsys):
+    from scheduler.sim.cli import main
+
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\nn1,64000,262144,1,P100\n"
+    )
+    pods = tmp_path / "openb_pod_list_gpushare100.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        "p0,4000,1024,1,500\np1,4000,1024,1,500\np2,4000,1024,1,300\np3,4000,1024,2,1000\np4,4000,1024,1,700\n"
+    )
+    code = main(["--trace", str(pods), "--format", "openb", "--policy", "fifo", "--json", "--until", "100"])
+    out = capsys.readouterr().out
+    import json
+
+    result = json.loads(out)["results"][0]
+    assert code == 0
+    assert result["invariant_violations"] == 0 and result["apply_errors"] == 0
+    packing = result["packing"]
+    assert packing["peak_allocated_gpus"] <= 3
+    assert packing["unallocated_gpus_at_peak"] == pytest.approx(3 - packing["peak_allocated_gpus"])
