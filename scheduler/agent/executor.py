@@ -2,7 +2,8 @@
 
 Each attempt runs ``/bin/sh -c <command>`` under a tiny shim (``shim.py``) that leads a new session, so
 the whole job is one process group: a stop is SIGTERM to the group, the grace period, then SIGKILL to the
-group. An attempt ends (and its GPUs may be released) only when no process of its group is left. The
+group. An attempt ends (and its GPUs may be released) only when no process of its group is left; until
+then the agent does not reap the shim, whose pid keeps the group id from being reused. The
 records are kept in ``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL
 adopts its running jobs when it comes back, and learns from the shim's status file how the others ended.
 """
@@ -229,7 +230,8 @@ class Executor:
         if grace_s is not None:
             job.grace_period_s = grace_s
         log.info("stopping job %s (%s), grace %.1f s", key, message or cause, job.grace_period_s)
-        procs.signal_group(job.pid, signal.SIGTERM)
+        if job.key in self._popens or procs.group_members(job.pid):  # never signal a reused group id
+            procs.signal_group(job.pid, signal.SIGTERM)
         self.save()
 
     def stop_all(self, cause: str, message: str) -> None:
@@ -244,9 +246,6 @@ class Executor:
         events = []
         now = self._clock()
         for key, job in list(self.jobs.items()):
-            popen = self._popens.get(key)
-            if popen is not None:
-                popen.poll()  # reap the shim so it does not linger as a zombie
             if not procs.group_members(job.pid):
                 events.append(self._finish(job))
                 continue
@@ -265,19 +264,21 @@ class Executor:
         return events
 
     def _leader_alive(self, job: JobRecord) -> bool:
-        popen = self._popens.get(job.key)
-        if popen is not None:
-            return popen.returncode is None
+        if job.key in self._popens:
+            return not procs.child_exited(job.pid)
         return procs.leader_alive(job.pid, job.start_ticks)
 
     def _finish(self, job: JobRecord) -> JobEvent:
         """Forget an attempt whose group is gone and describe how it ended."""
         popen = self._popens.pop(job.key, None)
-        exit_code, signum, message = self._outcome(job, popen)
+        returncode = popen.wait() if popen is not None else None  # reap the shim only now
+        exit_code, signum, message, started = self._outcome(job, returncode)
         del self.jobs[job.key]
         self.finished[job.key] = self._clock()
         kind = "exited" if job.stop_cause in (None, STOP_REQUESTED, STOP_LEFTOVERS) else "stopped"
-        if job.stop_cause == STOP_REQUESTED:
+        if not started:
+            kind = "start_failed"
+        elif job.stop_cause == STOP_REQUESTED:
             message = message or "stopped on request"
         elif job.stop_cause != STOP_LEFTOVERS:
             message = job.stop_message or message
@@ -298,26 +299,27 @@ class Executor:
         self.save()
         return event
 
-    def _outcome(
-        self, job: JobRecord, popen: subprocess.Popen[bytes] | None
-    ) -> tuple[int | None, int | None, str]:
-        """(exit code, signal, message): from the shim's status file, else from what the agent saw."""
+    def _outcome(self, job: JobRecord, returncode: int | None) -> tuple[int | None, int | None, str, bool]:
+        """(exit code, signal, message, whether the command started at all).
+
+        The shim's status file is the truth; without it (the shim was killed too, or its record is lost)
+        the shim's own return code, or failing that the agent's SIGKILL, tells how the attempt ended.
+        """
         try:
             status = json.loads(Path(job.status_path).read_text())
         except (OSError, ValueError):
             status = None
         if isinstance(status, dict):
             if status.get("start_error"):
-                return None, None, f"cannot start: {status['start_error']}"
-            return status.get("exit_code"), status.get("signal"), ""
-        returncode = popen.wait() if popen is not None else None
+                return None, None, f"cannot start: {status['start_error']}", False
+            return status.get("exit_code"), status.get("signal"), "", True
         if returncode is not None and returncode < 0:
-            return None, -returncode, ""
+            return None, -returncode, "", True
         if job.killed:
-            return None, signal.SIGKILL.value, ""
+            return None, signal.SIGKILL.value, "", True
         if returncode is not None:
-            return returncode, None, ""
-        return None, None, "exit status unknown: the job ended while no agent was watching"
+            return returncode, None, "", True
+        return None, None, "exit status unknown: the job ended while no agent was watching", True
 
     # views ------------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ SMALL_NODE = {
 }
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0, interval: float = 0.02) -> object:
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
     """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

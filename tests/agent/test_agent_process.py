@@ -43,13 +43,14 @@ def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=10)
-    for _job_id, body in portal.events:
-        if body["type"] == "started" and procs.group_members(body["pid"]):
-            procs.signal_group(body["pid"], signal.SIGKILL)
+    state = tmp_path / "work" / "agent-jobs.json"  # jobs a failed test left: kill exactly those
+    for job in json.loads(state.read_text())["jobs"] if state.exists() else []:
+        if procs.leader_alive(job["pid"], job["start_ticks"]):
+            procs.signal_group(job["pid"], signal.SIGKILL)
 
 
 def started_pid(portal: StandInPortal, job_id: int) -> int:
-    [event] = wait_until(lambda: portal.events_of(job_id, "started"))
+    [event] = wait_until(lambda: portal.events_of(job_id, "started"), timeout=15)  # a fresh interpreter
     return event["pid"]
 
 

@@ -96,13 +96,10 @@ def test_a_job_past_its_time_limit_is_stopped_and_reported_as_timed_out(executor
 
 
 def test_its_gpus_stay_busy_until_every_process_of_the_group_is_gone(executor: Executor) -> None:
-    executor.start(
-        assignment(
-            1, "(trap '' TERM; sleep 30) & exit 0", gpus=[{"index": 0, "uuid": "GPU-a"}], grace_period_s=0.5
-        )
-    )
-    time.sleep(0.3)
-    assert executor.poll() == []  # the command is done, but a process it started is still there
+    # The command ends at once, leaving behind a process that ignores SIGTERM.
+    command = "(trap '' TERM; touch ready; exec sleep 30) & while [ ! -e ready ]; do sleep 0.01; done; exit 0"
+    executor.start(assignment(1, command, gpus=[{"index": 0, "uuid": "GPU-a"}], grace_period_s=0.5))
+    wait_until(lambda: executor.poll() == [] and executor.jobs["1:1"].state == "stopping")
     assert executor.busy_gpus() == {"GPU-a": executor.jobs["1:1"].pid}
     assert executor.running()[0]["state"] == "stopping"
     [ended] = run_until_ended(executor)
