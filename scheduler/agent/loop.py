@@ -98,6 +98,7 @@ class Agent:
         self._next_heartbeat = 0.0
         self._next_register = 0.0
         self._register_backoff = 1.0
+        self._failures = 0
         self._load_state()
 
     # persistence ------------------------------------------------------------------------------------
@@ -178,7 +179,9 @@ class Agent:
             self.registered = False
             return False
         except PortalUnavailable as error:
-            log.warning("heartbeat %d failed: %s", self.seq, error)
+            self._failures += 1
+            level = logging.WARNING if self._failures % 15 == 1 else logging.DEBUG  # not every 2 s
+            log.log(level, "heartbeat %d failed (%d in a row): %s", self.seq, self._failures, error)
             return False
         except PortalRejected as error:
             log.error("heartbeat %d refused: %s", self.seq, error)
@@ -190,6 +193,7 @@ class Agent:
                     self.registered = False
             return False
         self._contact()
+        self._failures = 0
         del self.telemetry[: len(batch)]
         self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
         self.reconcile(answer.get("assignments") or [])
@@ -328,7 +332,11 @@ class Agent:
         """
         self.start()
         while not stop.is_set():
-            beat = self.step()
+            try:
+                beat = self.step()
+            except Exception:  # a node agent must outlive a bad pass; the next one retries
+                log.exception("agent pass failed")
+                beat = False
             if once and (beat or not self.registered):
                 return beat
             stop.wait(min(0.25, self.interval_s / 4))
