@@ -157,3 +157,10 @@ def test_auto_falls_back_to_the_fake_when_nvml_cannot_start() -> None:
 
     backend = open_backend("auto", profile="l40sx4", nvml=NoLibrary())
     assert backend.kind == "fake" and len(backend.discover()) == 4
+
+
+def test_the_shipped_mig_profile_offers_whole_gpus_and_slices_with_unique_indexes() -> None:
+    gpus = FakeBackend(load_profile("a100x4-mig")).discover()
+    assert [g.index for g in gpus if not g.mig] == [0, 1]
+    assert [g.index for g in gpus if g.mig] == [120, 121, 122, 123, 130, 131, 132, 133]
+    assert len({g.uuid for g in gpus}) == len(gpus) == 10
