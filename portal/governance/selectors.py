@@ -86,6 +86,9 @@ def nodes_for_governance() -> list[Node]:
     )
 
 
+QUEUE_ROWS = 100  # like Kueue's visibility API, the head of each queue; the jobs table lists the rest
+
+
 @dataclass
 class PoolQueue:
     """The waiting jobs one pool could serve, in engine order. ``pool`` None: jobs no pool can serve."""
@@ -94,6 +97,11 @@ class PoolQueue:
     gpu_models: list[str]
     teams: list[str]
     jobs: list = field(default_factory=list)
+    total: int = 0  # waiting jobs this pool could serve; ``jobs`` holds the first QUEUE_ROWS of them
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.jobs)
 
     @property
     def name(self) -> str:
@@ -103,7 +111,7 @@ class PoolQueue:
 def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
     """Pending and held jobs per pool, in the engine's order (its last queue positions, then arrival). A job
     is listed under every pool it could run in (its requested pool, its team allowed there, its GPU model
-    present there); jobs that fit no pool are listed last. Four queries."""
+    present there); jobs that fit no pool are listed last. At most QUEUE_ROWS per pool. Four queries."""
     from scheduler.models import Job
     from scheduler.models.jobs import WAITING_STATES
 
@@ -123,8 +131,10 @@ def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
                 if (job.pool_id is None or job.pool_id == p_id) and job.team_id in team_ids[p_id]
                 and (job.gpu_model is None or job.gpu_model.name in q.gpu_models)]
         for q in fits or [nowhere]:
-            q.jobs.append(job)
-    out = list(queues.values()) + ([nowhere] if nowhere.jobs else [])
+            q.total += 1
+            if len(q.jobs) < QUEUE_ROWS:
+                q.jobs.append(job)
+    out = list(queues.values()) + ([nowhere] if nowhere.total else [])
     if pool:
         out = [q for q in out if q.name == pool]
     return out

@@ -220,6 +220,7 @@ def queue(request):
     pool = request.GET.get("pool", "")
     return render(request, "governance/queue.html", {
         "queues": selectors.queue_by_pool(pool=pool), "pool": pool, "section": "queue",
+        "queue_url": reverse("govern-queue"), "jobs_url": reverse("job-list"),
         "pool_names": list(PoolModel.objects.order_by("name").values_list("name", flat=True)),
         "priority_classes": list(PriorityClass.objects.order_by("-value")),
     })

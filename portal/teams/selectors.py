@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Prefetch, Sum
+from django.db.models import Case, F, Prefetch, Sum, Value, When
 from django.http import Http404
 
 from portal.access import User, is_platform_admin, jobs_for, role_in, teams_for
@@ -19,7 +19,7 @@ from scheduler.snapshot import decayed_usage
 
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
 RECENT_FAILURES = 10
-ACTIVE_ROWS = 200
+ACTIVE_ROWS = 50  # the dashboard summarizes; the jobs table lists everything
 
 
 def team_for(user: User, name: str) -> Team:
@@ -165,15 +165,35 @@ def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -
                          total_usage=total_usage, total_entitlement=total_ent)
 
 
-def team_active_jobs(*, user: User, team: Team) -> list:
-    """The team's running and waiting jobs (holding first, then the queue in engine order)."""
-    qs = jobs_for(user).filter(team=team, state__in=ACTIVE_STATES).prefetch_related(
+@dataclass(frozen=True)
+class ActiveWork:
+    """The team's active jobs (holding first, then the queue in engine order), at most ACTIVE_ROWS of them,
+    and how many it has in each group."""
+
+    jobs: list
+    holding: int
+    waiting: int
+
+    @property
+    def more(self) -> int:
+        return self.holding + self.waiting - len(self.jobs)
+
+
+def team_active_jobs(*, user: User, team: Team) -> ActiveWork:
+    """Running and waiting work of ``team`` (three queries)."""
+    from django.db.models import Count, Q
+
+    from scheduler.models.jobs import WAITING_STATES
+
+    base = jobs_for(user).filter(team=team)
+    counts = base.aggregate(holding=Count("id", filter=Q(state__in=HOLDING_STATES)),
+                            waiting=Count("id", filter=Q(state__in=WAITING_STATES)))
+    qs = base.filter(state__in=ACTIVE_STATES).prefetch_related(
         Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
                  to_attr="open_allocations"))
-    jobs = list(qs.order_by("queue_position", "id")[:ACTIVE_ROWS])
-    holding = [j for j in jobs if j.state in HOLDING_STATES]
-    waiting = [j for j in jobs if j.state not in HOLDING_STATES]
-    return holding + waiting
+    holding_first = Case(When(state__in=HOLDING_STATES, then=Value(0)), default=Value(1))
+    jobs = list(qs.order_by(holding_first, F("queue_position").asc(nulls_last=True), "id")[:ACTIVE_ROWS])
+    return ActiveWork(jobs=jobs, holding=counts["holding"], waiting=counts["waiting"])
 
 
 def team_recent_failures(*, user: User, team: Team) -> list:
