@@ -1,0 +1,69 @@
+"""Browser tests of the portal pages: the team dashboard (a team-admin adds a member; a member sees no
+management) and submitting from a saved template after picking a kind. Screenshots go to test-artifacts/."""
+
+import pytest
+
+from portal.models import Membership
+from scheduler.models import Job, JobTemplate
+from tests.browser.test_pages import browser_instance, page, shot, sign_in  # noqa: F401 (fixtures)
+from tests.factories import MembershipFactory, UserFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def victor(cluster):
+    user = UserFactory(username="victor")
+    MembershipFactory(user=user, team=cluster["vision"], role=Membership.TEAM_ADMIN)
+    return user
+
+
+def test_a_team_admin_opens_the_team_dashboard_and_adds_a_member(page, victor, alice, charlie, cluster):  # noqa: F811
+    sign_in(page, "victor")
+    page.click("nav[aria-label=main] >> text=Teams")
+    page.wait_for_url("**/teams/vision/")
+    quota = page.locator("table.quota-standing")
+    assert "h100-80gb" in quota.inner_text() and "a100-40gb" in quota.inner_text()
+    assert page.inner_text(".factor") == "1.000"
+    page.click("summary:has-text('How this is computed')")
+    assert "2−U/S" in page.inner_text(".explain").replace(" ", "") or "U/S" in page.inner_text(".explain")
+    page.fill("#id_username", "charlie")
+    page.select_option("#id_role", "member")
+    page.click("button:has-text('Add or change role')")
+    page.wait_for_selector(".msg.success")
+    assert "charlie" in page.inner_text("#members table")
+    shot(page, "team-dashboard")
+    assert Membership.objects.filter(user=charlie, team=cluster["vision"]).exists()
+
+
+def test_a_member_sees_the_dashboard_without_member_management(page, alice, cluster):  # noqa: F811
+    sign_in(page, "alice")
+    page.goto("/teams/vision/")
+    assert page.locator("#members").count() == 0
+    assert "Fair share" in page.inner_text("main")
+
+
+def test_a_member_picks_a_kind_then_applies_a_saved_template_and_submits(page, alice, victor, cluster):  # noqa: F811
+    template = JobTemplate.objects.create(
+        team=cluster["vision"], name="resnet-2gpu", kind="training", created_by=victor,
+        fields={"name": "resnet", "command": "python train.py --epochs 1", "gpus": 2, "gpu_model": "h100-80gb",
+                "time_limit_minutes": 90},
+    )
+    sign_in(page, "alice")
+    page.goto("/jobs/new/")
+    page.click(".kind-card[data-kind=notebook]")
+    assert page.input_value("#id_kind") == "notebook"
+    assert page.input_value("#id_time_limit_minutes") == "720"
+    assert page.is_visible("#id_idle_timeout_minutes") and not page.is_visible("#id_nodes")
+    page.click("text=resnet-2gpu")
+    page.wait_for_url(f"**/jobs/new/?template={template.pk}")
+    assert page.input_value("#id_kind") == "training"
+    assert page.input_value("#id_gpus") == "2" and page.input_value("#id_time_limit_minutes") == "90"
+    assert "--epochs 1" in page.input_value("#id_command")
+    assert page.is_visible("#id_nodes") and not page.is_visible("#id_idle_timeout_minutes")
+    page.wait_for_selector("#quote >> text=Starts now")
+    shot(page, "submit-from-template")
+    page.click("button.primary:has-text('Submit')")
+    page.wait_for_url("**/jobs/*/")
+    job = Job.objects.get()
+    assert (job.name, job.gpus, job.time_limit_minutes, job.submitted_by) == ("resnet", 2, 90, alice)
