@@ -2,9 +2,12 @@
 
 import time
 
+from django.db import connection
+
 from accounting.services import usage_rollup
+from portal import locks
 from scheduler.audit import audit
-from scheduler.models import Job
+from scheduler.models import Job, JobTransition, PriorityClass
 from scheduler.services.jobs import job_submit
 from scheduler.services.nodes import node_heartbeat, node_job_event
 
@@ -47,3 +50,29 @@ class Stopwatch:
         elapsed = time.monotonic() - self.started
         print(f"\n[figure] {self.what}: {elapsed:.2f} s")
         return elapsed
+
+
+def cycle_lock_held() -> bool:
+    """Whether some session holds the scheduling cycle's advisory lock in this test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [locks.SCHEDULING_CYCLE],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def backlog(user, team, n: int) -> None:
+    """``n`` pending jobs with their submit transitions, written in bulk (a big queue makes cycles slow)."""
+    pc = PriorityClass.objects.get(name="training")
+    jobs = Job.objects.bulk_create(
+        Job(team=team, submitted_by=user, name=f"b{i}", command="true", gpus=8, priority_class=pc,
+            time_limit_minutes=60) for i in range(n)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        now = cursor.fetchone()[0]
+    JobTransition.objects.bulk_create(
+        JobTransition(job=j, from_state="", to_state="pending", at=now, cause="submitted") for j in jobs
+    )
