@@ -1,5 +1,6 @@
-"""``GET /api/v1/teams/`` (teams you may see) and ``GET|PUT /api/v1/quotas/`` (PUT: platform admins,
-the same validation, optimistic concurrency and audit as the quota page)."""
+"""``GET /api/v1/teams/`` (teams you may see), ``GET|PUT /api/v1/quotas/`` (PUT: platform admins,
+the same validation, optimistic concurrency and audit as the quota page), ``GET /api/v1/queue/`` and
+``POST /api/v1/jobs/{id}/priority-class/`` (platform admins: the queue page's data and action)."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
@@ -8,9 +9,9 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.access import is_platform_admin, teams_for
-from portal.governance import services
-from scheduler.models import Quota
+from portal.access import is_platform_admin, job_for, teams_for
+from portal.governance import selectors, services
+from scheduler.models import PriorityClass, Quota
 
 
 class TeamSerializer(serializers.Serializer):
@@ -80,3 +81,61 @@ class QuotaAPI(APIView):
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None
         return Response(self._list(request))
+
+
+class QueueJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    name = serializers.CharField()
+    team = serializers.CharField(source="team.name")
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    kind = serializers.CharField()
+    gpus = serializers.IntegerField()
+    gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, allow_null=True)
+    gpu_model = serializers.CharField(source="gpu_model.name", default=None)
+    priority_class = serializers.CharField(source="priority_class.name")
+    state = serializers.CharField()
+    queue_position = serializers.IntegerField(allow_null=True)
+    pending_reason_code = serializers.CharField()
+    pending_reason_message = serializers.CharField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+
+
+class PoolQueueSerializer(serializers.Serializer):
+    pool = serializers.CharField(source="name")
+    gpu_models = serializers.ListField(child=serializers.CharField())
+    teams = serializers.ListField(child=serializers.CharField())
+    total = serializers.IntegerField(help_text="waiting jobs this pool could serve (jobs lists the head)")
+    jobs = QueueJobSerializer(many=True)
+
+
+class QueueAPI(APIView):
+    """Platform admins: pending and held jobs per pool in the engine's order (``?pool=`` for one pool)."""
+
+    @extend_schema(responses=PoolQueueSerializer(many=True))
+    def get(self, request):
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("only platform admins see the global queue")
+        return Response(PoolQueueSerializer(selectors.queue_by_pool(pool=request.query_params.get("pool", "")),
+                                            many=True).data)
+
+
+class JobPriorityInputSerializer(serializers.Serializer):
+    priority_class = serializers.SlugRelatedField(slug_field="name", queryset=PriorityClass.objects.all())
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class JobPriorityAPI(APIView):
+    """Platform admins: move a pending or held job to another priority class (audited)."""
+
+    @extend_schema(request=JobPriorityInputSerializer, responses=QueueJobSerializer)
+    def post(self, request, job_id: int):
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("only platform admins change a job's priority class")
+        job = job_for(request.user, job_id)
+        data = JobPriorityInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            job = services.job_priority_class_set(user=request.user, job=job, **data.validated_data)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict) from None
+        return Response(QueueJobSerializer(job).data)
