@@ -96,6 +96,9 @@ class Gpu(models.Model):
     memory_mb = models.PositiveIntegerField()
     healthy = models.BooleanField(default=True)
     health_reason = models.CharField(max_length=200, blank=True)
+    # A fault an admin resumed the node over: the agent keeps reporting it until it restarts, and the
+    # portal ignores that one report (a different fault, or the same after a healthy report, drains again).
+    fault_acknowledged = models.CharField(max_length=200, blank=True)
     present = models.BooleanField(default=True)
     mig_parent_index = models.PositiveSmallIntegerField(null=True, blank=True)
     # The latest sample, kept on the row so /metrics and the cluster page need one query:

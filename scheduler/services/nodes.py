@@ -318,6 +318,8 @@ def node_set_state(*, node: Node, state: str, reason: str, user) -> Node:
         Node.objects.filter(pk=node.pk).update(state=state, state_reason=reason.strip()[:300], state_changed_by=user,
                                                state_changed_at=now)
         if state == Node.READY:
-            node.gpus.filter(present=True).update(healthy=True, health_reason="")
+            for gpu in node.gpus.filter(present=True, healthy=False):
+                Gpu.objects.filter(pk=gpu.pk).update(healthy=True, health_reason="",
+                                                     fault_acknowledged=gpu.health_reason)
     node.refresh_from_db()
     return node

@@ -86,10 +86,14 @@ def health_update(*, node: Node, reports: list[dict], now: datetime) -> list[str
         gpu = gpus.get(item["uuid"])
         if gpu is None:
             raise TelemetryError(f"gpus[{i}]: unknown GPU UUID {item['uuid']!r} for node {node.name}", field="gpus")
-        if item["healthy"] or not gpu.healthy:
+        reason = f"{item.get('reason') or 'unhealthy'} on GPU {gpu.index}"[:200]
+        if item["healthy"]:
+            if gpu.fault_acknowledged:
+                Gpu.objects.filter(pk=gpu.pk).update(fault_acknowledged="")
             continue
-        reason = f"{item.get('reason') or 'unhealthy'} on GPU {gpu.index}"
-        Gpu.objects.filter(pk=gpu.pk).update(healthy=False, health_reason=reason[:200])
+        if not gpu.healthy or reason == gpu.fault_acknowledged:
+            continue
+        Gpu.objects.filter(pk=gpu.pk).update(healthy=False, health_reason=reason, fault_acknowledged="")
         Node.objects.filter(pk=node.pk).exclude(state=Node.DOWN).update(
             state=Node.UNHEALTHY, state_reason=reason[:300], state_changed_at=now, state_changed_by=None
         )

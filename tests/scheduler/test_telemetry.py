@@ -140,3 +140,28 @@ def test_metrics_export_dcgm_names_and_queue_gauges_to_admins_only(alice, cluste
     assert 'rota_pending_jobs{team="vision"} 1' in body
     assert 'rota_admitted_jobs{team="vision"} 1' in body
     assert Job.objects.count() == 2
+
+
+def test_resuming_a_node_acknowledges_the_fault_its_agent_still_reports(alice, cluster, node_client):
+    """An admin resumes after fixing the GPU; the agent keeps reporting the old XID until it restarts. That
+    report must not drain the node again, but a new fault, or the same one after a healthy report, does."""
+    from scheduler.services.nodes import node_set_state
+
+    client, node = node_client(), cluster["nodes"][0]
+    sick = [{"uuid": "GPU-h100-3", "healthy": False, "reason": "XID 79"}]
+    client.post("/api/v1/node/heartbeat/", {"seq": 1, "gpus": sick}, format="json")
+    node_set_state(node=node, state=Node.READY, reason="GPU 3 reseated", user=alice)
+    client.post("/api/v1/node/heartbeat/", {"seq": 2, "gpus": sick}, format="json")
+    node.refresh_from_db()
+    assert node.state == Node.READY and Gpu.objects.get(uuid="GPU-h100-3").healthy
+    client.post("/api/v1/node/heartbeat/", {"seq": 3, "gpus": [
+        {"uuid": "GPU-h100-3", "healthy": False, "reason": "XID 48"}]}, format="json")
+    node.refresh_from_db()
+    assert node.state == Node.UNHEALTHY and node.state_reason == "XID 48 on GPU 3"
+    node_set_state(node=node, state=Node.READY, reason="replaced", user=alice)
+    client.post("/api/v1/node/heartbeat/", {"seq": 4, "gpus": [{"uuid": "GPU-h100-3", "healthy": True}]},
+                format="json")
+    client.post("/api/v1/node/heartbeat/", {"seq": 5, "gpus": [
+        {"uuid": "GPU-h100-3", "healthy": False, "reason": "XID 48"}]}, format="json")
+    node.refresh_from_db()
+    assert node.state == Node.UNHEALTHY, "the same fault after a healthy report is a new fault"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
@@ -67,6 +68,7 @@ class Command(BaseCommand):
         agents.mkdir(parents=True, exist_ok=True)
         with transaction.atomic():
             tokens = self._seed()
+            call_command("seed_rates", stdout=self.stdout)
         profiles_dir = Path(__file__).resolve().parents[2] / "agent" / "profiles"
         lines = []
         for name, _pool, profile_file, _labels in NODES:
@@ -76,9 +78,12 @@ class Command(BaseCommand):
             token_path = agents / f"{name}.token"
             token_path.write_text(tokens[name])
             token_path.chmod(0o600)
+            faults = agents / f"{name}.faults"
+            faults.touch()
             lines.append(
                 f"agent-{name}: {sys.executable} -m scheduler.agent --portal {portal} --token-file {token_path} "
-                f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name}"
+                f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name} "
+                f"--fault-file {faults}"
             )
         (agents / "Procfile.agents").write_text("\n".join(lines) + "\n")
         self.stdout.write(self.style.SUCCESS(f"Demo data loaded; node tokens and profiles in {agents}"))
