@@ -1,0 +1,164 @@
+"""Fault injection with real processes (a Celery worker, node agents running real job processes) on the
+real PostgreSQL and Redis: a worker SIGKILLed mid-cycle, a node agent frozen (SIGSTOP) and thawed
+(SIGCONT), a job that ignores SIGTERM. The test loop plays Celery beat (periodic cycles and liveness), so
+recovery times do not depend on a beat process. Figures are printed (``pytest -s``)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from scheduler import tasks
+from scheduler.cycle import run_cycle
+from scheduler.models import Allocation, Job, Node
+from scheduler.models.jobs import JobState
+from scheduler.services.nodes import nodes_check_liveness
+from tests.processes import ROOT, _stop, wait_for
+from tests.reliability.helpers import Stopwatch, assert_sound, backlog, cycle_lock_held, state_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def fast_nodes(settings):
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
+    settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 4
+
+
+@pytest.fixture
+def spawn_worker(worker_env, tmp_path):
+    """Start real Celery workers (more than one over a test); all are stopped at the end."""
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    procs = []
+
+    def spawn():
+        log = open(tmp_path / f"worker-{len(procs)}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "--loglevel=INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        procs.append((proc, log))
+        return proc
+
+    yield spawn
+    for proc, log in procs:
+        _stop(proc)
+        log.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def api_for(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_a_worker_killed_mid_cycle_leaves_nothing_half_done_and_a_new_worker_resumes(
+    alice, cluster, spawn_worker
+):
+    backlog(alice, cluster["vision"], 4000)
+    target = api_for(alice).post("/api/v1/jobs/", {"name": "t", "gpu_model": "h100-80gb", "command": "true"},
+                                 format="json").json()["id"]
+    first = spawn_worker()
+    tasks.run_cycle.delay()
+    wait_for(cycle_lock_held, timeout=30, interval=0.02, what="a cycle to hold the advisory lock")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    killed = time.monotonic()
+    wait_for(lambda: not cycle_lock_held(), timeout=30, interval=0.05, what="the dead cycle's lock to go")
+    released = time.monotonic() - killed
+    assert state_of(target) == "pending" and not Allocation.objects.exists()  # the killed cycle rolled back
+    assert_sound()
+    spawn_worker()
+    tasks.run_cycle.delay()  # the next beat tick: the killed task's message is not redelivered for an hour
+    wait_for(lambda: state_of(target) == "admitted", timeout=60, interval=0.1, what="a new worker's cycle")
+    recovered = time.monotonic() - killed
+    print(f"\n[figure] worker SIGKILLed mid-cycle (4000-job backlog): advisory lock released after "
+          f"{released:.2f} s; scheduling resumed on a new worker after {recovered:.2f} s")
+    assert recovered < 60
+    assert_sound()
+
+
+def test_a_frozen_node_goes_down_its_job_requeues_and_on_thaw_the_orphan_is_killed(
+    alice, cluster, start_agent, fast_nodes, tmp_path
+):
+    node = cluster["nodes"][0]
+    agent = start_agent(node)
+    wait_for(lambda: Node.objects.get(pk=node.pk).registered_at, what="the agent to register")
+    pids = tmp_path / "pids"
+    job_id = api_for(alice).post("/api/v1/jobs/", {
+        "name": "long", "gpu_model": "h100-80gb", "gpus": 2, "command": f"echo $$ >> {pids}; exec sleep 300",
+    }, format="json").json()["id"]
+
+    def beat(until, what, timeout=30.0):
+        def tick():
+            nodes_check_liveness()
+            run_cycle()
+            return until()
+        return wait_for(tick, timeout=timeout, interval=0.25, what=what)
+
+    beat(lambda: state_of(job_id) == "running" and pids.exists(), "the job to run")
+    orphan = int(pids.read_text().split()[0])
+    os.kill(agent.pid, signal.SIGSTOP)
+    frozen = Stopwatch("frozen node marked down and its job requeued (heartbeat timeout 4 s)")
+    beat(lambda: Node.objects.get(pk=node.pk).state == Node.DOWN, "the node to be marked down")
+    frozen.stop()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.PENDING and job.attempt == 2
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    assert_sound()
+    assert pid_alive(orphan)  # the frozen node still runs attempt 1
+    os.kill(agent.pid, signal.SIGCONT)
+    thaw = time.monotonic()
+    thawed = Stopwatch("thawed node re-registered (ready)")
+    beat(lambda: Node.objects.get(pk=node.pk).state == Node.READY, "the node to re-register")
+    thawed.stop()
+    killed = Stopwatch("orphan of attempt 1 killed after the thaw")
+    wait_for(lambda: not pid_alive(orphan), timeout=30, what="the orphaned attempt to be killed")
+    killed.stop()
+    beat(lambda: Job.objects.filter(pk=job_id, state=JobState.RUNNING, attempt=2).exists(),
+         "attempt 2 to run on the returned node")
+    print(f"[figure] requeued job running again {time.monotonic() - thaw:.2f} s after the thaw")
+    assert len(pids.read_text().split()) == 2
+    assert Allocation.objects.filter(ended_at__isnull=True, job_id=job_id, attempt=2).count() == 2
+    assert_sound()
+
+
+def test_a_job_that_ignores_sigterm_is_sigkilled_after_its_grace_period(alice, cluster, start_agent, fast_nodes,
+                                                                        tmp_path):
+    node = cluster["nodes"][0]
+    start_agent(node)
+    pidfile = tmp_path / "stubborn.pid"
+    client = api_for(alice)
+    job_id = client.post("/api/v1/jobs/", {
+        "name": "stubborn", "gpu_model": "h100-80gb",
+        "command": f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.2; done",
+    }, format="json").json()["id"]
+    wait_for(lambda: (run_cycle() and state_of(job_id) == "running" and pidfile.exists()), timeout=30,
+             interval=0.25, what="the stubborn job to run")
+    grace = Job.objects.get(pk=job_id).priority_class.grace_period_s
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
+    watch = time.monotonic()
+    wait_for(lambda: state_of(job_id) == "cancelled", timeout=grace + 20, what="the job to be cancelled")
+    took = time.monotonic() - watch
+    print(f"\n[figure] SIGTERM-ignoring job cancelled after {took:.2f} s (grace period {grace} s)")
+    assert took >= grace
+    assert not pid_alive(int(pidfile.read_text()))
+    final = Job.objects.get(pk=job_id).transitions.last()
+    assert final.details.get("exit_code") is None or final.details["exit_code"] != 0
+    assert_sound()
