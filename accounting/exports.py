@@ -1,9 +1,8 @@
 """Chargeback exports (CSV, XLSX, PDF) built from rated usage lines. No HTTP here: the API streams them.
 
-Every text cell goes through ``safe_cell`` so a job named ``=HYPERLINK(...)`` stays text in a spreadsheet.
+Every text cell goes through ``portal.csvutil.neutralize``, so a job named ``=HYPERLINK(...)`` stays text.
 """
 
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -11,6 +10,7 @@ from decimal import Decimal
 
 from accounting.charts import top_jobs, totals_by
 from accounting.rating import RateCardVersion, RatedLine
+from portal.csvutil import csv_lines, neutralize
 
 COLUMNS = [
     "period",
@@ -30,16 +30,10 @@ COLUMNS = [
     "utilized_gpu_hours",
     "efficiency",
 ]
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
 
 
-def safe_cell(value):
-    """Prefix ``'`` to text a spreadsheet would run as a formula (OWASP CSV injection); others pass through."""
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
-        return "'" + value
-    return value
 
 
 def chargeback_row(line: RatedLine, period: str) -> list:
@@ -64,17 +58,9 @@ def chargeback_row(line: RatedLine, period: str) -> list:
     ]
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
 def csv_rows(lines: Iterable[RatedLine], period: str) -> Iterator[str]:
     """The CSV, one encoded line at a time (for a streamed response)."""
-    writer = csv.writer(_Echo())
-    yield writer.writerow(COLUMNS)
-    for line in lines:
-        yield writer.writerow([safe_cell(v) for v in chargeback_row(line, period)])
+    yield from csv_lines([COLUMNS, *(chargeback_row(line, period) for line in lines)])
 
 
 def _sheet(wb, title: str, header: list[str], rows: Iterable[list], formats: dict[int, str]):
@@ -85,7 +71,7 @@ def _sheet(wb, title: str, header: list[str], rows: Iterable[list], formats: dic
     for cell in ws[1]:
         cell.font = Font(bold=True)
     for row in rows:
-        ws.append([safe_cell(float(v) if isinstance(v, Decimal) else v) for v in row])
+        ws.append([neutralize(float(v) if isinstance(v, Decimal) else v) for v in row])
     for col, fmt in formats.items():
         for (cell,) in ws.iter_rows(min_row=2, min_col=col, max_col=col):
             cell.number_format = fmt

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from openpyxl import load_workbook
 
-from accounting.exports import safe_cell
+from portal.csvutil import neutralize as safe_cell
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
