@@ -132,3 +132,12 @@ def test_the_cluster_page_hides_other_teams_job_ids(alice, charlie, browser):
     body = browser(alice).get("/cluster/").content.decode()
     assert f"#{job.pk}<" not in body and "in use" in body
     assert f"#{job.pk}<" in browser(charlie).get("/cluster/").content.decode()
+
+
+def test_the_cluster_page_shows_each_gpus_latest_utilization(alice, cluster, browser):
+    from scheduler.models import Gpu
+
+    Gpu.objects.filter(uuid="GPU-h100-2").update(last_sample_at=db_now(), util_pct=83.0, mem_used_mb=40960,
+                                                 temperature_c=64)
+    body = browser(alice).get("/cluster/").content.decode()
+    assert "83% · 40/80 GiB · 64°C" in body
