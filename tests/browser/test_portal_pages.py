@@ -67,3 +67,16 @@ def test_a_member_picks_a_kind_then_applies_a_saved_template_and_submits(page, a
     page.wait_for_url("**/jobs/*/")
     job = Job.objects.get()
     assert (job.name, job.gpus, job.time_limit_minutes, job.submitted_by) == ("resnet", 2, 90, alice)
+
+
+def test_the_team_dashboard_and_submit_page_fit_a_phone_screen(browser_instance, live_server, alice, cluster):  # noqa: F811
+    context = browser_instance.new_context(viewport={"width": 390, "height": 844}, base_url=live_server.url)
+    phone = context.new_page()
+    try:
+        sign_in(phone, "alice")
+        for url, name in (("/teams/vision/", "team-dashboard-phone"), ("/jobs/new/", "submit-phone")):
+            phone.goto(url)
+            assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), url
+            shot(phone, name)
+    finally:
+        context.close()

@@ -154,3 +154,9 @@ def test_template_names_are_escaped(vision_admin, cluster):
     JobTemplate.objects.create(team=cluster["vision"], name="<script>x</script>", kind="training", fields={})
     page = client_for(vision_admin).get("/teams/vision/templates/").content.decode()
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+
+
+def test_inline_errors_are_tied_to_their_fields_for_screen_readers(alice):
+    body = client_for(alice).post("/jobs/new/", form_data(name="", gpus=0)).content.decode()
+    for field in ("name", "gpus"):
+        assert f'aria-describedby="id_{field}_error"' in body and f'id="id_{field}_error"' in body
