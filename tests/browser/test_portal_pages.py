@@ -80,3 +80,29 @@ def test_the_team_dashboard_and_submit_page_fit_a_phone_screen(browser_instance,
             shot(phone, name)
     finally:
         context.close()
+
+
+def test_an_admin_reprioritizes_a_waiting_job_and_sees_the_gpu_heatmap(page, alice, cluster):  # noqa: F811
+    from scheduler.models import Gpu
+    from scheduler.services.jobs import job_submit
+
+    UserFactory(username="root-admin", is_staff=True, is_superuser=True)
+    job = job_submit(user=alice, name="needs-it-soon", command="true", gpu_model="h100-80gb", gpus=8)
+    Gpu.objects.filter(uuid__startswith="GPU-h100").update(util_pct=73.0)
+    sign_in(page, "root-admin")
+    page.goto("/govern/queue/")
+    row = page.locator("tr", has_text="needs-it-soon")
+    row.locator("select[name=priority_class]").select_option("interactive")
+    row.locator("input[name=reason]").fill("demo tomorrow")
+    row.locator("button:has-text('Set')").click()
+    page.wait_for_selector(".msg.success")
+    job.refresh_from_db()
+    assert job.priority_class.name == "interactive"
+    page.locator("tr", has_text="needs-it-soon").locator("button:has-text('Hold')").click()
+    page.wait_for_selector("tr:has-text('needs-it-soon') >> text=Release")
+    shot(page, "govern-queue")
+    page.goto("/govern/nodes/")
+    page.wait_for_selector("#gpu-heatmap .main-svg")
+    shot(page, "govern-nodes-heatmap")
+    page.goto("/govern/audit/")
+    assert "demo tomorrow" in page.inner_text("main") and "job.hold" in page.inner_text("main")
