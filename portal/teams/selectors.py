@@ -121,7 +121,7 @@ class ShareRow:
     norm_usage: float  # raw_usage / all teams' raw usage
     usage_per_entitlement: float  # the engine's ordering key: lower runs first inside a priority
     fair_share: float  # Slurm's classic factor 2 ** (-norm_usage / norm_shares): 1 idle, 0.5 on target
-    rank: int  # 1 runs first among teams (by the engine's key)
+    rank: int  # 1 runs first among teams (by the engine's key); tied teams share a rank
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,6 @@ def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -
     factors = fair_share_factors(snapshot)
     total_ent = sum(ent.values())
     total_usage = sum(max(u, 0.0) for u in usage.values())
-    order = sorted(names, key=lambda n: (factors.get(n, 0.0), n))
     name = team.name
     e = ent.get(name, 0.0)
     u = max(usage.get(name, 0.0), 0.0)
@@ -160,8 +159,8 @@ def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -
         fair_share = 0.0 if norm_usage else 1.0
     row = ShareRow(team=name, entitlement=e, norm_shares=norm_shares, raw_usage=u, norm_usage=norm_usage,
                    usage_per_entitlement=factors.get(name, 0.0), fair_share=fair_share,
-                   rank=order.index(name) + 1 if name in order else len(order) + 1)
-    return ShareStanding(team=row, teams=len(order), half_life_s=policy.fair_share_half_life_s,
+                   rank=1 + sum(1 for n in names if factors.get(n, 0.0) < factors.get(name, 0.0)))
+    return ShareStanding(team=row, teams=len(names), half_life_s=policy.fair_share_half_life_s,
                          total_usage=total_usage, total_entitlement=total_ent)
 
 

@@ -101,6 +101,7 @@ def test_fair_share_factor_is_half_on_target_and_lower_above_it(alice, charlie, 
     assert vision.team.norm_shares == pytest.approx(0.75)  # 3 of 4 entitled GPUs
     assert vision.team.fair_share == pytest.approx(2 ** (-1 / 0.75))
     assert nlp.team.fair_share == 1.0 and nlp.team.rank == 1 and vision.team.rank == 2
+    assert idle.rank == 1  # teams without usage tie for first
 
 
 def test_pending_work_shows_its_reason_and_failures_are_listed(alice, cluster):
