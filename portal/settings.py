@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "portal",
     "scheduler",
     "accounting",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -49,7 +50,17 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into a 429 answer
 ]
+
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for one username from one address,
+# that pair is locked out for AXES_COOLOFF_MINUTES; a successful login resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
@@ -76,6 +87,14 @@ try:
 except Exception as exc:  # dj_database_url raises several types for a malformed URL
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 DB_VENDOR = "sqlite" if DATABASES["default"]["ENGINE"].endswith("sqlite3") else "postgresql"
+if DB_VENDOR == "sqlite":
+    # The no-PostgreSQL fallback: several processes write (web, worker, agents' reports through the web),
+    # so wait for locks instead of failing, take write locks up front, and let readers run beside a writer.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 if DB_VENDOR == "postgresql":
     DATABASES["default"]["TEST"] = {"NAME": env_str("ROTA_TEST_DATABASE", "test_rota")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
