@@ -5,7 +5,8 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -14,7 +15,9 @@ from django.views.decorators.http import require_POST
 
 from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for, teams_for
 from portal.csvutil import csv_response
-from scheduler.forms import JobSubmitForm
+from portal.teams.selectors import can_manage_team, job_template_for, job_templates
+from portal.teams.services import job_template_save
+from scheduler.forms import JobSubmitForm, kind_cards
 from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
 from scheduler.models import Allocation, Gpu, Node
@@ -61,8 +64,6 @@ def job_list_csv(request):
 
 def _submit_initial(request) -> dict:
     """Initial values of the submit form: copy of a job, a saved template, a kind card, a team."""
-    from portal.teams.selectors import job_template_for
-
     initial: dict = {}
     if request.GET.get("copy"):
         initial = JobSubmitForm.initial_from(job_for(request.user, request.GET["copy"]))
@@ -77,10 +78,6 @@ def _submit_initial(request) -> dict:
 
 def _save_template(request, form, teams) -> bool:
     """Save the form's values as a template of its team; errors go inline on the form."""
-    from django.core.exceptions import PermissionDenied
-
-    from portal.teams.services import job_template_save
-
     team = next((t for t in teams if t.name == form.cleaned_data["team"]), None)
     try:
         template = job_template_save(user=request.user, team=team, name=request.POST.get("template_name", ""),
@@ -98,8 +95,6 @@ def _save_template(request, form, teams) -> bool:
 def _submit_replicas(user, replicas: int, request: dict) -> list:
     """Submit ``replicas`` copies of an inference service as jobs ``name-1`` … ``name-N`` (all or none);
     one replica keeps its name."""
-    from django.db import transaction
-
     if replicas <= 1:
         return [job_services.job_submit(user=user, **request)]
     base = request["name"][: job_services.MAX_NAME - 4]
@@ -112,8 +107,6 @@ def _submit_replicas(user, replicas: int, request: dict) -> list:
 def job_submit_view(request):
     """The submit page: kind cards with their defaults, saved templates, the form and its live quote.
     POST ``action=save-template`` saves the values as a team template instead of submitting."""
-    from portal.teams.selectors import can_manage_team, job_templates
-
     teams = list(submit_teams_for(request.user))
     initial = _submit_initial(request) if request.method == "GET" else {}
     form = JobSubmitForm(request.POST or None, teams=teams, initial=initial)
@@ -131,8 +124,6 @@ def job_submit_view(request):
                 ids = ", ".join(f"#{j.pk}" for j in jobs)
                 messages.success(request, f"Job{'s' if len(jobs) > 1 else ''} {ids} submitted.")
                 return redirect("job-detail", job_id=jobs[0].pk)
-    from scheduler.forms import kind_cards
-
     templates = [(t, job_templates(team=t), can_manage_team(request.user, t)) for t in teams]
     return render(request, "jobs/submit.html", {
         "form": form, "teams": teams, "kinds": kind_cards(), "presets": JobSubmitForm.kind_presets(),

@@ -6,8 +6,8 @@ from decimal import Decimal
 from django.db.models import Count, F, Prefetch, Q, Sum
 
 from portal.models import Team
-from scheduler.models import Allocation, Gpu, GpuModel, Node, Pool, Quota
-from scheduler.models.jobs import HOLDING_STATES
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Quota
+from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES
 
 
 @dataclass
@@ -112,9 +112,6 @@ def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
     """Pending and held jobs per pool, in the engine's order (its last queue positions, then arrival). A job
     is listed under every pool it could run in (its requested pool, its team allowed there, its GPU model
     present there); jobs that fit no pool are listed last. At most QUEUE_ROWS per pool. Four queries."""
-    from scheduler.models import Job
-    from scheduler.models.jobs import WAITING_STATES
-
     pools = list(Pool.objects.prefetch_related("teams").order_by("name"))
     models_in: dict[int, set[str]] = {}
     for pool_id, model in Gpu.objects.filter(present=True).values_list("node__pool_id", "model__name").distinct():

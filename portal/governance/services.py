@@ -12,7 +12,9 @@ from django.db import transaction
 from portal.access import is_platform_admin
 from portal.audit import audit_record
 from portal.models import Team
-from scheduler.models import GpuModel, Node, Pool, PriorityClass, Quota
+from scheduler.models import GpuModel, Job, Node, Pool, PriorityClass, Quota
+from scheduler.models.jobs import WAITING_STATES
+from scheduler.services.jobs import job_hold, job_release
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
 MAX_GPUS = Decimal(100000)
@@ -239,9 +241,6 @@ def _wake_cycle() -> None:
 def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: str = ""):
     """Move a pending or held job to another priority class (its preemptibility stays). A guarded UPDATE:
     a job that started or ended meanwhile is refused. Audited; wakes the scheduling cycle."""
-    from scheduler.models import Job
-    from scheduler.models.jobs import WAITING_STATES
-
     _require_admin(user)
     with transaction.atomic():
         before = Job.objects.filter(pk=job.pk).values_list("priority_class__name", "state").first()
@@ -264,8 +263,6 @@ def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: 
 def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
     """Hold (``hold``) or release a waiting job from the admin queue: the job service's hold/release, plus
     an audit entry in the same transaction."""
-    from scheduler.services.jobs import job_hold, job_release
-
     _require_admin(user)
     with transaction.atomic():
         before = job.state

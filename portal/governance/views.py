@@ -215,13 +215,11 @@ def audit_log(request):
 @staff_only
 def queue(request):
     """Pending and held jobs per pool in the engine's order, with hold/release and priority changes."""
-    from scheduler.models import Pool as PoolModel
-
     pool = request.GET.get("pool", "")
     return render(request, "governance/queue.html", {
         "queues": selectors.queue_by_pool(pool=pool), "pool": pool, "section": "queue",
         "queue_url": reverse("govern-queue"), "jobs_url": reverse("job-list"),
-        "pool_names": list(PoolModel.objects.order_by("name").values_list("name", flat=True)),
+        "pool_names": list(Pool.objects.order_by("name").values_list("name", flat=True)),
         "priority_classes": list(PriorityClass.objects.order_by("-value")),
     })
 

@@ -6,15 +6,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Case, F, Prefetch, Sum, Value, When
+from django.db.models import Case, Count, F, Prefetch, Q, Sum, Value, When
 from django.http import Http404
 
 from portal.access import User, is_platform_admin, jobs_for, role_in, teams_for
 from portal.models import Membership, Team
 from scheduler.core.ordering import entitlements, fair_share_factors
 from scheduler.core.types import Policy, QuotaInfo, Snapshot
-from scheduler.models import Allocation, Quota
-from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, JobState
+from scheduler.models import Allocation, JobTemplate, Quota
+from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, WAITING_STATES, JobState
 from scheduler.snapshot import decayed_usage
 
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
@@ -180,10 +180,6 @@ class ActiveWork:
 
 def team_active_jobs(*, user: User, team: Team) -> ActiveWork:
     """Running and waiting work of ``team`` (three queries)."""
-    from django.db.models import Count, Q
-
-    from scheduler.models.jobs import WAITING_STATES
-
     base = jobs_for(user).filter(team=team)
     counts = base.aggregate(holding=Count("id", filter=Q(state__in=HOLDING_STATES)),
                             waiting=Count("id", filter=Q(state__in=WAITING_STATES)))
@@ -206,16 +202,12 @@ def team_members(*, team: Team) -> list[Membership]:
 
 def job_templates(*, team: Team) -> list:
     """The team's saved job templates, by name."""
-    from scheduler.models import JobTemplate
-
     return list(JobTemplate.objects.filter(team=team).select_related("created_by").order_by("name"))
 
 
 def job_template_for(user: User, template_id: int | str):
     """The template ``template_id`` if it belongs to a team ``user`` may see, else Http404 (as for a missing
     one)."""
-    from scheduler.models import JobTemplate
-
     try:
         pk = int(template_id)
     except (TypeError, ValueError):

@@ -9,6 +9,8 @@ from django.db import transaction
 from portal.audit import audit_record
 from portal.models import Membership, Team
 from portal.teams.selectors import can_manage_team
+from scheduler.kinds import KINDS
+from scheduler.models import JobTemplate
 
 ROLES = [r for r, _ in Membership.ROLE_CHOICES]
 
@@ -76,9 +78,6 @@ TEMPLATE_NAME_MAX = 100
 def job_template_save(*, user, team: Team, name: str, kind: str, fields: dict):
     """Save the submit-form values ``fields`` as template ``name`` of ``team`` (replacing one of the same
     name). Team-admins and platform admins only; audited."""
-    from scheduler.kinds import KINDS
-    from scheduler.models import JobTemplate
-
     if not can_manage_team(user, team):
         raise PermissionDenied(f"only team-admins of {team.name} may save its templates")
     name = (name or "").strip()
