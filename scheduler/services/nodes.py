@@ -114,6 +114,17 @@ def node_assignments(node: Node) -> list[dict]:
                 "stop_reason": job.stop_reason,
             }
         entry["gpus"].append({"index": alloc.gpu.index, "uuid": alloc.gpu.uuid, "share": alloc.share})
+    # Members of a multi-node gang learn their peers: node names in a stable order and their own rank.
+    peers: dict[int, list[str]] = {}
+    for job_id, name in (
+        Allocation.objects.filter(job_id__in=by_job, ended_at__isnull=True).values_list("job_id", "node__name")
+        .distinct().order_by("job_id", "node__name")
+    ):
+        peers.setdefault(job_id, []).append(name)
+    for job_id, entry in by_job.items():
+        names = peers.get(job_id, [node.name])
+        entry["env"].update(ROTA_NODES=",".join(names), ROTA_NODE_RANK=str(names.index(node.name)),
+                            ROTA_NUM_NODES=str(len(names)), ROTA_MASTER_ADDR=names[0])
     return list(by_job.values())
 
 

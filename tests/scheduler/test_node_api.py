@@ -167,3 +167,45 @@ def test_a_silent_node_goes_down_and_its_jobs_are_requeued(alice, cluster, node_
     assert job.state == "pending" and job.attempt == 2
     assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
     assert beat(client, 5).status_code == 409
+
+
+def test_each_member_of_a_multi_node_gang_learns_its_peers_and_rank(alice, cluster, node_client):
+    from tests.factories import GpuFactory, NodeFactory
+
+    second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=second, index=i, model=cluster["h100"], uuid=f"GPU-h100-b{i}")
+    job = job_submit(user=alice, name="gang", command="torchrun train.py", gpu_model="h100-80gb", gpus=4, nodes=2)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted", job.pending_reason_message
+    envs = {}
+    for node, seq in ((cluster["nodes"][0], 1), (second, 1)):
+        [assignment] = beat(node_client(node), seq).json()["assignments"]
+        assert len(assignment["gpus"]) == 2
+        envs[node.name] = assignment["env"]
+    assert {e["ROTA_NODES"] for e in envs.values()} == {"node-h100,node-h100-b"}
+    assert envs["node-h100"]["ROTA_NODE_RANK"] == "0" and envs["node-h100-b"]["ROTA_NODE_RANK"] == "1"
+    assert envs["node-h100-b"]["ROTA_MASTER_ADDR"] == "node-h100"
+
+
+def test_when_one_gang_member_exits_the_others_are_stopped_and_the_job_ends_once(alice, cluster, node_client):
+    from tests.factories import GpuFactory, NodeFactory
+
+    second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=second, index=i, model=cluster["h100"], uuid=f"GPU-h100-b{i}")
+    job = job_submit(user=alice, name="gang", command="x", gpu_model="h100-80gb", gpus=4, nodes=2)
+    run_cycle()
+    a, b = node_client(cluster["nodes"][0]), node_client(second)
+    for client in (a, b):
+        client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "started"}, format="json")
+    a.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "exited", "exit_code": 3}, format="json")
+    job.refresh_from_db()
+    assert job.state == "running" and job.stop_reason == "gang-exit"
+    [assignment] = beat(b, 1).json()["assignments"]
+    assert assignment["desired"] == "stopped"
+    b.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "exited", "signal": 15}, format="json")
+    job.refresh_from_db()
+    assert job.state == "failed" and job.exit_code == 3
+    assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
