@@ -12,13 +12,16 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
+from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request, host_has_room, node_matches
-from scheduler.core.types import JobInfo, PriorityClassInfo
+from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo
 
 PRIORITY = "Priority"
 RECLAIM = "Reclaim"
@@ -193,3 +196,170 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
             chosen, got = trial, again
     idle = [i for i in got if all(i not in c[1].shares for c in chosen)]
     return chosen, got, idle
+
+
+class Preempting:
+    """The preemption half of a scheduling cycle (mixed into ``engine.Cycle``, whose state it uses):
+    claim devices of stopping jobs, plan victims for a waiting job, and commit a plan."""
+
+    def _may_preempt(self, job: JobInfo) -> bool:
+        cls = self.classes.get(job.priority_class)
+        return cls is None or cls.may_preempt
+
+    def _try_preempt(self, job: JobInfo, req: Request, groups: tuple[Group, ...]) -> bool:
+        """Claim devices of stopping jobs, or plan new preemptions; True when the job now waits for them."""
+        for group in groups:
+            if self.quota_check(job, group, req.amount) is None and self._claim_stopping(job, req, group):
+                return True
+        for group in groups:
+            key = (job.team, job.priority, id(group), req)
+            if key in self._no_plan:
+                continue
+            plan = self._plan(job, req, group)
+            if plan is None:
+                self._no_plan.add(key)
+                continue
+            self._commit_plan(job, req, group, plan)
+            return True
+        return False
+
+    def _claim_stopping(self, job: JobInfo, req: Request, group: Group) -> bool:
+        """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it."""
+        if not self.stopping:
+            return False
+        need = 1 if req.fraction is not None else req.gpus
+        if req.nodes and req.nodes > 1:
+            return False
+        for name in sorted(self.stopping):
+            node = self.cluster.nodes[name]
+            if node.pool != group.pool or not node.schedulable:
+                continue
+            stopping = self.stopping[name]
+            free = {d.id: d.free + stopping.get(d.id, 0.0) for d in node.by_model.get(group.model, ())
+                    if d.healthy and d.memory_mb >= req.min_memory_mb}
+            want = req.fraction if req.fraction is not None else 1.0
+            ok = [i for i in sorted(free) if free[i] >= want - EPS][:need]
+            if len(ok) < need or all(i not in stopping for i in ok):
+                continue
+            devices = self.cluster.devices
+            idle = tuple(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
+            for i in ok:
+                stopping.pop(i, None)
+            if not stopping:
+                del self.stopping[name]
+            if idle:
+                self.cluster.take(job, idle)
+            self.quota.charge(job.team, group.model, group.pool, req.amount)
+            self.preempting_eta[job.id] = self.now
+            self.wait(job, R.reason(
+                R.PREEMPTING, f"waits for stopping jobs to release {need} {group.model} GPU(s) on {name}",
+                node=name, gpu_model=group.model), group, req)
+            return True
+        return False
+
+    def _prepare_victims(self) -> None:
+        """Sort possible victims once per cycle: per (team, model) for priority preemption and per model
+        for reclaim, each in victim preference order (ineligible jobs left out)."""
+        quota = self.quota
+        self.pref_team: dict[tuple[str, str], list] = {}
+        self.pref_model: dict[str, list] = {}
+        self.pref_start: dict[str, int] = defaultdict(int)
+        for key, recs in self.running_by_team.items():
+            borrowing = quota.borrowed(key[0], key[1]) > EPS
+            ok = [(victim_order(r, borrowing, self.now), r) for r in recs
+                  if eligible(r, self.classes, self.now, self.victims)]
+            self.pref_team[key] = sorted(ok, key=lambda kr: kr[0])
+        for model, recs in self.running_by_model.items():
+            ok = [(victim_order(r, True, self.now), r) for r in recs
+                  if eligible(r, self.classes, self.now, self.victims)]
+            self.pref_model[model] = sorted(ok, key=lambda kr: kr[0])
+
+    def _candidates(self, job: JobInfo, group: Group, reclaim: bool, room: dict[str, float]):
+        """Victim candidates for ``job`` in ``group``, best first (a lazy merge of both rules)."""
+        taken = self.victims
+        pool = group.pool
+
+        def by_priority():
+            # One team's list has one "borrowed" flag, so it is in ascending priority: stop at the first
+            # job that is not of lower priority.
+            for key, rec in self.pref_team.get((job.team, group.model), ()):
+                if rec.job.priority >= job.priority:
+                    return
+                if rec.pool == pool and rec.job.id not in taken:
+                    yield key, rec, "Priority"
+
+        def by_reclaim():
+            order = self.pref_model.get(group.model, ())
+            start = self.pref_start[group.model]
+            while start < len(order) and order[start][1].job.id in taken:
+                start += 1
+            self.pref_start[group.model] = start
+            for i in range(start, len(order)):
+                key, rec = order[i]
+                team = rec.job.team
+                if team == job.team or rec.pool != pool or rec.job.id in taken:
+                    continue
+                if team not in room:
+                    room[team] = self.quota.lendable(team, group.model)
+                if room[team] > EPS:
+                    yield key, rec, RECLAIM
+
+        if not reclaim:
+            return by_priority()
+        return heapq.merge(by_priority(), by_reclaim(), key=lambda c: c[0])
+
+    def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
+        quota = self.quota
+        model = group.model
+        amount = req.amount
+        if not hasattr(self, "pref_team"):
+            self._prepare_victims()
+        guaranteed = quota.guaranteed.get((job.team, model), 0.0)
+        under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
+        room: dict[str, float] = {}
+        reclaim = under_guarantee and self.policy.borrowing
+        plan = plan_on_nodes(self.cluster, group, req, self._candidates(job, group, reclaim, room), room)
+        if plan is None:
+            return None
+        credit = sum(sum(r.shares.values()) for r, rule in plan.victims if rule != RECLAIM)
+        if quota.check_limit(job.team, model, group.pool, amount, credit=credit) is not None:
+            return None
+        if not under_guarantee and quota.check_guarantee(
+                job.team, model, amount, job.preemptible, self.policy.borrowing,
+                self.free_of_model[model] + credit, self.nl_teams.get(model, []), credit=credit) is not None:
+            return None
+        return plan
+
+    def _commit_plan(self, job: JobInfo, req: Request, group: Group, plan: Plan) -> None:
+        grace = 0.0
+        ids = []
+        for rec, rule in plan.victims:
+            victim = rec.job
+            cls = self.classes.get(victim.priority_class)
+            g = cls.grace_period_s if cls else 30.0
+            grace = max(grace, g)
+            since = victim.last_checkpoint_at if victim.last_checkpoint_at is not None else victim.started_at
+            lost = max(self.now - since, 0.0) * sum(rec.shares.values()) if since is not None else 0.0
+            if rule == RECLAIM:
+                msg = (f"reclaim: team {job.team} takes back guaranteed {group.model} for job {job.id}; "
+                       f"team {victim.team} borrows {R.fmt_gpus(self.quota.borrowed(victim.team, group.model))} "
+                       "above its guarantee")
+            else:
+                msg = (f"preempted by job {job.id} of team {job.team} (priority {job.priority} > "
+                       f"{victim.priority})")
+            self.preemptions.append(Preemption(victim.id, job.id, rule, msg, gpu_seconds_lost=lost,
+                                               grace_period_s=g))
+            self.victims.add(victim.id)
+            self.quota.release(victim.team, group.model, sum(rec.shares.values()))
+            ids.append(victim.id)
+        want = req.fraction if req.fraction is not None else 1.0
+        idle = tuple(Placement(i, want) for i in plan.free_devices)
+        if idle:
+            self.cluster.take(job, idle)
+        self.quota.charge(job.team, group.model, group.pool, req.amount)
+        self.preempting_eta[job.id] = self.now + grace
+        self.wait(job, R.reason(
+            R.PREEMPTING,
+            f"preempting {len(ids)} job(s) ({', '.join(map(str, ids))}) to free {shape_text(req)} of "
+            f"{group.model}; starts after their grace period ({grace:g} s)",
+            victims=ids, gpu_model=group.model, grace_period_s=grace), group, req)
