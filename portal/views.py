@@ -6,13 +6,13 @@ from django.shortcuts import render
 
 from portal.access import jobs_for, teams_for
 from scheduler.models import Allocation, Gpu, Node, Quota
-from scheduler.models.jobs import HOLDING_STATES, JobState
+from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState
 from scheduler.selectors import DEFAULT_COLUMNS
 
 
 @login_required
 def home(request):
-    """Your teams' queue at a glance, their quotas and the cluster's capacity."""
+    """Your teams' queue at a glance (with why work waits), their quotas and the cluster's capacity."""
     jobs = jobs_for(request.user)
     counts = jobs.aggregate(
         pending=Count("id", filter=Q(state=JobState.PENDING)),
@@ -20,6 +20,8 @@ def home(request):
         held=Count("id", filter=Q(state=JobState.HELD)),
         failed=Count("id", filter=Q(state=JobState.FAILED)),
     )
+    waiting = list(jobs.filter(state__in=WAITING_STATES).exclude(pending_reason_code="")
+                   .values("pending_reason_code").annotate(n=Count("id")).order_by("-n", "pending_reason_code")[:8])
     teams = list(teams_for(request.user).order_by("name"))
     quotas = list(Quota.objects.filter(team__in=teams).select_related("team", "gpu_model", "pool"))
     in_use = {}
@@ -36,5 +38,5 @@ def home(request):
         to_attr="open_allocations"))[:10])
     return render(request, "home.html", {
         "counts": counts, "quota_rows": quota_rows, "columns": DEFAULT_COLUMNS, "capacity": list(capacity),
-        "recent": recent, "teams": teams,
+        "recent": recent, "teams": teams, "waiting": waiting,
     })
