@@ -174,6 +174,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "scheduler.models.jobs.JobState.choices",
+        "NodeStateEnum": "scheduler.models.cluster.Node.STATES",
+    },
 }
 
 LOGGING = {

@@ -1,6 +1,8 @@
 """The node API (docs/node-protocol.md): a node authenticates with its own token and reports only about
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed, ValidationError
@@ -163,9 +165,21 @@ class NodeAPIView(APIView):
             return Response(body, status=exc.status)
 
 
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    """Documents ``Authorization: Node <token>`` in the OpenAPI schema."""
+
+    target_class = NodeTokenAuthentication
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "Node <token> (issued per node by a platform admin)"}
+
+
 class NodeRegisterAPI(NodeAPIView):
     input_serializer = RegisterSerializer
 
+    @extend_schema(request=RegisterSerializer, responses={200: dict}, tags=["node"])
     def post(self, request):
         result = self.call(node_services.node_register, node=request.user.node, report=self.parsed(request))
         return result if isinstance(result, Response) else Response(result)
@@ -174,6 +188,7 @@ class NodeRegisterAPI(NodeAPIView):
 class NodeHeartbeatAPI(NodeAPIView):
     input_serializer = HeartbeatSerializer
 
+    @extend_schema(request=HeartbeatSerializer, responses={200: dict, 409: dict}, tags=["node"])
     def post(self, request):
         result = self.call(node_services.node_heartbeat, node=request.user.node, report=self.parsed(request))
         return result if isinstance(result, Response) else Response(result)
@@ -182,6 +197,7 @@ class NodeHeartbeatAPI(NodeAPIView):
 class NodeJobEventAPI(NodeAPIView):
     input_serializer = EventSerializer
 
+    @extend_schema(request=EventSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
         result = self.call(node_services.node_job_event, node=request.user.node, job_id=job_id,
                            event=self.parsed(request))
@@ -193,6 +209,7 @@ class NodeJobEventAPI(NodeAPIView):
 class NodeJobLogAPI(NodeAPIView):
     input_serializer = LogSerializer
 
+    @extend_schema(request=LogSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
         data = self.parsed(request)
         result = self.call(node_services.node_job_log, node=request.user.node, job_id=job_id, **data)

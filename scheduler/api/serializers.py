@@ -1,5 +1,6 @@
 """Input and output serializers for the jobs, nodes and cluster API."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduler.kinds import KINDS
@@ -34,6 +35,13 @@ class JobInputSerializer(serializers.Serializer):
     env = serializers.DictField(child=serializers.CharField(max_length=4000), required=False)
 
 
+class PendingReasonSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.DictField()
+
+
+@extend_schema_field(PendingReasonSerializer(allow_null=True))
 class PendingReasonField(serializers.Field):
     def to_representation(self, job: Job):
         if not job.pending_reason_code:
