@@ -1,0 +1,46 @@
+"""Principals and tenant-owned objects for the authorization matrix: owner (alice), team-mate (bob),
+outsider (charlie, another team), team-admin (dora, vision), platform admin (root), anonymous, node."""
+
+from datetime import date
+
+import pytest
+from django.test import Client
+
+from accounting.models import Statement
+from portal.models import Membership
+from scheduler.models import NodeToken
+from scheduler.models.templates import JobTemplate
+from scheduler.services.jobs import job_submit
+from tests.factories import MembershipFactory, UserFactory
+
+PRINCIPALS = ("owner", "mate", "outsider", "team_admin", "platform_admin", "anonymous", "node")
+
+
+@pytest.fixture
+def world(cluster, alice, bob, charlie):
+    dora = UserFactory(username="dora")
+    MembershipFactory(user=dora, team=cluster["vision"], role=Membership.TEAM_ADMIN)
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    _, node_token = NodeToken.issue(cluster["nodes"][0])
+    users = {"owner": alice, "mate": bob, "outsider": charlie, "team_admin": dora, "platform_admin": root}
+    job = job_submit(user=alice, name="secret-vision-job", command="echo vision-only", gpu_model="h100-80gb")
+    template = JobTemplate.objects.create(team=cluster["vision"], name="vision-template", fields={"gpus": 1})
+    statement = Statement.objects.create(team=cluster["vision"], month=date(2026, 1, 1), format="pdf",
+                                         content=b"%PDF-1.4 vision", size=15)
+    return {"users": users, "node_token": node_token, "job": job, "template": template, "statement": statement,
+            "cluster": cluster}
+
+
+@pytest.fixture
+def client_for(world):
+    """A Django test client acting as one of PRINCIPALS (session login for people, a token for the node)."""
+
+    def make(principal: str, *, csrf: bool = False) -> Client:
+        if principal == "node":
+            return Client(enforce_csrf_checks=csrf, HTTP_AUTHORIZATION=f"Node {world['node_token']}")
+        client = Client(enforce_csrf_checks=csrf)
+        if principal != "anonymous":
+            client.force_login(world["users"][principal])
+        return client
+
+    return make
