@@ -197,11 +197,13 @@ class Cycle(Preempting):
         quota_reason: Reason | None = None
         first_ok: Group | None = None
         reserved_reason: Reason | None = None
+        allowed: list[Group] = []  # groups the quota admits the job to (nothing changes until a start)
         for group in feas.groups:
             blocked = self.quota_check(job, group, amount)
             if blocked is not None:
                 quota_reason = quota_reason or blocked
                 continue
+            allowed.append(group)
             if first_ok is None:
                 first_ok = group
             gkey = (group.pool, group.model)
@@ -232,7 +234,7 @@ class Cycle(Preempting):
                 continue
             self._start(job, group, placements, amount, end)
             return
-        if self.policy.preemption and self._may_preempt(job) and self._try_preempt(job, req, feas.groups):
+        if self.policy.preemption and self._may_preempt(job) and self._try_preempt(job, req, feas.groups, allowed):
             return
         if first_ok is None:
             self.wait(job, quota_reason)

@@ -120,7 +120,8 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
         if req.fraction is None:
             devs = node.by_model.get(group.model, ())
             idle = sum(1 for d in devs if d.healthy and d.free > 1.0 - EPS)
-            freeable = sum(s for c in cands for i, s in c[1].shares.items() if i in {d.id for d in devs})
+            ids = {d.id for d in devs}
+            freeable = sum(s for c in cands for i, s in c[1].shares.items() if i in ids)
             if idle + freeable < need - EPS:
                 continue
         got = _free_node(node, group.model, req, need, cands, dict(lender_room))
@@ -206,11 +207,14 @@ class Preempting:
         cls = self.classes.get(job.priority_class)
         return cls is None or cls.may_preempt
 
-    def _try_preempt(self, job: JobInfo, req: Request, groups: tuple[Group, ...]) -> bool:
-        """Claim devices of stopping jobs, or plan new preemptions; True when the job now waits for them."""
-        for group in groups:
-            if self.quota_check(job, group, req.amount) is None and self._claim_stopping(job, req, group):
-                return True
+    def _try_preempt(self, job: JobInfo, req: Request, groups: tuple[Group, ...], allowed: list[Group]) -> bool:
+        """Claim devices of stopping jobs, or plan new preemptions; True when the job now waits for them.
+
+        ``allowed``: the groups of ``groups`` whose quota check passed (the caller just made them)."""
+        if self.stopping:
+            for group in allowed:
+                if self._claim_stopping(job, req, group):
+                    return True
         for group in groups:
             key = (job.team, job.priority, id(group), req)
             if key in self._no_plan:
