@@ -46,6 +46,7 @@ class QuotaBook:
         self.unmet_term: dict[tuple[str, str], float] = {}
         self.unmet_total: dict[str, float] = defaultdict(float)
         self.leaving: dict[tuple[str, str], float] = defaultdict(float)
+        self._limits: dict[QuotaKey, tuple] = {}  # (team, model, pool) -> _limit_rows(...)
         for job in snapshot.jobs:
             for p in job.placements:
                 model = model_of_device.get(p.gpu_id)
@@ -183,31 +184,43 @@ class QuotaBook:
         OverLimit: a parent team's limit would be passed.
         ``credit``: GPUs of this model the team's own victims will give back (same pool).
         """
-        own = self.row(team, model, pool)
-        if own is None:
+        limits = self._limits.get((team, model, pool))
+        if limits is None:
+            limits = self._limits[(team, model, pool)] = self._limit_rows(team, model, pool)
+        if not limits[0]:
             return R.reason(
                 R.QUOTA_EXCEEDED,
                 f"team {team} has no quota for {model} (limit 0); job needs {R.fmt_gpus(amount)}",
                 team=team, gpu_model=model, in_use=0, limit=0, requested=R.num(amount),
             )
+        used = self.used
+        for key, cap, row in limits[1]:
+            in_use = used.get(key, 0.0) - credit
+            if in_use + amount > cap:
+                t, _model, scope = key
+                code = R.QUOTA_EXCEEDED if t == team else R.OVER_LIMIT
+                who = f"team {t}" if t == team else f"parent team {t} of {team}"
+                where = f" in pool {scope}" if scope else ""
+                return R.reason(
+                    code,
+                    f"{who} holds {R.fmt_gpus(in_use)}/{R.fmt_gpus(row.limit)} {model}{where} "
+                    f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}",
+                    team=t, gpu_model=model, in_use=R.num(in_use), limit=R.num(row.limit), requested=R.num(amount),
+                    **({"pool": scope} if scope else {}),
+                )
+        return None
+
+    def _limit_rows(self, team: str, model: str, pool: str) -> tuple[bool, tuple]:
+        """Whether the team has a row for ``model`` in ``pool``, and the rows with a limit that
+        ``check_limit`` walks (the team's and its ancestors', any-pool before the pool's): (usage key,
+        limit + EPS, row)."""
+        rows = []
         for t in self.lineage(team):
             for scope in (None, pool):
                 row = self.rows.get((t, model, scope))
-                if row is None or row.limit is None:
-                    continue
-                in_use = self.used.get((t, model, scope), 0.0) - credit
-                if in_use + amount > row.limit + EPS:
-                    code = R.QUOTA_EXCEEDED if t == team else R.OVER_LIMIT
-                    who = f"team {t}" if t == team else f"parent team {t} of {team}"
-                    where = f" in pool {scope}" if scope else ""
-                    return R.reason(
-                        code,
-                        f"{who} holds {R.fmt_gpus(in_use)}/{R.fmt_gpus(row.limit)} {model}{where} "
-                        f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}",
-                        team=t, gpu_model=model, in_use=R.num(in_use), limit=R.num(row.limit), requested=R.num(amount),
-                        **({"pool": scope} if scope else {}),
-                    )
-        return None
+                if row is not None and row.limit is not None:
+                    rows.append(((t, model, scope), row.limit + EPS, row))
+        return self.row(team, model, pool) is not None, tuple(rows)
 
 
 def _ancestors(name: str, parent: dict[str, str | None]) -> tuple[str, ...]:
