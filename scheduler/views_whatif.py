@@ -43,9 +43,13 @@ def whatif_detail(request, run_id: int):
     run = get_object_or_404(WhatIfRun, pk=run_id)
     figures = [json.loads(f.to_json()) for f in whatif_figures(run.result)] if run.state == WhatIfRun.DONE else []
     teams = sorted(set(run.result.get("actual", {})) | set(run.result.get("changed", {})))
-    rows = [
-        {"team": t, **{s: run.result.get(s, {}).get(t, {}) for s in ("actual", "baseline", "changed")}}
-        for t in teams
-    ]
+    rows = []
+    for team in teams:
+        row = {"team": team}
+        for series in ("actual", "baseline", "changed"):
+            values = dict(run.result.get(series, {}).get(team, {}))
+            values["avg_wait_min"] = values.get("avg_wait_s", 0.0) / 60
+            row[series] = values
+        rows.append(row)
     template = "whatif/_status.html" if request.headers.get("HX-Request") else "whatif/detail.html"
     return render(request, template, {"run": run, "figures": figures, "rows": rows})

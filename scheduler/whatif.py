@@ -1,7 +1,8 @@
 """What-if from Rota's own history: take the jobs submitted in a past period, the cluster, quotas and
 priority classes as they are now, apply an admin's changes (quotas, weights, priorities, pool sizes),
 replay the period twice through the simulator (which calls the real engine) — as configured and as
-changed — and compare both with what actually happened.
+changed — and compare both with what actually happened. Every figure covers the period only: GPU time
+held after its end counts neither in the history nor in the replays.
 
 How history becomes a trace: a job's duration is how long its last attempt ran (to its end, or to now
 while it runs); a job that never started is replayed with its time limit as its duration when it has
@@ -137,8 +138,9 @@ def history(start: datetime, end: datetime, now: datetime) -> tuple[Trace, dict[
         if job.first_admitted is not None:
             row["waits"].append((job.first_admitted - job.created_at).total_seconds())
         mine = allocs.get(job.pk, [])
-        for a in mine:
-            row["gpu_hours"] += ((a.ended_at or now) - a.started_at).total_seconds() * a.share / 3600
+        for a in mine:  # GPU time held inside the period only
+            held = (min(a.ended_at or now, end) - max(a.started_at, start)).total_seconds()
+            row["gpu_hours"] += max(0.0, held) * a.share / 3600
         last = [a for a in mine if a.attempt == max((x.attempt for x in mine), default=0)]
         if last:
             duration = max(((a.ended_at or now) - a.started_at).total_seconds() for a in last)
@@ -235,7 +237,9 @@ def whatif_execute(run_id: int, *, cycle_interval_s: float = 30.0) -> WhatIfRun:
         now = db_now()
         trace, actual, skipped = history(run.period_start, run.period_end, now)
         policy = policy_by_name(run.policy)
-        config = SimConfig(cycle_interval_s=cycle_interval_s, restart_cost_s=60.0)
+        # The replay stops at the end of the period, like the history it is compared with.
+        config = SimConfig(cycle_interval_s=cycle_interval_s, restart_cost_s=60.0,
+                           until=(run.period_end - run.period_start).total_seconds())
         outputs = {}
         for step, (label, scale, quota_changes, priorities) in enumerate([
             ("baseline", {}, [], {}),

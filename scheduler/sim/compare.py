@@ -16,7 +16,7 @@ def team_outcomes(result: SimResult) -> dict[str, dict[str, float]]:
     for team, jobs in sorted(by_team.items()):
         waits = [j.queue_delay for j in jobs if j.queue_delay is not None]
         gpu_s = 0.0
-        for j in jobs:
+        for j in jobs:  # work done by the end of the replay (a replay may stop before every job ends)
             if j.end is not None:
                 gpu_s += j.gpus * j.duration
             elif j.first_start is not None:

@@ -40,7 +40,7 @@ def quota_bound_history(alice, cluster):
 
 def test_history_becomes_a_trace_with_what_actually_happened(quota_bound_history):
     t0 = quota_bound_history
-    trace, actual, skipped = history(t0 - timedelta(hours=1), t0 + timedelta(hours=1), db_now())
+    trace, actual, skipped = history(t0 - timedelta(hours=1), t0 + timedelta(hours=3), db_now())
     assert len(trace.jobs) == 6 and skipped == {}
     assert {j.submit_time for j in trace.jobs} == {3600.0}
     assert {round(j.duration) for j in trace.jobs} == {3600}
@@ -58,7 +58,7 @@ def test_a_bigger_limit_cuts_the_replayed_wait_of_a_quota_bound_team(admin_user,
     for i in range(4, 6):  # today the node has 6 GPUs: the limit, not capacity, is what binds
         GpuFactory(node=cluster["nodes"][0], index=i, model=cluster["h100"], uuid=f"GPU-h100-{i}")
     run = whatif_create(user=admin_user, name="raise vision", period_start=t0 - timedelta(hours=1),
-                        period_end=t0 + timedelta(hours=1),
+                        period_end=t0 + timedelta(hours=3),
                         changes={"quotas": [{"team": "vision", "gpu_model": "h100-80gb", "limit": 6}]})
     run = whatif_execute(run.pk)
     assert run.state == WhatIfRun.DONE and run.progress == 1.0
@@ -133,3 +133,10 @@ def test_the_form_queues_only_what_changed_and_the_detail_page_compares(admin_cl
     whatif_execute(run.pk)
     body = admin_client.get(f"/whatif/{run.pk}/").content.decode()
     assert "whatif-figures" in body and "vision" in body and "Replay with changes" in body
+
+
+def test_only_gpu_time_inside_the_period_counts(quota_bound_history):
+    """The two jobs that waited ran from t0+1h to t0+2h: outside a period ending at t0+1h."""
+    t0 = quota_bound_history
+    _, actual, _ = history(t0 - timedelta(hours=1), t0 + timedelta(hours=1), db_now())
+    assert actual["vision"]["gpu_hours"] == pytest.approx(4.0)
