@@ -56,7 +56,7 @@ class Group:
     """Schedulable nodes of one pool that carry one GPU model, indexed by free whole devices."""
 
     __slots__ = ("all_counts", "buckets", "capacity", "count", "healthy_counts", "max_devices", "min_memory_mb",
-                 "model", "nodes", "partial", "pool")
+                 "model", "nodes", "partial", "pool", "version")
 
     def __init__(self, pool: str, model: str):
         self.pool = pool
@@ -70,6 +70,7 @@ class Group:
         self.all_counts: list[int] = []  # devices of the model per node, healthy or not
         self.healthy_counts: list[int] = []  # healthy devices per schedulable node
         self.min_memory_mb = 0  # the smallest device memory of the model in the group
+        self.version = 0  # bumped whenever a node of the group changes (results computed on it go stale)
 
     def max_free(self) -> int:
         """The largest number of whole free devices on a single node of this group."""
@@ -156,7 +157,15 @@ class Cluster:
         for node in touched.values():
             for model in node.by_model:
                 self.rebucket(node, model)
+            self.touch(node)
         _charge_host(self, job, set(touched), sign=-1.0)
+
+    def touch(self, node: Node) -> None:
+        """Mark every group that holds ``node`` as changed (its ``version`` moves on)."""
+        for model in node.by_model:
+            group = self.groups.get((node.pool, model))
+            if group is not None:
+                group.version += 1
 
     def rebucket(self, node: Node, model: str) -> None:
         """Move ``node`` to the bucket matching its current number of free ``model`` devices."""

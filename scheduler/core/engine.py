@@ -88,6 +88,11 @@ class Cycle(Preempting):
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
+        self._request_values: dict[Request, Request] = {}
+        # (id(group), id(req), spread, vetoed) -> (group.version, placements or None)
+        self._placed: dict[tuple, tuple[int, tuple[Placement, ...] | None]] = {}
+        self._waits: dict[tuple, tuple[int, Reason]] = {}  # (id(group), id(req)) -> (version, reason)
+        self._priority_reasons: dict[tuple, Reason] = {}  # per group, while a job ahead holds it
 
     # -- static part -------------------------------------------------------------------------------
 
@@ -97,7 +102,9 @@ class Cycle(Preempting):
                tuple(job.node_labels.items()) if job.node_labels else (), job.min_driver_version)
         req = self._requests.get(key)
         if req is None:
-            req = self._requests[key] = request_of(job)
+            req = request_of(job)
+            # One object per distinct request, so caches can key on id(req) instead of hashing fields.
+            req = self._requests[key] = self._request_values.setdefault(req, req)
         return req
 
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
@@ -127,7 +134,7 @@ class Cycle(Preempting):
             if models is None:
                 models = tuple(sorted(self.quota.models_of_team.get(job.team, ()))) or self.models_in_cluster
                 self._models_of[job.team] = models
-        key = (pools, models, req)
+        key = (pools, models, id(req))
         hit = self._feasible.get(key)
         if hit is None:
             hit = self._feasible[key] = analyse(self.cluster, job, req, pools, models)
@@ -208,26 +215,18 @@ class Cycle(Preempting):
                 first_ok = group
             gkey = (group.pool, group.model)
             if not self.policy.backfill and gkey in self.blocked_by:
-                reserved_reason = reserved_reason or R.reason(
-                    R.PRIORITY, f"waits behind job {self.blocked_by[gkey]} for {group.model} in pool {group.pool} "
-                    "(strict queue order, no backfill)", blocked_by=self.blocked_by[gkey], gpu_model=group.model)
+                reserved_reason = reserved_reason or self._behind_reason(group, gkey)
                 continue
-            fkey = (id(group), req)
+            fkey = (id(group), id(req))
             if fkey in self._full:
                 continue
             self.stats["placement_searches"] += 1
             res = self.reservations.get(gkey)
-            veto = None
-            if res is not None and (end is None or end > res.start + EPS):
-                veto = self._veto
-            placements = place(self.cluster, group, req, spread, veto)
-            if placements is None and veto is not None:
-                if place(self.cluster, group, req, spread) is not None:
-                    reserved_reason = reserved_reason or R.reason(
-                        R.PRIORITY,
-                        f"free {group.model} GPUs in pool {group.pool} are reserved for job {res.job_id}, "
-                        f"which starts by t={res.start:.0f}; this job would run past that",
-                        reserved_for=res.job_id, reserved_start=res.start, gpu_model=group.model)
+            vetoed = res is not None and (end is None or end > res.start + EPS)
+            placements = self._place(group, req, spread, vetoed)
+            if placements is None and vetoed:
+                if self._place(group, req, spread, False) is not None:
+                    reserved_reason = reserved_reason or self._reserved_reason(group, res)
                     continue
             if placements is None:
                 self._full.add(fkey)
@@ -243,6 +242,37 @@ class Cycle(Preempting):
             self.wait(job, reserved_reason, first_ok, req)
             return
         self._block(job, req, first_ok)
+
+    def _place(self, group: Group, req: Request, spread: bool, vetoed: bool) -> tuple[Placement, ...] | None:
+        """``placement.place`` (with the reservation veto when ``vetoed``), remembered until the group changes."""
+        key = (id(group), id(req), spread, vetoed)
+        hit = self._placed.get(key)
+        if hit is not None and hit[0] == group.version:
+            return hit[1]
+        placements = place(self.cluster, group, req, spread, self._veto if vetoed else None)
+        self._placed[key] = (group.version, placements)
+        return placements
+
+    def _behind_reason(self, group: Group, gkey: tuple[str, str]) -> Reason:
+        """Strict order: the group's first blocked job holds it for everyone behind."""
+        reason = self._priority_reasons.get(gkey)
+        if reason is None:
+            first = self.blocked_by[gkey]
+            reason = self._priority_reasons[gkey] = R.reason(
+                R.PRIORITY, f"waits behind job {first} for {group.model} in pool {group.pool} "
+                "(strict queue order, no backfill)", blocked_by=first, gpu_model=group.model)
+        return reason
+
+    def _reserved_reason(self, group: Group, res: Reservation) -> Reason:
+        """Backfill: the free devices are reserved for the group's first blocked job."""
+        reason = self._priority_reasons.get(id(res))
+        if reason is None:
+            reason = self._priority_reasons[id(res)] = R.reason(
+                R.PRIORITY,
+                f"free {group.model} GPUs in pool {group.pool} are reserved for job {res.job_id}, "
+                f"which starts by t={res.start:.0f}; this job would run past that",
+                reserved_for=res.job_id, reserved_start=res.start, gpu_model=group.model)
+        return reason
 
     def _start(self, job: JobInfo, group: Group, placements: tuple[Placement, ...], amount: float,
                end: float | None) -> None:
@@ -285,18 +315,23 @@ class Cycle(Preempting):
                 self.reservations[gkey] = res
                 for order in res.slack:
                     self.reserved_nodes.setdefault(order, res)
+                    self.cluster.touch(self.cluster.node_by_order[order])
+        key = (id(group), id(req))
+        hit = self._waits.get(key)
+        if hit is None or hit[0] != group.version:
+            hit = self._waits[key] = (group.version, self._wait_reason(req, group))
+        self.wait(job, hit[1], group, req)
+
+    def _wait_reason(self, req: Request, group: Group) -> Reason:
+        """Why a job that fits nowhere waits: an incomplete gang, or not enough free devices."""
         if req.nodes and req.nodes > 1:
             ready = sum(len(b) for k, b in enumerate(group.buckets) if k >= req.gpus // req.nodes)
             if ready:
-                self.wait(job, R.reason(
+                return R.reason(
                     R.GANG_INCOMPLETE,
                     f"gang of {shape_text(req)} of {group.model}: only {ready} of {req.nodes} nodes have "
                     f"{req.gpus // req.nodes} free GPUs in pool {group.pool}",
-                    gpu_model=group.model, pool=group.pool, nodes_ready=ready, nodes=req.nodes), group, req)
-                return
-        self.wait(job, self._resources_reason(req, group), group, req)
-
-    def _resources_reason(self, req: Request, group: Group) -> Reason:
+                    gpu_model=group.model, pool=group.pool, nodes_ready=ready, nodes=req.nodes)
         most = group.max_free()
         total = group.total_free()
         return R.reason(

@@ -216,7 +216,7 @@ class Preempting:
                 if self._claim_stopping(job, req, group):
                     return True
         for group in groups:
-            key = (job.team, job.priority, id(group), req)
+            key = (job.team, job.priority, id(group), id(req))
             if key in self._no_plan:
                 continue
             plan = self._plan(job, req, group)
