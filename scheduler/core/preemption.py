@@ -12,9 +12,8 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from scheduler.core import reasons as R
@@ -109,19 +108,31 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
         if i >= limit:
             break
         for name in cand[1].nodes:
-            per_node.setdefault(name, []).append(cand)
+            got = per_node.get(name)
+            if got is None:
+                per_node[name] = [cand]
+            else:
+                got.append(cand)
     options = []
+    constrained = req.constrained
+    count = group.count  # whole free devices per schedulable node of the group
     for name, cands in per_node.items():
         node = cluster.nodes[name]
         if node.pool != group.pool or not node.schedulable:
             continue
-        if req.constrained and not (node_matches(node, req, gang) and host_has_room(node, req, gang)):
+        if constrained and not (node_matches(node, req, gang) and host_has_room(node, req, gang)):
             continue
         if req.fraction is None:
             devs = node.by_model.get(group.model, ())
-            idle = sum(1 for d in devs if d.healthy and d.free > 1.0 - EPS)
+            idle = count.get(node.order)
+            if idle is None:
+                idle = sum(1 for d in devs if d.healthy and d.free > 1.0 - EPS)
             ids = {d.id for d in devs}
-            freeable = sum(s for c in cands for i, s in c[1].shares.items() if i in ids)
+            freeable = 0.0
+            for c in cands:
+                for dev_id, share in c[1].shares.items():
+                    if dev_id in ids:
+                        freeable += share
             if idle + freeable < need - EPS:
                 continue
         got = _free_node(node, group.model, req, need, cands, dict(lender_room))
@@ -151,6 +162,25 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
         free.extend(idle)
     ordered = tuple(victims[k] for k in sorted(victims))
     return Plan(ordered, tuple(devices), tuple(free))
+
+
+def _merge(first: Iterator[tuple], second: Iterator[tuple]) -> Iterator[tuple]:
+    """Merge two candidate streams sorted by their key (item[0]; keys are unique, ties go to ``first``)."""
+    a = next(first, None)
+    b = next(second, None)
+    while a is not None and b is not None:
+        if b[0] < a[0]:
+            yield b
+            b = next(second, None)
+        else:
+            yield a
+            a = next(first, None)
+    if a is not None:
+        yield a
+        yield from first
+    if b is not None:
+        yield b
+        yield from second
 
 
 def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dict[str, float]):
@@ -277,6 +307,32 @@ class Preempting:
             ok = [(victim_order(r, True, self.now), r) for r in recs
                   if eligible(r, self.classes, self.now, self.victims)]
             self.pref_model[model] = sorted(ok, key=lambda kr: kr[0])
+        # Per (model, pool): how many possible reclaim victims each team still has (victims leave it).
+        self.lenders: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.lender_ids: set[int] = set()
+        for model, order in self.pref_model.items():
+            for _key, rec in order:
+                self.lenders[(model, rec.pool)][rec.job.team] += 1
+                self.lender_ids.add(rec.job.id)
+
+    def _has_candidates(self, job: JobInfo, group: Group, reclaim: bool) -> bool:
+        """Whether ``_candidates`` would yield anything (most waiting jobs have no victim at all: answer
+        that without walking every running job of the model)."""
+        taken = self.victims
+        pool = group.pool
+        for _key, rec in self.pref_team.get((job.team, group.model), ()):
+            if rec.job.priority >= job.priority:
+                break
+            if rec.pool == pool and rec.job.id not in taken:
+                return True
+        if not reclaim:
+            return False
+        model = group.model
+        lendable = self.quota.lendable
+        for team, count in self.lenders[(model, pool)].items():
+            if count and team != job.team and lendable(team, model) > EPS:
+                return True
+        return False
 
     def _candidates(self, job: JobInfo, group: Group, reclaim: bool, room: dict[str, float]):
         """Victim candidates for ``job`` in ``group``, best first (a lazy merge of both rules)."""
@@ -310,7 +366,7 @@ class Preempting:
 
         if not reclaim:
             return by_priority()
-        return heapq.merge(by_priority(), by_reclaim(), key=lambda c: c[0])
+        return _merge(by_priority(), by_reclaim())
 
     def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
         quota = self.quota
@@ -322,6 +378,8 @@ class Preempting:
         under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
         room: dict[str, float] = {}
         reclaim = under_guarantee and self.policy.borrowing
+        if not self._has_candidates(job, group, reclaim):
+            return None
         plan = plan_on_nodes(self.cluster, group, req, self._candidates(job, group, reclaim, room), room)
         if plan is None:
             return None
@@ -354,6 +412,8 @@ class Preempting:
             self.preemptions.append(Preemption(victim.id, job.id, rule, msg, gpu_seconds_lost=lost,
                                                grace_period_s=g))
             self.victims.add(victim.id)
+            if victim.id in self.lender_ids:
+                self.lenders[(rec.model, rec.pool)][victim.team] -= 1
             self.quota.release(victim.team, group.model, sum(rec.shares.values()))
             ids.append(victim.id)
         want = req.fraction if req.fraction is not None else 1.0
