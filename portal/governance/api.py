@@ -17,13 +17,13 @@ from scheduler.models import PriorityClass, Quota
 class TeamSerializer(serializers.Serializer):
     name = serializers.CharField()
     display_name = serializers.CharField()
-    parent = serializers.CharField(source="parent.name", default=None)
+    parent = serializers.CharField(source="parent.name", default=None, allow_null=True)
 
 
 class QuotaSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     gpu_model = serializers.CharField(source="gpu_model.name")
-    pool = serializers.CharField(source="pool.name", default=None)
+    pool = serializers.CharField(source="pool.name", default=None, allow_null=True)
 
     class Meta:
         model = Quota
@@ -91,7 +91,7 @@ class QueueJobSerializer(serializers.Serializer):
     kind = serializers.CharField()
     gpus = serializers.IntegerField()
     gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, allow_null=True)
-    gpu_model = serializers.CharField(source="gpu_model.name", default=None)
+    gpu_model = serializers.CharField(source="gpu_model.name", default=None, allow_null=True)
     priority_class = serializers.CharField(source="priority_class.name")
     state = serializers.CharField()
     queue_position = serializers.IntegerField(allow_null=True)

@@ -75,8 +75,8 @@ class JobSerializer(serializers.ModelSerializer):
 
     team = serializers.CharField(source="team.name")
     submitted_by = serializers.CharField(source="submitted_by.username")
-    gpu_model = serializers.CharField(source="gpu_model.name", default=None)
-    pool = serializers.CharField(source="pool.name", default=None)
+    gpu_model = serializers.CharField(source="gpu_model.name", default=None, allow_null=True)
+    pool = serializers.CharField(source="pool.name", default=None, allow_null=True)
     priority_class = serializers.CharField(source="priority_class.name")
     gpu_fraction = serializers.FloatField(allow_null=True)
     pending_reason = PendingReasonField(source="*")

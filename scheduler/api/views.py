@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -43,6 +44,8 @@ def _service_call(fn, **kwargs):
 class JobListCreateAPI(APIView):
     """List the jobs you may see (filter with ?state=, ?team=, ?kind=) or submit a new one."""
 
+    pagination_class = LimitOffsetPagination  # also tells the schema the list is paginated
+
     @extend_schema(
         responses=JobSerializer(many=True),
         parameters=[OpenApiParameter("state", str), OpenApiParameter("team", str), OpenApiParameter("kind", str)],
@@ -56,9 +59,7 @@ class JobListCreateAPI(APIView):
         team = request.query_params.get("team")
         if team:
             qs = qs.filter(team__name=team)
-        from rest_framework.pagination import LimitOffsetPagination
-
-        paginator = LimitOffsetPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
