@@ -9,8 +9,10 @@ deterministic: inputs are sorted, ties break on job id, node name and device ind
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from scheduler.core import reasons as R
 from scheduler.core.backfill import Reservation, Timeline
@@ -402,6 +404,28 @@ def schedule(snapshot: Snapshot, timer: Timer | None = None) -> Decisions:
     Deterministic: the same snapshot always gives the same decisions. ``timer``, when given, is called
     with a phase name as each phase ends (the core reads no clock; callers measure).
     """
+    with _collector_paused():
+        return _schedule(snapshot, timer)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the cycle, restoring its state after.
+
+    A cycle allocates many short-lived objects (keys, reasons, placements) and creates no reference
+    cycles; each automatic collection would still walk every object of the snapshot (and of the host
+    process), which cost about half of a 10,000-job cycle. Reference counting frees everything as usual.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
     cycle = Cycle(snapshot)
     if timer:
         timer("index")

@@ -128,3 +128,19 @@ def test_it_returns_the_same_decisions_for_the_same_snapshot():
     jobs = [JobInfo(i, f"t{i % 3}", gpus=1 + i % 4, priority=i % 2, submitted_at=i % 5) for i in range(30)]
     s = snap(nodes, jobs, [quota(f"t{i}", limit=12) for i in range(3)])
     assert schedule(s) == schedule(s)
+
+
+def test_it_pauses_the_garbage_collector_only_during_the_cycle():
+    import gc
+
+    n = node("n1")
+    s = snap([n], [JobInfo(id=1, team="a", gpus=1)], [quota("a", guaranteed=8)])
+    assert gc.isenabled()
+    schedule(s)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        schedule(s)
+        assert not gc.isenabled()  # a caller that turned it off keeps it off
+    finally:
+        gc.enable()
