@@ -7,7 +7,7 @@ from decimal import Decimal
 from django import forms
 
 from scheduler.kinds import KIND_CHOICES, KINDS
-from scheduler.models import Gpu, PriorityClass
+from scheduler.models import Gpu, Pool, PriorityClass
 from scheduler.services import jobs as job_services
 
 MAX_REPLICAS = 16
@@ -17,6 +17,7 @@ KIND_FIELDS = {"nodes": ("training",), "idle_timeout_minutes": ("notebook",), "r
 GROUPS = [
     ("Basics", ("team", "name", "kind", "command", "image")),
     ("Resources", ("gpus", "gpu_fraction", "gpu_model", "gpu_memory_gb", "cpus", "memory_gb", "nodes")),
+    ("Placement constraints", ("pool", "node_labels", "min_driver_version")),
     ("Service and interactive settings", ("replicas", "health_path", "idle_timeout_minutes")),
     ("Scheduling", ("time_limit_minutes", "priority_class", "preemptible")),
 ]
@@ -49,21 +50,47 @@ def kind_cards() -> list[dict]:
     ]
 
 
-def models_by_team(teams) -> dict[str, list[str]]:
-    """GPU model names present in the pools each team may use (one query)."""
+def team_offers(teams) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """For each team, the GPU models present in the pools it may use and those pools (two queries)."""
     names = {t.pk: t.name for t in teams}
-    out: dict[str, set[str]] = {name: set() for name in names.values()}
-    rows = Gpu.objects.filter(present=True, node__pool__teams__in=list(names)).values_list(
-        "node__pool__teams", "model__name").distinct()
-    for team_id, model in rows:
+    models: dict[str, set[str]] = {name: set() for name in names.values()}
+    pools: dict[str, set[str]] = {name: set() for name in names.values()}
+    for team_id, model in Gpu.objects.filter(present=True, node__pool__teams__in=list(names)).values_list(
+            "node__pool__teams", "model__name").distinct():
         if team_id in names:
-            out[names[team_id]].add(model)
-    return {team: sorted(models) for team, models in out.items()}
+            models[names[team_id]].add(model)
+    for team_id, pool in Pool.objects.filter(teams__in=list(names)).values_list("teams", "name"):
+        if team_id in names:
+            pools[names[team_id]].add(pool)
+    return ({t: sorted(m) for t, m in models.items()}, {t: sorted(p) for t, p in pools.items()})
 
 
-class GpuModelSelect(forms.Select):
-    """A select whose options say which teams may use each model (``data-teams``), so the page can offer
-    only the chosen team's models."""
+def parse_labels(text: str) -> dict[str, str]:
+    """``key=value, key=value`` as a dict; ValidationError names a malformed pair."""
+    labels = {}
+    for pair in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise forms.ValidationError(f"write labels as key=value, separated by commas; got {pair!r}")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def format_labels(labels: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()))
+
+
+def _by_option(offers: dict[str, list[str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for team, values in offers.items():
+        for v in values:
+            out.setdefault(v, []).append(team)
+    return out
+
+
+class TeamOptionSelect(forms.Select):
+    """A select whose options say which teams may use each one (``data-teams``), so the page can offer
+    only the chosen team's GPU models and pools."""
 
     def __init__(self, *args, teams_of: dict[str, list[str]] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,6 +122,11 @@ class JobSubmitForm(forms.Form):
     cpus = forms.IntegerField(label="CPUs", required=False, min_value=0, max_value=job_services.MAX_CPUS)
     memory_gb = forms.IntegerField(label="Memory (GB)", required=False, min_value=0,
                                    max_value=job_services.MAX_MEMORY_GB)
+    pool = forms.ChoiceField(label="Pool", required=False, help_text="Blank: any pool your team may use")
+    node_labels = forms.CharField(label="Node labels", required=False, max_length=500,
+                                  help_text="Nodes must carry these, e.g. network=ib, storage=nvme")
+    min_driver_version = forms.CharField(label="Min driver version", required=False, max_length=40,
+                                         help_text="e.g. 550.54")
     nodes = forms.IntegerField(label="Nodes", required=False, min_value=1, max_value=job_services.MAX_NODES,
                                help_text="Multi-node training: GPUs are split evenly over the nodes. "
                                          "Blank: one node when it fits, else the fewest")
@@ -121,7 +153,9 @@ class JobSubmitForm(forms.Form):
         initial = {f: getattr(job, f) for f in cls.COPIED_FIELDS}
         initial.update(team=job.team.name, gpu_model=job.gpu_model.name if job.gpu_model else "",
                        priority_class=job.priority_class.name, preemptible="yes" if job.preemptible else "no",
-                       health_path=(job.env or {}).get("ROTA_HEALTH_PATH", ""))
+                       health_path=(job.env or {}).get("ROTA_HEALTH_PATH", ""),
+                       pool=job.pool.name if job.pool else "", node_labels=format_labels(job.node_labels),
+                       min_driver_version=job.min_driver_version)
         return initial
 
     @staticmethod
@@ -143,13 +177,13 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         teams = list(teams)
         self.fields["team"].choices = [(t.name, t.label) for t in teams]
-        self.models_by_team = models_by_team(teams)
-        teams_of: dict[str, list[str]] = {}
-        for team, models in self.models_by_team.items():
-            for m in models:
-                teams_of.setdefault(m, []).append(team)
-        self.fields["gpu_model"].choices = [("", "any model")] + [(m, m) for m in sorted(teams_of)]
-        self.fields["gpu_model"].widget = GpuModelSelect(teams_of=teams_of, choices=self.fields["gpu_model"].choices)
+        self.models_by_team, self.pools_by_team = team_offers(teams)
+        for field, offers, blank in (("gpu_model", self.models_by_team, "any model"),
+                                     ("pool", self.pools_by_team, "any pool")):
+            teams_of = _by_option(offers)
+            choices = [("", blank)] + [(v, v) for v in sorted(teams_of)]
+            self.fields[field].choices = choices
+            self.fields[field].widget = TeamOptionSelect(teams_of=teams_of, choices=choices)
         self.fields["priority_class"].choices = [("", "the kind's default")] + [
             (p.name, f"{p.name} ({p.value})") for p in PriorityClass.objects.all()
         ]
@@ -166,12 +200,18 @@ class JobSubmitForm(forms.Form):
         """What choosing each kind fills in (for the page's script)."""
         return {kind: cls.initial_for_kind(kind) for kind in KINDS}
 
+    def clean_node_labels(self) -> dict[str, str]:
+        return parse_labels(self.cleaned_data.get("node_labels", ""))
+
     def clean(self):
         data = super().clean()
-        team, model = data.get("team"), data.get("gpu_model")
+        team, model, pool = data.get("team"), data.get("gpu_model"), data.get("pool")
         if team and model and model not in self.models_by_team.get(team, []):
             allowed = ", ".join(self.models_by_team.get(team, [])) or "none"
             self.add_error("gpu_model", f"{model} is in no pool team {team} may use; allowed: {allowed}")
+        if team and pool and pool not in self.pools_by_team.get(team, []):
+            allowed = ", ".join(self.pools_by_team.get(team, [])) or "none"
+            self.add_error("pool", f"team {team} may not use pool {pool}; allowed: {allowed}")
         return data
 
     def replica_count(self) -> int:
@@ -192,6 +232,9 @@ class JobSubmitForm(forms.Form):
         data["priority_class"] = data.get("priority_class") or None
         data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
         data["image"] = data.get("image") or ""
+        data["pool"] = data.get("pool") or None
+        data["node_labels"] = data.get("node_labels") or {}
+        data["min_driver_version"] = (data.get("min_driver_version") or "").strip()
         if kind == "inference" and self.cleaned_data.get("health_path"):
             data["env"] = {"ROTA_HEALTH_PATH": self.cleaned_data["health_path"]}
         return data
@@ -201,6 +244,8 @@ class JobSubmitForm(forms.Form):
         out = {}
         for name in TEMPLATE_FIELDS:
             value = self.cleaned_data.get(name)
+            if name == "node_labels":
+                value = format_labels(value)
             if value in (None, ""):
                 continue
             out[name] = format(value, "f") if isinstance(value, Decimal) else value

@@ -160,3 +160,28 @@ def test_inline_errors_are_tied_to_their_fields_for_screen_readers(alice):
     body = client_for(alice).post("/jobs/new/", form_data(name="", gpus=0)).content.decode()
     for field in ("name", "gpus"):
         assert f'aria-describedby="id_{field}_error"' in body and f'id="id_{field}_error"' in body
+
+
+def test_placement_constraints_reach_the_job_and_are_checked(alice, cluster):
+    client = client_for(alice)
+    response = client.post("/jobs/new/", form_data(name="ib", pool="train", node_labels="network=ib, storage=nvme",
+                                                   min_driver_version="550.54"))
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.pool.name == "train" and job.node_labels == {"network": "ib", "storage": "nvme"}
+    assert job.min_driver_version == "550.54"
+    page = client.get(f"/jobs/new/?copy={job.pk}").content.decode()
+    assert 'value="network=ib, storage=nvme"' in page and '<option value="train" selected data-teams="vision">' in page
+    body = client.post("/jobs/new/", form_data(node_labels="network")).content.decode()
+    assert "write labels as key=value" in body
+    serving = PoolFactory(name="serving")
+    serving.teams.add(cluster["nlp"])
+    body = client.post("/jobs/new/", form_data(pool="serving")).content.decode()
+    assert "Select a valid choice" in body or "may not use pool" in body
+    assert Job.objects.count() == 1
+
+
+def test_a_template_keeps_node_labels_as_text(vision_admin):
+    client_for(vision_admin).post("/jobs/new/", form_data(action="save-template", template_name="ib",
+                                                          node_labels="network=ib"))
+    assert JobTemplate.objects.get().fields["node_labels"] == "network=ib"
