@@ -82,6 +82,8 @@ def job_request_build(
         errors["kind"] = f"must be one of {', '.join(KINDS)}; got {kind!r}"
     defaults = KINDS.get(kind, KINDS["training"])
     _check_range(errors, "gpus", gpus, 1, MAX_GPUS)
+    if gpus is None:
+        errors["gpus"] = f"must be a whole number between 1 and {MAX_GPUS}"
     if gpu_fraction is not None:
         gpu_fraction = Decimal(str(gpu_fraction)).quantize(Decimal("0.001"))
         if not (Decimal("0") < gpu_fraction < Decimal("1")):
