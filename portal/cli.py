@@ -200,6 +200,48 @@ def parse_script(text: str) -> tuple[list[str], str]:
     return flags, text
 
 
+def find_template(client: Client, name: str, team: str | None) -> dict:
+    """The saved template ``name`` of ``team`` (or of whichever of your teams has one by that name)."""
+    teams = [team] if team else [t["name"] for t in client.get("/api/v1/teams/")]
+    found = [t | {"team": tm} for tm in teams for t in client.get(f"/api/v1/teams/{tm}/templates/")
+             if t["name"] == name]
+    if not found:
+        raise CliError(f"template: no template named {name!r} in {', '.join(teams) or 'your teams'}")
+    if len(found) > 1:
+        raise CliError(f"template: {name!r} exists in {', '.join(t['team'] for t in found)}; choose with --team")
+    return found[0]
+
+
+def template_request(name: str, team: str | None) -> dict:
+    """A saved template's values as a jobs-API request (the submit form's names mapped to the API's)."""
+    template = find_template(client_from_config(), name, team)
+    values = dict(template["values"])
+    data = {k: v for k, v in values.items() if k not in ("replicas", "health_path", "node_labels", "preemptible")}
+    data.update(team=template["team"], kind=template["kind"])
+    if values.get("node_labels"):
+        data["node_labels"] = dict(p.strip().split("=", 1) for p in values["node_labels"].split(",") if "=" in p)
+    if values.get("preemptible") in ("yes", "no"):
+        data["preemptible"] = values["preemptible"] == "yes"
+    if values.get("health_path") and template["kind"] == "inference":
+        data["env"] = {"ROTA_HEALTH_PATH": values["health_path"]}
+    return data
+
+
+def cmd_templates(args) -> int:
+    """Saved job templates of your teams (or one)."""
+    client = client_from_config()
+    teams = [args.team] if args.team else [t["name"] for t in client.get("/api/v1/teams/")]
+    rows = [t | {"team": team} for team in teams for t in client.get(f"/api/v1/teams/{team}/templates/")]
+    if args.json:
+        print_json(rows)
+        return 0
+    print_table(["TEAM", "NAME", "KIND", "GPUS", "GPU_MODEL", "COMMAND"],
+                [[t["team"], t["name"], t["kind"], t["values"].get("gpus", ""), t["values"].get("gpu_model", ""),
+                  str(t["values"].get("command", "")).splitlines()[0][:40] if t["values"].get("command") else ""]
+                 for t in rows])
+    return 0
+
+
 def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
@@ -221,13 +263,16 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
         values = {k: (values[k] if values.get(k) is not None else defaults.get(k)) for k in SUBMIT_FIELDS}
         if not values.get("name"):
             values["name"] = path.stem
+    template = template_request(args.template, values.get("team")) if getattr(args, "template", None) else {}
     if script_text is not None:
         command_text = script_text
     elif command:
         command_text = shlex.join(command)
+    elif template.get("command"):
+        command_text = template["command"]
     else:
         raise CliError("command: give a command after `--` or a script file")
-    data = {api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}
+    data = {**template, **{api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}}
     data["command"] = command_text
     data.setdefault("name", (command[0] if command else "job").rsplit("/", 1)[-1][:100])
     job = client_from_config().post("/api/v1/jobs/", data)
@@ -384,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", parents=[common], help="submit a job: flags and `-- command`, or a script")
     add_submit_flags(p)
+    p.add_argument("--template", help="start from your team's saved template of this name (flags win)")
     p.add_argument("script", nargs="?", help="a script whose #ROTA header lines give the flags")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run")
 
@@ -408,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
 
     p = sub.add_parser("share", parents=[common], help="fair-share standing and quota of your teams (like sshare)")
+    p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
+
+    p = sub.add_parser("templates", parents=[common], help="saved job templates of your teams")
     p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
     return parser
 
@@ -435,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command = command
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
-        "share": cmd_share,
+        "share": cmd_share, "templates": cmd_templates,
         "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
     }
     try:

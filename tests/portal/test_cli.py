@@ -213,3 +213,22 @@ def test_it_shows_fair_share_and_quota_like_sshare(rota, alice, charlie, capsys)
     assert body[0]["share"]["team"] == "vision" and body[0]["share"]["entitlement"] == 3.0
     assert rota(charlie, "share", "vision") == 1
     assert "error:" in out_of(capsys)[1]
+
+
+def test_it_lists_templates_and_submits_from_one_with_flags_winning(rota, alice, cluster, capsys):
+    from scheduler.models import JobTemplate
+
+    JobTemplate.objects.create(team=cluster["vision"], name="ib-train", kind="training", fields={
+        "name": "resnet", "command": "python train.py", "gpus": 2, "gpu_model": "h100-80gb",
+        "node_labels": "network=ib", "preemptible": "no", "time_limit_minutes": 90})
+    assert rota(alice, "templates") == 0
+    out, _ = out_of(capsys)
+    assert "ib-train" in out and "python train.py" in out
+    assert rota(alice, "submit", "--template", "ib-train", "--gpus", "1") == 0
+    job = Job.objects.get()
+    assert (job.name, job.command, job.gpus, job.time_limit_minutes, job.preemptible) == (
+        "resnet", "python train.py", 1, 90, False)
+    assert job.node_labels == {"network": "ib"} and job.team.name == "vision"
+    capsys.readouterr()
+    assert rota(alice, "submit", "--template", "missing") == 1
+    assert "no template named 'missing'" in out_of(capsys)[1]
