@@ -87,6 +87,7 @@ class Cycle(Preempting):
         self._pools_of: dict[str, tuple[str, ...]] = {}
         self._models_of: dict[str, tuple[str, ...]] = {}
         self._quota_blocked: dict[tuple, Reason] = {}
+        self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
@@ -173,10 +174,15 @@ class Cycle(Preempting):
         self.waiting.append((job, reason, group, req))
 
     def quota_check(self, job: JobInfo, group: Group, amount: float) -> Reason | None:
-        """Limits, guarantee rules and borrowing for ``job`` in ``group`` (cached: usage only grows)."""
+        """Limits, guarantee rules and borrowing for ``job`` in ``group`` (cached: a refusal is kept, as
+        usage only grows; an admission holds until the next charge of the model)."""
         key = (job.team, group.model, group.pool, amount, job.preemptible)
-        if key in self._quota_blocked:
-            return self._quota_blocked[key]
+        blocked = self._quota_blocked.get(key)
+        if blocked is not None:
+            return blocked
+        version = self.quota.version[group.model]
+        if self._quota_ok.get(key) == version:
+            return None
         blocked = self.quota.check_limit(job.team, group.model, group.pool, amount)
         if blocked is None:
             blocked = self.quota.check_guarantee(
@@ -184,6 +190,8 @@ class Cycle(Preempting):
                 self.free_of_model[group.model], self.nl_teams.get(group.model, []))
         if blocked is not None:
             self._quota_blocked[key] = blocked
+        else:
+            self._quota_ok[key] = version
         return blocked
 
     def try_job(self, job: JobInfo) -> None:
