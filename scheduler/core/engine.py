@@ -10,6 +10,7 @@ deterministic: inputs are sorted, ties break on job id, node name and device ind
 from __future__ import annotations
 
 import gc
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -152,19 +153,20 @@ class Cycle(Preempting):
         for (team, model, pool), used in list(quota.used.items()):
             if pool is None and used > quota.guaranteed.get((team, model), 0.0) + EPS and (team, model) in quota.weight:
                 borrowers[model].add(team)
-        seen: set[tuple] = set()
+        # A team would borrow a model when its largest waiting request of it passes its guarantee.
+        largest: dict[tuple, float] = {}  # (team, accepted models) -> largest amount
         for job in queue:
             if job.state != PENDING:
                 continue
-            models = job.gpu_models or tuple(quota.models_of_team.get(job.team, ()))
             amount = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
-            for model in models:
-                key = (job.team, model)
-                if key in seen or key not in quota.weight:
-                    continue
-                if quota.team_used(job.team, model) + amount > quota.guaranteed.get(key, 0.0) + EPS:
-                    borrowers[model].add(job.team)
-                    seen.add(key)
+            key = (job.team, job.gpu_models)
+            if amount > largest.get(key, -math.inf):
+                largest[key] = amount
+        for (team, accepted), amount in largest.items():
+            for model in accepted or tuple(quota.models_of_team.get(team, ())):
+                key = (team, model)
+                if key in quota.weight and quota.team_used(team, model) + amount > quota.guaranteed.get(key, 0.0) + EPS:
+                    borrowers[model].add(team)
         quota.plan_borrowing(dict(self.free_of_model), borrowers)
 
     # -- per job -----------------------------------------------------------------------------------
