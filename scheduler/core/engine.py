@@ -92,6 +92,8 @@ class Cycle(Preempting):
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
+        self._profiles: dict[tuple, tuple[Request, Feasibility, float]] = {}  # see _profile
+        self._spread = self.policy.placement == "spread"
         self._request_values: dict[Request, Request] = {}
         # (id(group), id(req), spread, vetoed) -> (group.version, placements or None)
         self._placed: dict[tuple, tuple[int, tuple[Placement, ...] | None]] = {}
@@ -110,6 +112,15 @@ class Cycle(Preempting):
             # One object per distinct request, so caches can key on id(req) instead of hashing fields.
             req = self._requests[key] = self._request_values.setdefault(req, req)
         return req
+
+    def _profile(self, job: JobInfo) -> tuple[Request, Feasibility, float]:
+        """The job's request, its feasibility and the GPUs it charges (shared by jobs of the same team,
+        pool, models and request)."""
+        req = self.request(job)
+        if req.gpus <= 0:
+            return req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs", constraint="gpus",
+                                                 requested=job.gpus)), 0.0
+        return req, self.feasibility(job, req), req.amount
 
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
         """Groups that could ever hold the job (cached per pools/models/request shape)."""
@@ -201,17 +212,17 @@ class Cycle(Preempting):
         if job.state == HELD:
             self.wait(job, _HELD_REASON)
             return
-        req = self.request(job)
-        if req.gpus <= 0:
-            self.wait(job, R.reason(R.UNSATISFIABLE, "the job requests no GPUs", constraint="gpus",
-                                    requested=job.gpus))
-            return
-        feas = self.feasibility(job, req)
+        pkey = (job.team, job.pool, job.gpu_models, job.gpus, job.gpu_fraction, job.nodes, job.gpu_memory_mb,
+                job.cpus, job.memory_mb, tuple(job.node_labels.items()) if job.node_labels else (),
+                job.min_driver_version)
+        hit = self._profiles.get(pkey)
+        if hit is None:
+            hit = self._profiles[pkey] = self._profile(job)
+        req, feas, amount = hit
         if feas.reason is not None:
             self.wait(job, feas.reason)
             return
-        amount = req.amount
-        spread = self.policy.placement == "spread" or job.kind == "inference"
+        spread = self._spread or job.kind == "inference"
         end = self.now + job.time_limit_s if job.time_limit_s is not None else None
         quota_reason: Reason | None = None
         first_ok: Group | None = None
