@@ -370,26 +370,34 @@ class Cycle(Preempting):
     def pending_infos(self) -> tuple[PendingInfo, ...]:
         """Queue positions and estimated starts for every waiting job, in queue order."""
         out = []
+        append = out.append
         timeline = self.timeline
         res_by_job = {r.job_id: r for r in self.reservations.values()}
         quota_eta: dict[tuple, float | None] = {}
+        profiles: dict[int, Callable] = {}  # id(group) -> its profile's estimate
+        preempting, preempting_eta = R.PREEMPTING, self.preempting_eta
         for pos, (job, reason, group, req) in enumerate(self.waiting, start=1):
             est: float | None = None
             code = reason.code
-            if code == R.PREEMPTING:
-                est = self.preempting_eta.get(job.id)
+            if code == preempting:
+                est = preempting_eta.get(job.id)
             elif group is not None and req is not None:
-                res = res_by_job.get(job.id)
-                prof = timeline.profile(group)
-                est = prof.estimate(req.amount, job.time_limit_s, res.start if res else None)
-                if res is not None:
-                    est = res.start
+                estimate = profiles.get(id(group))
+                if estimate is None:
+                    estimate = profiles[id(group)] = timeline.profile(group).estimate
+                if res_by_job:
+                    res = res_by_job.get(job.id)
+                    est = estimate(req.amount, job.time_limit_s, res.start if res else None)
+                    if res is not None:
+                        est = res.start
+                else:
+                    est = estimate(req.amount, job.time_limit_s, None)
             elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
                 key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
                 if key not in quota_eta:
                     quota_eta[key] = self._quota_eta(job.team, key[1], reason)
                 est = quota_eta[key]
-            out.append(PendingInfo(job.id, reason, pos, est))
+            append(PendingInfo(job.id, reason, pos, est))
         return tuple(out)
 
     def _quota_eta(self, team: str, model, reason: Reason) -> float | None:
