@@ -116,6 +116,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
     options = []
     constrained = req.constrained
     count = group.count  # whole free devices per schedulable node of the group
+    id_sets = group.device_ids
     for name, cands in per_node.items():
         node = cluster.nodes[name]
         if node.pool != group.pool or not node.schedulable:
@@ -127,7 +128,9 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
             idle = count.get(node.order)
             if idle is None:
                 idle = sum(1 for d in devs if d.healthy and d.free > 1.0 - EPS)
-            ids = {d.id for d in devs}
+            ids = id_sets.get(name)
+            if ids is None:
+                ids = id_sets[name] = {d.id for d in devs}
             freeable = 0.0
             for c in cands:
                 for dev_id, share in c[1].shares.items():
