@@ -73,7 +73,7 @@ def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime)
             log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
             result.refused += 1
 
-    for pre in decisions.preemptions:
+    for pre in sorted(decisions.preemptions, key=lambda p: p.job_id):  # row locks in id order: no deadlocks
         updated = Job.objects.filter(pk=pre.job_id, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).update(
             stop_reason=StopReason.PREEMPT
         )

@@ -148,7 +148,7 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         delivered = Job.objects.filter(
             state=JobState.ADMITTED, allocations__node=node, allocations__ended_at__isnull=True
         ).values_list("pk", flat=True).distinct()
-        for job_id in list(delivered):
+        for job_id in sorted(delivered):  # row locks in id order, like the cycle: no deadlocks
             job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
                            cause=f"delivered to node {node.name}", at=now)
     if faults:

@@ -1,0 +1,41 @@
+"""Lock order: the cycle and a node's heartbeat both update holding jobs' rows (the cycle asks victims to
+stop, the heartbeat moves delivered jobs to ``starting``). Both must take the rows in ascending id order,
+or a cycle and a heartbeat deadlock (seen under bench/load.py: "deadlock detected", the cycle aborted)."""
+
+import re
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from scheduler.core.types import Decisions, Preemption
+from scheduler.cycle import run_cycle
+from scheduler.dispatch import persist_decisions
+from scheduler.services.common import db_now
+from scheduler.services.nodes import node_heartbeat
+from tests.reliability.helpers import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def updated_ids(queries, marker: str) -> list[int]:
+    return [int(re.search(r'"id" = (\d+)', q["sql"]).group(1)) for q in queries if marker in q["sql"]]
+
+
+def test_the_cycle_asks_victims_to_stop_in_ascending_id_order(alice, cluster):
+    jobs = [submit(alice) for _ in range(3)]
+    run_cycle()
+    victims = tuple(Preemption(job_id=j.pk, by_job_id=None, reason="Priority", message="m") for j in reversed(jobs))
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        persist_decisions(Decisions(preemptions=victims), {}, db_now())
+    ids = updated_ids(captured.captured_queries, "\"stop_reason\" = 'preempt'")
+    assert len(ids) == 3 and ids == sorted(ids)
+
+
+def test_a_heartbeat_moves_delivered_jobs_in_ascending_id_order(alice, cluster):
+    jobs = [submit(alice) for _ in range(3)]
+    run_cycle()
+    with CaptureQueriesContext(connection) as captured:
+        node_heartbeat(node=cluster["nodes"][0], report={"seq": 1})
+    ids = updated_ids(captured.captured_queries, "\"state\" = 'starting'")
+    assert sorted(ids) == sorted(j.pk for j in jobs) and ids == sorted(ids)
