@@ -193,6 +193,7 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
     if len(devs) < need:
         return None
     base = {d.id: d.free for d in devs}
+    ids = sorted(base)
 
     def fits(chosen):
         free = dict(base)
@@ -201,8 +202,8 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
                 if dev_id in free:
                     free[dev_id] += share
         if req.fraction is not None:
-            return [i for i in sorted(free) if free[i] >= req.fraction - EPS][:1] or None
-        ok = [i for i in sorted(free) if free[i] > 1.0 - EPS]
+            return [i for i in ids if free[i] >= req.fraction - EPS][:1] or None
+        ok = [i for i in ids if free[i] > 1.0 - EPS]
         return ok[:need] if len(ok) >= need else None
 
     if fits(()):
@@ -352,6 +353,11 @@ class Preempting:
                     yield key, rec, "Priority"
 
         def by_reclaim():
+            # Nothing changes while a plan is made, so each lender's room is known up front.
+            for team in self.lenders[(group.model, pool)]:
+                if team != job.team:
+                    room[team] = self.quota.lendable(team, group.model)
+            lenders = {team for team, left in room.items() if left > EPS}
             order = self.pref_model.get(group.model, ())
             start = self.pref_start[group.model]
             while start < len(order) and order[start][1].job.id in taken:
@@ -359,12 +365,7 @@ class Preempting:
             self.pref_start[group.model] = start
             for i in range(start, len(order)):
                 key, rec = order[i]
-                team = rec.job.team
-                if team == job.team or rec.pool != pool or rec.job.id in taken:
-                    continue
-                if team not in room:
-                    room[team] = self.quota.lendable(team, group.model)
-                if room[team] > EPS:
+                if rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken:
                     yield key, rec, RECLAIM
 
         if not reclaim:
