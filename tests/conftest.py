@@ -17,7 +17,6 @@ from tests.factories import (
     UserFactory,
 )
 
-
 pytest_plugins = ["tests.processes"]
 
 

@@ -1,7 +1,6 @@
 """Governance pages for platform admins: quotas, priority classes, pools, nodes, the audit log.
 Anyone else gets 404 (the pages do not exist for them). Thin: parse, call one service or selector, render."""
 
-import csv
 import json
 from functools import wraps
 from urllib.parse import urlencode
@@ -9,13 +8,14 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.access import is_platform_admin, job_for
 from portal.audit import audit_entries
+from portal.csvutil import csv_response
 from portal.governance import selectors, services
 from portal.governance.forms import (
     JobPriorityForm,
@@ -29,7 +29,6 @@ from portal.models import AuditEntry
 from scheduler.models import Node, Pool, PriorityClass
 
 AUDIT_PAGE_SIZE = 200
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
 def staff_only(view):
@@ -172,26 +171,12 @@ def node_state(request, name: str, target: str):
     return redirect("govern-nodes")
 
 
-def neutralize(value) -> str:
-    """A CSV cell that spreadsheets will not run as a formula (OWASP: prefix with a quote)."""
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
-
-
-class _Echo:
-    def write(self, value):
-        return value
-
-
-def _audit_csv(entries):
-    writer = csv.writer(_Echo())
-    yield writer.writerow(["at", "actor", "action", "object_type", "object_id", "object_name", "before", "after",
-                           "reason"])
+def _audit_rows(entries):
+    yield ["at", "actor", "action", "object_type", "object_id", "object_name", "before", "after", "reason"]
     for e in entries.iterator(chunk_size=500):
-        yield writer.writerow([neutralize(v) for v in (
-            e.at.isoformat(), e.actor_name, e.action, e.object_type, e.object_id, e.object_name,
-            json.dumps(e.before, sort_keys=True) if e.before is not None else "",
-            json.dumps(e.after, sort_keys=True) if e.after is not None else "", e.reason)])
+        yield [e.at.isoformat(), e.actor_name, e.action, e.object_type, e.object_id, e.object_name,
+               json.dumps(e.before, sort_keys=True) if e.before is not None else "",
+               json.dumps(e.after, sort_keys=True) if e.after is not None else "", e.reason]
 
 
 @staff_only
@@ -201,9 +186,7 @@ def audit_log(request):
     actor = request.GET.get("actor", "")
     entries = audit_entries(object_type=object_type, actor=actor)
     if request.GET.get("format") == "csv":
-        response = StreamingHttpResponse(_audit_csv(entries), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = 'attachment; filename="rota-audit.csv"'
-        return response
+        return csv_response(_audit_rows(entries), "rota-audit.csv")
     return render(request, "governance/audit.html", {
         "entries": list(entries[:AUDIT_PAGE_SIZE]), "object_type": object_type, "actor": actor,
         "object_types": sorted(set(AuditEntry.objects.values_list("object_type", flat=True).distinct())),

@@ -9,7 +9,6 @@ import pytest
 
 from scheduler.models import Job
 from scheduler.services.jobs import job_submit
-from tests.processes import wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
