@@ -89,6 +89,8 @@ class Cycle(Preempting):
         self._models_of: dict[str, tuple[str, ...]] = {}
         self._quota_blocked: dict[tuple, Reason] = {}
         self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
+        self._same_wait: dict[tuple, tuple] = {}  # see try_job: look-alike key -> (state, wait record, searches)
+        self.claims = 0  # devices of stopping jobs claimed so far
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
@@ -224,6 +226,45 @@ class Cycle(Preempting):
             return
         spread = self._spread or job.kind == "inference"
         end = self.now + job.time_limit_s if job.time_limit_s is not None else None
+        # Jobs that look the same to the walk (same profile, priority, class, spread and reservation
+        # vetoes) while nothing they read has changed end the same way: reuse the last one's wait.
+        groups = feas.groups
+        if self.reservations:
+            vetoes = []
+            for group in groups:
+                res = self.reservations.get((group.pool, group.model))
+                vetoes.append(res is not None and (end is None or end > res.start + EPS))
+            mkey = (pkey, job.priority, job.priority_class, job.preemptible, spread, tuple(vetoes))
+        else:
+            mkey = (pkey, job.priority, job.priority_class, job.preemptible, spread)
+        state = self._state(groups)
+        memo = self._same_wait.get(mkey)
+        if memo is not None and memo[0] == state:
+            self.waiting.append((job,) + memo[1])
+            if memo[2]:
+                self.stats["placement_searches"] += memo[2]
+            return
+        stats = self.stats
+        searches, full, waits, starts = stats.get("placement_searches", 0), len(self._full), len(self.waiting), len(
+            self.starts)
+        self._walk(job, req, feas, amount, spread, end)
+        if len(self.waiting) == waits + 1 and len(self.starts) == starts and self._state(groups) == state:
+            # The next look-alike skips the groups this walk found full, so it searches that many fewer.
+            searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
+            self._same_wait[mkey] = (state, self.waiting[-1][1:], searches)
+
+    def _state(self, groups: tuple[Group, ...]) -> int:
+        """A number that moves whenever anything a job's walk over ``groups`` reads changes: the groups'
+        nodes, quota usage of their models, victims, reservations, strict-order blocks, claims."""
+        versions = self.quota.version
+        n = len(self.victims) + len(self.reservations) + len(self.blocked_by) + self.claims
+        for group in groups:
+            n += group.version + versions[group.model]
+        return n
+
+    def _walk(self, job: JobInfo, req: Request, feas: Feasibility, amount: float, spread: bool,
+              end: float | None) -> None:
+        """Try the job's groups in order: start it, plan preemptions for it, or record why it waits."""
         quota_reason: Reason | None = None
         first_ok: Group | None = None
         reserved_reason: Reason | None = None

@@ -281,6 +281,7 @@ class Preempting:
                 continue
             devices = self.cluster.devices
             idle = tuple(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
+            self.claims += 1
             for i in ok:
                 stopping.pop(i, None)
             if not stopping:
