@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from accounting import charts, exports, periods
 from accounting.reports import rated_usage, usage_summary
 from accounting.selectors import team_for
-from portal.access import teams_for
+from portal.access import cost_teams_for
 
 FORMATS = ("csv", "xlsx", "pdf")
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -62,7 +62,7 @@ class ChargebackAPI(APIView):
                 [team.name]
                 if team
                 else sorted({r.usage.team for r in rated.lines})
-                or list(teams_for(request.user).values_list("name", flat=True)[:50])
+                or list(cost_teams_for(request.user).values_list("name", flat=True)[:50])
             )
             response = HttpResponse(exports.pdf_bytes(rated.lines, month.label, teams), content_type="application/pdf")
         response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'

@@ -30,7 +30,7 @@ from django.http import Http404
 from accounting.models import Budget, RateCard, UsageRecord
 from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
-from portal.access import is_platform_admin, teams_for
+from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Membership, Team
 from scheduler.models import GpuSample, GpuSampleRollup, JobTransition, Preemption
 from scheduler.models.jobs import WAITING_STATES
@@ -40,14 +40,14 @@ TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 
 def usage_for(user) -> QuerySet[UsageRecord]:
     """Ledger rows ``user`` may see (none for anonymous users)."""
-    if is_platform_admin(user):
+    if sees_all_costs(user):
         return UsageRecord.objects.all()
-    return UsageRecord.objects.filter(team__in=teams_for(user))
+    return UsageRecord.objects.filter(team__in=cost_teams_for(user))
 
 
 def team_for(user, name: str) -> Team:
     """Team ``name`` if ``user`` may see it, else Http404 (the same answer as for a missing team)."""
-    team = teams_for(user).filter(name=name).first()
+    team = cost_teams_for(user).filter(name=name).first()
     if team is None:
         raise Http404("No such team")
     return team
@@ -96,7 +96,7 @@ OTHER_MEMBERS = "(other members)"
 
 def _member_only_teams(user) -> set[str]:
     """Teams where ``user`` is a plain member (not team-admin); none for platform admins."""
-    if not user.is_authenticated or is_platform_admin(user):
+    if not user.is_authenticated or sees_all_costs(user):
         return set()
     roles: dict[str, set[str]] = {}
     for name, role in Membership.objects.filter(user=user).values_list("team__name", "role"):
@@ -187,7 +187,7 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
 
 def admin_teams_for(user) -> QuerySet[Team]:
     """Teams whose per-person detail ``user`` may see: all for platform admins, else those they are team-admin of."""
-    if is_platform_admin(user):
+    if sees_all_costs(user):
         return Team.objects.all()
     if not user.is_authenticated:
         return Team.objects.none()
@@ -246,7 +246,7 @@ class TeamWaste:
 def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> list[TeamWaste]:
     """Preemption losses (from Preemption rows) and queued time (pending/held intervals from the recorded
     transitions, clipped to ``[start, min(end, now))``) per visible team. Two queries."""
-    teams = teams_for(user)
+    teams = cost_teams_for(user)
     lost = {
         r["job__team__name"]: r
         for r in Preemption.objects.filter(job__team__in=teams, at__gte=start, at__lt=end)
@@ -281,4 +281,4 @@ def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> lis
 
 def budgets_for(user) -> list[Budget]:
     """Budgets of the teams ``user`` may see."""
-    return list(Budget.objects.filter(team__in=teams_for(user)).select_related("team"))
+    return list(Budget.objects.filter(team__in=cost_teams_for(user)).select_related("team"))

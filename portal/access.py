@@ -18,6 +18,26 @@ def is_platform_admin(user: User) -> bool:
     return bool(user.is_authenticated and user.is_staff)
 
 
+FINANCE_GROUP = "finance"
+
+
+def sees_all_costs(user: User) -> bool:
+    """Platform admins and members of the ``finance`` group see every team's usage and cost (read only:
+    finance governs nothing and sees no job details beyond what accounting shows)."""
+    if not user.is_authenticated:
+        return False
+    cached = getattr(user, "_rota_sees_all_costs", None)
+    if cached is None:  # asked by several selectors per request: one query per user object
+        cached = is_platform_admin(user) or user.groups.filter(name=FINANCE_GROUP).exists()
+        user._rota_sees_all_costs = cached
+    return cached
+
+
+def cost_teams_for(user: User) -> QuerySet[Team]:
+    """Teams whose usage and cost ``user`` may see."""
+    return Team.objects.all() if sees_all_costs(user) else teams_for(user)
+
+
 def teams_for(user: User) -> QuerySet[Team]:
     """Teams whose data ``user`` may see: all for platform admins, else the teams they belong to."""
     if not user.is_authenticated:

@@ -49,6 +49,7 @@ cat <<MSG
     alice  member of vision        bob    team-admin of vision
     carol  member of nlp           dave   team-admin of speech
     admin  platform admin (Django admin at /admin/)
+    fiona  finance: every team's usage and cost, nothing else
   API docs: http://127.0.0.1:${PORT}/api/docs/   Stop with Ctrl-C.
 
 MSG

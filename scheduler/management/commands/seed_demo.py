@@ -9,11 +9,13 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from portal.access import FINANCE_GROUP
 from portal.models import Membership, Team
 from scheduler.models import GpuModel, Node, NodeToken, Pool, PriorityClass, Quota
 
@@ -116,6 +118,11 @@ class Command(BaseCommand):
                 user.is_staff = user.is_superuser = True
                 user.save(update_fields=["is_staff", "is_superuser"])
             Membership.objects.get_or_create(user=user, team=teams[team], defaults={"role": role})
+        finance, _ = Group.objects.get_or_create(name=FINANCE_GROUP)
+        fiona = User.objects.filter(username="fiona").first()
+        if fiona is None:
+            fiona = User.objects.create_user(username="fiona", password=DEMO_PASSWORD, email="fiona@example.com")
+        fiona.groups.add(finance)
         for team, model, guaranteed, limit, weight in QUOTAS:
             Quota.objects.get_or_create(team=teams[team], gpu_model=models[model], pool=None, defaults=dict(
                 guaranteed=Decimal(guaranteed), limit=Decimal(limit), weight=Decimal(weight)))
