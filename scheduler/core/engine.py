@@ -42,6 +42,8 @@ Timer = Callable[[str], None]
 class Cycle(Preempting):
     """The working state of one cycle (a session, in Volcano's words)."""
 
+    reuse_waits = True  # see try_job; tests turn it off to check that reuse never changes a decision
+
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot
         self.now = snapshot.now
@@ -238,7 +240,7 @@ class Cycle(Preempting):
         else:
             mkey = (pkey, job.priority, job.priority_class, job.preemptible, spread)
         state = self._state(groups)
-        memo = self._same_wait.get(mkey)
+        memo = self._same_wait.get(mkey) if self.reuse_waits else None
         if memo is not None and memo[0] == state:
             self.waiting.append((job,) + memo[1])
             if memo[2]:

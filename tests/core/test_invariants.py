@@ -196,3 +196,23 @@ def test_it_decides_the_same_whatever_the_input_order(world, salt):
     a, b = schedule(snapshot), schedule(other)
     assert a.starts == b.starts and a.preemptions == b.preemptions
     assert sorted(a.pending, key=lambda p: p.job_id) == sorted(b.pending, key=lambda p: p.job_id)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds(), st.integers(10, 60))
+def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
+    """The walk's shortcut for look-alike waiting jobs is an optimisation only: same decisions, stats too."""
+    from scheduler.core.engine import Cycle
+
+    nodes, quotas, teams, policy, seed = world
+    rng = random.Random(seed)
+    jobs = [random_job(rng, i, float(i % 5)) for i in range(1, count)]
+    snapshot = Snapshot(now=100.0, nodes=nodes, jobs=tuple(jobs), teams=teams, quotas=quotas,
+                        priority_classes=CLASSES, policy=policy)
+    fast = schedule(snapshot)
+    Cycle.reuse_waits = False
+    try:
+        slow = schedule(snapshot)
+    finally:
+        Cycle.reuse_waits = True
+    assert fast == slow
