@@ -2,7 +2,7 @@
 
 import time
 
-from django.db import connection
+from django.db import connection, transaction
 
 from accounting.services import usage_rollup
 from portal import locks
@@ -66,6 +66,11 @@ def cycle_lock_held() -> bool:
 def backlog(user, team, n: int) -> None:
     """``n`` pending jobs with their submit transitions, written in bulk (a big queue makes cycles slow)."""
     pc = PriorityClass.objects.get(name="training")
+    with transaction.atomic():
+        _backlog(user, team, pc, n)
+
+
+def _backlog(user, team, pc, n: int) -> None:
     jobs = Job.objects.bulk_create(
         Job(team=team, submitted_by=user, name=f"b{i}", command="true", gpus=8, priority_class=pc,
             time_limit_minutes=60) for i in range(n)
@@ -76,3 +81,38 @@ def backlog(user, team, n: int) -> None:
     JobTransition.objects.bulk_create(
         JobTransition(job=j, from_state="", to_state="pending", at=now, cause="submitted") for j in jobs
     )
+
+
+class ContinuousAudit:
+    """Runs the auditor (ledger aside) every ``interval`` s in a thread of its own while a fault test runs;
+    ``stop()`` returns every distinct finding seen. Committed states must be sound at every instant."""
+
+    def __init__(self, interval: float = 0.3):
+        import threading
+
+        self.interval, self.findings, self.rounds = interval, [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from django.db import InterfaceError, OperationalError
+
+        try:
+            while not self._stop.is_set():
+                try:
+                    for line in audit(ledger=False):
+                        if line not in self.findings:
+                            self.findings.append(line)
+                    self.rounds += 1
+                except (OperationalError, InterfaceError):  # a database restart: try again on a new connection
+                    connection.close()
+                self._stop.wait(self.interval)
+        finally:
+            connection.close()
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join(30)
+        print(f"\n[figure] continuous audit: {self.rounds} rounds, {len(self.findings)} findings")
+        return self.findings

@@ -21,7 +21,7 @@ from scheduler.models import Allocation, Job, Node
 from scheduler.models.jobs import JobState
 from scheduler.services.nodes import nodes_check_liveness
 from tests.processes import ROOT, _stop, wait_for
-from tests.reliability.helpers import Stopwatch, assert_sound, backlog, cycle_lock_held, state_of
+from tests.reliability.helpers import ContinuousAudit, Stopwatch, assert_sound, backlog, cycle_lock_held, state_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -30,6 +30,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def fast_nodes(settings):
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
     settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 4
+
+
+@pytest.fixture(autouse=True)
+def audited(transactional_db):
+    """The auditor runs all along each fault test; any finding at any instant fails the test."""
+    watch = ContinuousAudit()
+    yield watch
+    assert watch.stop() == []
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from scheduler.cycle import run_cycle
 from scheduler.models import Job, Node
 from scheduler.services.nodes import nodes_check_liveness
 from tests.processes import wait_for
-from tests.reliability.helpers import assert_sound
+from tests.reliability.helpers import ContinuousAudit, assert_sound
 
 pytestmark = [pytest.mark.soak, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -60,6 +60,14 @@ def api_for(user) -> APIClient:
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def audited(transactional_db):
+    """The auditor runs all along each soak test (it reconnects after a database restart)."""
+    watch = ContinuousAudit(interval=0.5)
+    yield watch
+    assert watch.stop() == []
 
 
 @pytest.fixture

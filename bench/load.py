@@ -1,0 +1,402 @@
+"""Loopback load test of the whole portal: ``python bench/load.py [--jobs N] [--nodes M] [--clients C]``.
+
+On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts
+the portal (``manage.py runserver`` on 127.0.0.1) and a scheduling-cycle loop (a separate process, as the
+Celery worker would run it), queues N pending jobs, registers M fake nodes through the node API with their
+own tokens and heartbeats them from a pool of threads (each node "runs" what it is assigned for a short
+while and reports the exit), and runs C concurrent API clients that submit and list jobs. Bounded: every
+phase has a deadline. It prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, cycle
+time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant auditor's
+findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
+
+Full size from the issue: ``--jobs 10000 --nodes 500 --clients 50``; ``make load`` runs a reduced default
+that finishes in a few minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _pctl(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _rss_mb(pid: int) -> dict[str, float]:
+    """Current and peak resident memory of a process, MiB."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return {"rss_mb": round(out.get("VmRSS", 0), 1), "peak_rss_mb": round(out.get("VmHWM", 0), 1)}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(database_url: str) -> dict[str, str]:
+    return {
+        **os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "portal.settings", "DEBUG": "0",
+        "SECRET_KEY": os.environ.get("ROTA_LOAD_SECRET_KEY", secrets.token_urlsafe(50)),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "LOG_LEVEL": "WARNING",
+        "REDIS_URL": os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+# ------------------------------------------------------------------------------------------------------
+# The cycle loop (a child process): run cycles back to back and print one JSON line per cycle that ran.
+
+
+def cycle_loop() -> None:
+    import django
+
+    django.setup()
+    from django.db import close_old_connections
+
+    from scheduler.cycle import run_cycle
+
+    while True:
+        close_old_connections()
+        started = time.perf_counter()
+        try:
+            report = run_cycle()
+        except Exception as exc:  # noqa: BLE001 - like the Celery task: the next cycle retries
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
+            close_old_connections()
+            time.sleep(0.2)
+            continue
+        if report.ran:
+            print(json.dumps({"ms": (time.perf_counter() - started) * 1000, "started": report.started,
+                              "pending": report.pending, "phases": report.phases_ms}), flush=True)
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Setup, in this process, on the load database.
+
+
+def setup_database(database_url: str, name: str) -> None:
+    import psycopg
+
+    admin = database_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def seed(args) -> dict:
+    """Teams, users with API tokens, one pool, quotas, nodes with tokens, and the pending backlog."""
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    from portal.models import Membership, Team
+    from scheduler.models import GpuModel, Job, JobTransition, Node, NodeToken, Pool, PriorityClass, Quota
+    from scheduler.services.common import db_now
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    model = GpuModel.objects.create(name="h100-80gb", memory_mb=81559)
+    pool = Pool.objects.create(name="load")
+    pc = PriorityClass.objects.create(name="training", value=500, preemptible=True, grace_period_s=1)
+    teams, users, tokens = [], [], []
+    gpus_total = args.nodes * args.gpus_per_node
+    for i in range(args.teams):
+        team = Team.objects.create(name=f"team{i}")
+        pool.teams.add(team)
+        Quota.objects.create(team=team, gpu_model=model, guaranteed=int(gpus_total * args.guaranteed) // args.teams,
+                             limit=gpus_total)
+        user = User.objects.create_user(username=f"user{i}", password=secrets.token_urlsafe(12))
+        Membership.objects.create(user=user, team=team, role=Membership.MEMBER)
+        teams.append(team)
+        users.append(user)
+        tokens.append(Token.objects.create(user=user).key)
+    node_tokens = {}
+    for i in range(args.nodes):
+        node = Node.objects.create(name=f"load-{i:04d}", pool=pool, state=Node.DOWN)
+        node_tokens[node.name] = NodeToken.issue(node)[1]
+    now = db_now()
+    for start in range(0, args.jobs, 2000):
+        batch = Job.objects.bulk_create(
+            Job(team=teams[i % len(teams)], submitted_by=users[i % len(users)], name=f"bulk-{i}", command="true",
+                gpus=random.choice((1, 1, 1, 2, 4)), gpu_model=model, priority_class=pc, time_limit_minutes=60,
+                pending_reason_code="Scheduling")
+            for i in range(start, min(args.jobs, start + 2000))
+        )
+        JobTransition.objects.bulk_create(
+            JobTransition(job=j, from_state="", to_state="pending", at=now, cause="submitted") for j in batch
+        )
+    return {"api_tokens": tokens, "node_tokens": node_tokens, "teams": [t.name for t in teams]}
+
+
+# ------------------------------------------------------------------------------------------------------
+# Fake nodes: registered through the node API, heartbeating from a pool of threads.
+
+
+class FakeNode:
+    def __init__(self, name: str, token: str, gpus: int):
+        self.name, self.gpus, self.seq = name, gpus, 0
+        self.headers = {"Authorization": f"Node {token}"}
+        self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
+        self.done: set[tuple[int, int]] = set()
+
+    def register(self, base: str, session: requests.Session) -> None:
+        body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
+                "memory_mb": 512 * 1024,
+                "gpus": [{"index": i, "uuid": f"GPU-{self.name}-{i}", "model": "h100-80gb", "memory_mb": 81559}
+                         for i in range(self.gpus)]}
+        session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
+
+    def beat(self, base: str, session: requests.Session, duration: tuple[float, float], stats) -> None:
+        self.seq += 1
+        started = time.perf_counter()
+        answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
+                              timeout=30)
+        stats["heartbeat"].append((time.perf_counter() - started) * 1000)
+        if answer.status_code == 409:
+            self.register(base, session)
+            return
+        answer.raise_for_status()
+        now = time.monotonic()
+        listed = set()
+        for item in answer.json()["assignments"]:
+            key = (item["job_id"], item["attempt"])
+            listed.add(key)
+            if key in self.done:
+                continue
+            if item["desired"] == "stopped":
+                self._event(base, session, key, {"type": "stopped", "signal": 15}, stats)
+            elif key not in self.running:
+                self._event(base, session, key, {"type": "started", "pid": 1}, stats)
+                self.running[key] = now + random.uniform(*duration)
+        for key, until in list(self.running.items()):
+            if key not in listed:
+                self.running.pop(key)
+            elif until <= now:
+                self._event(base, session, key, {"type": "exited", "exit_code": 0}, stats)
+
+    def _event(self, base, session, key, event, stats) -> None:
+        started = time.perf_counter()
+        response = session.post(f"{base}/api/v1/node/jobs/{key[0]}/events/", json={"attempt": key[1], **event},
+                                headers=self.headers, timeout=30)
+        stats["event"].append((time.perf_counter() - started) * 1000)
+        if event["type"] != "started" or response.status_code >= 400:
+            self.running.pop(key, None)
+            self.done.add(key)
+
+
+def run_nodes(nodes: list[FakeNode], base: str, interval: float, threads: int, duration, stop: threading.Event,
+              stats) -> list[threading.Thread]:
+    def worker(mine: list[FakeNode]) -> None:
+        session = requests.Session()
+        for node in mine:
+            node.register(base, session)
+        while not stop.is_set():
+            round_started = time.monotonic()
+            for node in mine:
+                if stop.is_set():
+                    return
+                try:
+                    node.beat(base, session, duration, stats)
+                except requests.RequestException as exc:
+                    stats["node_errors"].append(str(exc)[:200])
+            stop.wait(max(0.0, interval - (time.monotonic() - round_started)))
+
+    pool = [threading.Thread(target=worker, args=(nodes[i::threads],), daemon=True) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    return pool
+
+
+# ------------------------------------------------------------------------------------------------------
+# API clients: submit and list.
+
+
+def run_clients(base: str, tokens: list[str], clients: int, requests_each: int, stats) -> float:
+    def client(i: int) -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
+        for n in range(requests_each):
+            started = time.perf_counter()
+            if n % 2 == 0:
+                response = session.post(f"{base}/api/v1/jobs/", json={
+                    "name": f"c{i}-{n}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}, timeout=60)
+                kind = "submit"
+            else:
+                response = session.get(f"{base}/api/v1/jobs/?limit=50", timeout=60)
+                kind = "list"
+            stats[kind].append((time.perf_counter() - started) * 1000)
+            if response.status_code >= 500 or response.status_code not in (200, 201):
+                stats["api_errors"].append(f"{kind} {response.status_code}")
+
+    started = time.monotonic()
+    pool = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return time.monotonic() - started
+
+
+# ------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2000, help="pending jobs queued before the run (issue: 10000)")
+    parser.add_argument("--nodes", type=int, default=50, help="fake nodes (issue: 500)")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=10, help="concurrent API clients (issue: 50)")
+    parser.add_argument("--requests", type=int, default=40, help="requests per client (half submit, half list)")
+    parser.add_argument("--teams", type=int, default=10)
+    parser.add_argument("--guaranteed", type=float, default=0.0,
+                        help="share of the GPUs guaranteed to the teams together (1.0: reclaim stress)")
+    parser.add_argument("--node-threads", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=2.0, help="heartbeat interval of each node, s")
+    parser.add_argument("--job-seconds", type=float, nargs=2, default=(0.5, 3.0), help="simulated run time range")
+    parser.add_argument("--drain-timeout", type=float, default=420, help="give up draining after this many s")
+    parser.add_argument("--database", default="rota_load")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cycle-loop", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
+    database_url = f"{base_url}/{args.database}"
+    os.environ.update(_env(database_url))
+    if args.cycle_loop:
+        cycle_loop()
+        return 0
+
+    random.seed(7)
+    t0 = time.monotonic()
+    setup_database(database_url, args.database)
+    import django
+
+    django.setup()
+    seeded = seed(args)
+    print(f"seeded {args.jobs} pending jobs, {args.nodes} nodes, {args.teams} teams in "
+          f"{time.monotonic() - t0:.1f} s", flush=True)
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    logs = Path(os.environ.get("ROTA_VAR_DIR", ROOT / "var")) / "load"
+    logs.mkdir(parents=True, exist_ok=True)
+    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+                              cwd=ROOT, env=os.environ.copy(), stdout=open(logs / "server.log", "w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    cycles = subprocess.Popen([sys.executable, __file__, "--cycle-loop", "--database", args.database], cwd=ROOT,
+                              env=os.environ.copy(), stdout=subprocess.PIPE, stderr=open(logs / "cycle.log", "w"),
+                              text=True, start_new_session=True)
+    stats: dict[str, list] = defaultdict(list)
+    cycle_ms: list[dict] = []
+    threading.Thread(target=lambda: [cycle_ms.append(json.loads(line)) for line in cycles.stdout],
+                     daemon=True).start()
+    stop = threading.Event()
+    peak = {"server": {}, "cycle": {}}
+
+    def sample_memory():
+        while not stop.is_set():
+            for name, proc in (("server", server), ("cycle", cycles)):
+                peak[name] = _rss_mb(proc.pid) or peak[name]
+            stop.wait(1)
+
+    threading.Thread(target=sample_memory, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                requests.get(f"{base}/login/", timeout=2)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the portal did not start; see var/load/server.log") from None
+                time.sleep(0.3)
+        from scheduler.models import Job
+        from scheduler.models.jobs import ACTIVE_STATES
+
+        nodes = [FakeNode(name, token, args.gpus_per_node) for name, token in seeded["node_tokens"].items()]
+        drain_started = time.monotonic()
+        run_nodes(nodes, base, args.interval, args.node_threads, tuple(args.job_seconds), stop, stats)
+        client_s = run_clients(base, seeded["api_tokens"], args.clients, args.requests, stats)
+        submitted = len(stats["submit"])
+        drained = None
+        while time.monotonic() - drain_started < args.drain_timeout:
+            if not Job.objects.filter(state__in=ACTIVE_STATES).exists():
+                drained = time.monotonic() - drain_started
+                break
+            time.sleep(1)
+    finally:
+        stop.set()
+        for proc in (cycles, server):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    from django.db import connection
+
+    from accounting.services import usage_rollup
+    from scheduler.audit import audit
+
+    connection.close()
+    usage_rollup()
+    findings = audit()
+    states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
+    ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
+    cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
+    figures = {
+        "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
+        "submit_per_s": round(submitted / client_s, 1) if client_s else None,
+        "api_requests": submitted + len(stats["list"]),
+        "submit_ms": {"p50": round(_pctl(stats["submit"], .5), 1), "p99": round(_pctl(stats["submit"], .99), 1)},
+        "list_ms": {"p50": round(_pctl(stats["list"], .5), 1), "p99": round(_pctl(stats["list"], .99), 1)},
+        "heartbeat_ms": {"p50": round(_pctl(stats["heartbeat"], .5), 1),
+                         "p99": round(_pctl(stats["heartbeat"], .99), 1), "count": len(stats["heartbeat"])},
+        "node_event_ms": {"p50": round(_pctl(stats["event"], .5), 1), "p99": round(_pctl(stats["event"], .99), 1)},
+        "cycles": len(ran_cycles), "cycle_errors": cycle_errors[:5] + ([f"... {len(cycle_errors)} in all"]
+                                                                      if len(cycle_errors) > 5 else []),
+        "cycle_ms": {"first": round(ran_cycles[0], 1) if ran_cycles else None,
+                     "p50": round(_pctl(ran_cycles, .5), 1), "max": round(max(ran_cycles, default=0), 1),
+                     "mean": round(statistics.fmean(ran_cycles), 1) if ran_cycles else None},
+        "drain_s": round(drained, 1) if drained is not None else None,
+        "memory": peak, "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
+        "final_states": states, "audit_findings": findings,
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>14}: {value}")
+    return 1 if findings or drained is None or cycle_errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
