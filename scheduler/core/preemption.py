@@ -13,7 +13,7 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.core import reasons as R
@@ -24,6 +24,7 @@ from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassIn
 
 PRIORITY = "Priority"
 RECLAIM = "Reclaim"
+PLAN_LIMIT = 64  # victim candidates a plan looks at
 
 
 @dataclass(slots=True)
@@ -92,7 +93,7 @@ def eligible(rec: Running, classes: dict[str, PriorityClassInfo], now: float, ta
 
 
 def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iterable[tuple[tuple, Running, str]],
-                  lender_room: dict[str, float], limit: int = 64) -> Plan | None:
+                  lender_room: dict[str, float], limit: int = PLAN_LIMIT) -> Plan | None:
     """Smallest victim set that frees room for ``req`` in ``group``, or None.
 
     ``candidates`` come in preference order (key, record, rule); at most ``limit`` are looked at, and
@@ -167,23 +168,8 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
     return Plan(ordered, tuple(devices), tuple(free))
 
 
-def _merge(first: Iterator[tuple], second: Iterator[tuple]) -> Iterator[tuple]:
-    """Merge two candidate streams sorted by their key (item[0]; keys are unique, ties go to ``first``)."""
-    a = next(first, None)
-    b = next(second, None)
-    while a is not None and b is not None:
-        if b[0] < a[0]:
-            yield b
-            b = next(second, None)
-        else:
-            yield a
-            a = next(first, None)
-    if a is not None:
-        yield a
-        yield from first
-    if b is not None:
-        yield b
-        yield from second
+def _first(item: tuple):
+    return item[0]
 
 
 def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dict[str, float]):
@@ -339,39 +325,45 @@ class Preempting:
                 return True
         return False
 
-    def _candidates(self, job: JobInfo, group: Group, reclaim: bool, room: dict[str, float]):
-        """Victim candidates for ``job`` in ``group``, best first (a lazy merge of both rules)."""
+    def _candidates(self, job: JobInfo, group: Group, reclaim: bool, room: dict[str, float],
+                    limit: int = PLAN_LIMIT) -> list[tuple[tuple, Running, str]]:
+        """The first ``limit`` victim candidates for ``job`` in ``group``, best first (both rules merged).
+
+        Fills ``room`` with what reclaim may take from each other team (nothing changes while a plan is
+        made, so it is known up front)."""
         taken = self.victims
         pool = group.pool
-
-        def by_priority():
-            # One team's list has one "borrowed" flag, so it is in ascending priority: stop at the first
-            # job that is not of lower priority.
-            for key, rec in self.pref_team.get((job.team, group.model), ()):
-                if rec.job.priority >= job.priority:
-                    return
-                if rec.pool == pool and rec.job.id not in taken:
-                    yield key, rec, "Priority"
-
-        def by_reclaim():
-            # Nothing changes while a plan is made, so each lender's room is known up front.
-            for team in self.lenders[(group.model, pool)]:
-                if team != job.team:
-                    room[team] = self.quota.lendable(team, group.model)
-            lenders = {team for team, left in room.items() if left > EPS}
-            order = self.pref_model.get(group.model, ())
-            start = self.pref_start[group.model]
-            while start < len(order) and order[start][1].job.id in taken:
-                start += 1
-            self.pref_start[group.model] = start
+        out: list[tuple[tuple, Running, str]] = []
+        # One team's list has one "borrowed" flag, so it is in ascending priority: stop at the first job
+        # that is not of lower priority.
+        for key, rec in self.pref_team.get((job.team, group.model), ()):
+            if rec.job.priority >= job.priority or len(out) >= limit:
+                break
+            if rec.pool == pool and rec.job.id not in taken:
+                out.append((key, rec, PRIORITY))
+        if not reclaim:
+            return out
+        for team in self.lenders[(group.model, pool)]:
+            if team != job.team:
+                room[team] = self.quota.lendable(team, group.model)
+        lenders = {team for team, left in room.items() if left > EPS}
+        order = self.pref_model.get(group.model, ())
+        start = self.pref_start[group.model]
+        while start < len(order) and order[start][1].job.id in taken:
+            start += 1
+        self.pref_start[group.model] = start
+        reclaim_out = []
+        if lenders:
             for i in range(start, len(order)):
                 key, rec = order[i]
                 if rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken:
-                    yield key, rec, RECLAIM
-
-        if not reclaim:
-            return by_priority()
-        return _merge(by_priority(), by_reclaim())
+                    reclaim_out.append((key, rec, RECLAIM))
+                    if len(reclaim_out) >= limit:
+                        break
+        if not out:
+            return reclaim_out
+        # Keys are unique (they end with the job id), so sorting merges the two ordered lists.
+        return sorted(out + reclaim_out, key=_first)[:limit]
 
     def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
         quota = self.quota
