@@ -218,7 +218,13 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, threads: int, d
     def worker(mine: list[FakeNode]) -> None:
         session = requests.Session()
         for node in mine:
-            node.register(base, session)
+            for _ in range(10):
+                try:
+                    node.register(base, session)
+                    break
+                except requests.RequestException as exc:
+                    stats["node_errors"].append(str(exc)[:200])
+                    time.sleep(1)
         while not stop.is_set():
             round_started = time.monotonic()
             for node in mine:
@@ -246,13 +252,16 @@ def run_clients(base: str, tokens: list[str], clients: int, requests_each: int, 
         session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
         for n in range(requests_each):
             started = time.perf_counter()
-            if n % 2 == 0:
-                response = session.post(f"{base}/api/v1/jobs/", json={
-                    "name": f"c{i}-{n}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}, timeout=60)
-                kind = "submit"
-            else:
-                response = session.get(f"{base}/api/v1/jobs/?limit=50", timeout=60)
-                kind = "list"
+            kind = "submit" if n % 2 == 0 else "list"
+            try:
+                if kind == "submit":
+                    response = session.post(f"{base}/api/v1/jobs/", json={
+                        "name": f"c{i}-{n}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}, timeout=60)
+                else:
+                    response = session.get(f"{base}/api/v1/jobs/?limit=50", timeout=60)
+            except requests.RequestException as exc:  # an overloaded server resets connections: count it
+                stats["api_errors"].append(f"{kind} {type(exc).__name__}")
+                continue
             stats[kind].append((time.perf_counter() - started) * 1000)
             if response.status_code >= 500 or response.status_code not in (200, 201):
                 stats["api_errors"].append(f"{kind} {response.status_code}")
@@ -346,6 +355,7 @@ def main() -> int:
         run_nodes(nodes, base, args.interval, args.node_threads, tuple(args.job_seconds), stop, stats)
         client_s = run_clients(base, seeded["api_tokens"], args.clients, args.requests, stats)
         submitted = len(stats["submit"])
+        print(f"clients done in {client_s:.1f} s; draining", flush=True)
         drained = None
         while time.monotonic() - drain_started < args.drain_timeout:
             if not Job.objects.filter(state__in=ACTIVE_STATES).exists():
