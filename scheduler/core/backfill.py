@@ -105,9 +105,10 @@ class Timeline:
             return self.now, float(count)
         for t, shares in events:
             for dev_id, share in shares.items():
-                if dev_id in devs:
-                    devs[dev_id] += share
-            count = sum(1 for f in devs.values() if f > 1.0 - EPS)
+                old = devs.get(dev_id)
+                if old is not None:
+                    new = devs[dev_id] = old + share
+                    count += (new > 1.0 - EPS) - (old > 1.0 - EPS)  # keep the count of free devices current
             if count >= need:
                 return t, float(count)
         return None
