@@ -11,9 +11,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounting import charts, exports, periods
-from accounting.reports import rated_usage, usage_summary
+from accounting.reports import idle_for, rated_usage, usage_summary
 from accounting.selectors import team_for
+from accounting.selectors_fairness import fairness_for, visible_team_names
 from portal.access import cost_teams_for
+from scheduler.services.common import db_now
 
 FORMATS = ("csv", "xlsx", "pdf")
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
@@ -53,10 +55,17 @@ class ChargebackAPI(APIView):
         rated = rated_usage(request.user, month, agg="month", team=team)
         period = month.start.strftime("%Y-%m")
         stem = f"rota-chargeback-{period}" + (f"-{team.name}" if team else "")
+        visible = {team.name} if team else visible_team_names(request.user)
+        now = db_now()
+        idle = idle_for(month, now=now, agg="month", visible=visible, cards=rated.cards)
         if fmt == "csv":
-            response = StreamingHttpResponse(exports.csv_rows(rated.lines, period), content_type="text/csv")
-        elif fmt == "xlsx":
-            response = HttpResponse(exports.xlsx_bytes(rated.lines, period, rated.cards), content_type=XLSX_TYPE)
+            response = StreamingHttpResponse(exports.csv_rows(rated.lines, period, idle), content_type="text/csv")
+            response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
+            return response
+        fairness = fairness_for(visible, start=month.start, end=month.end, now=now)
+        if fmt == "xlsx":
+            content = exports.xlsx_bytes(rated.lines, period, rated.cards, idle, fairness)
+            response = HttpResponse(content, content_type=XLSX_TYPE)
         else:
             teams = (
                 [team.name]
@@ -64,7 +73,8 @@ class ChargebackAPI(APIView):
                 else sorted({r.usage.team for r in rated.lines})
                 or list(cost_teams_for(request.user).values_list("name", flat=True)[:50])
             )
-            response = HttpResponse(exports.pdf_bytes(rated.lines, month.label, teams), content_type="application/pdf")
+            content = exports.pdf_bytes(rated.lines, month.label, teams, idle, fairness)
+            response = HttpResponse(content, content_type="application/pdf")
         response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
         return response
 
@@ -134,5 +144,84 @@ class UsageAPI(APIView):
                 "total_gpu_hours": f"{rated.total_gpu_hours:.4f}",
                 "total_cost": f"{rated.total_cost:.2f}",
                 "results": usage_summary(rated, group_by),
+            }
+        )
+
+
+class FairnessLineSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    capacity = serializers.FloatField(help_text="GPUs of this model present now, taken as constant")
+    guaranteed = serializers.FloatField()
+    weight = serializers.FloatField()
+    entitled_gpus = serializers.FloatField()
+    entitled_gpu_hours = serializers.FloatField()
+    received_gpu_hours = serializers.FloatField()
+    received_ratio = serializers.FloatField(allow_null=True)
+
+
+class TeamFairnessSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    hours = serializers.FloatField(help_text="hours of the period counted (up to now for a running period)")
+    guaranteed = serializers.FloatField(help_text="GPUs guaranteed, every model together")
+    entitled_gpu_hours = serializers.FloatField()
+    received_gpu_hours = serializers.FloatField()
+    received_ratio = serializers.FloatField(allow_null=True)
+    waiting_hours = serializers.FloatField(help_text="hours with at least one job pending or held")
+    below_hours = serializers.FloatField(help_text="of those, hours while holding less than the guarantee")
+    shortfall_gpu_hours = serializers.FloatField()
+    lines = FairnessLineSerializer(many=True)
+
+
+class FairnessOutputSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField(help_text="exclusive")
+    results = TeamFairnessSerializer(many=True)
+
+
+def parse_range(q) -> periods.Range:
+    """``month=YYYY-MM`` or ``start`` and ``end`` (inclusive days); ValidationError naming the bad field."""
+    if q.get("month"):
+        try:
+            return periods.parse_month(q["month"])
+        except ValueError as exc:
+            raise ValidationError({"month": [str(exc)]}) from None
+    errors = {}
+    for name in ("start", "end"):
+        try:
+            periods.parse_day(q.get(name))
+        except ValueError as exc:
+            errors[name] = [f"{exc} (or pass month=YYYY-MM)"]
+    if errors:
+        raise ValidationError(errors)
+    try:
+        return periods.preset_range("custom", date.today(), q["start"], q["end"])
+    except ValueError as exc:
+        raise ValidationError({"end": [str(exc)]}) from None
+
+
+class FairnessAPI(APIView):
+    """Fairness statement per team for a month or a range: entitled vs received GPU-hours per GPU model, and
+    the time spent waiting below the guarantee (method: ``accounting.fairness``). Only your teams' rows."""
+
+    @extend_schema(
+        responses=FairnessOutputSerializer,
+        parameters=[
+            OpenApiParameter("month", str, description="YYYY-MM (or start and end)"),
+            OpenApiParameter("start", str, description="YYYY-MM-DD"),
+            OpenApiParameter("end", str, description="YYYY-MM-DD, inclusive"),
+            OpenApiParameter("team", str),
+        ],
+    )
+    def get(self, request):
+        rng = parse_range(request.query_params)
+        visible = visible_team_names(request.user)
+        if request.query_params.get("team"):
+            visible = {team_for(request.user, request.query_params["team"]).name}
+        rows = fairness_for(visible, start=rng.start, end=rng.end, now=db_now())
+        return Response(
+            {
+                "start": rng.start.isoformat(),
+                "end": rng.end.isoformat(),
+                "results": TeamFairnessSerializer(rows, many=True).data,
             }
         )

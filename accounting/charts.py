@@ -3,8 +3,10 @@
 Every figure aggregates the same rated lines, so the charts agree with each other and with the exports.
 """
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import plotly.graph_objects as go
@@ -122,4 +124,143 @@ def waste_chart(rows: list[tuple[str, float, float]]) -> go.Figure:
         ]
     )
     fig.update_layout(barmode="group", yaxis_title="hours", **{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 30}})
+    return fig
+
+
+def _compact(title: str | None = None) -> dict:
+    return {**_LAYOUT, "title": title} if title else {**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 30}}
+
+
+def efficiency_over_time(lines: list[RatedLine]) -> go.Figure:
+    """Allocated vs utilized GPU-hours per period (bars) and efficiency (line, right axis), over the hours
+    with telemetry: allocated-but-unused GPU time is the gap between the bars."""
+    periods = sorted({line.usage.period for line in lines})
+    measured: dict = defaultdict(float)
+    utilized: dict = defaultdict(float)
+    for line in lines:
+        measured[line.usage.period] += line.usage.measured_gpu_seconds / 3600
+        utilized[line.usage.period] += line.usage.utilized_gpu_seconds / 3600
+    labels = [period_label(p) for p in periods]
+    eff = [utilized[p] / measured[p] * 100 if measured[p] else None for p in periods]
+    fig = go.Figure(
+        [
+            go.Bar(name="allocated GPU-hours (with telemetry)", x=labels, y=[measured[p] for p in periods]),
+            go.Bar(name="utilized GPU-hours", x=labels, y=[utilized[p] for p in periods]),
+            go.Scatter(name="efficiency %", x=labels, y=eff, yaxis="y2", mode="lines+markers"),
+        ]
+    )
+    fig.update_layout(
+        barmode="group",
+        xaxis_type="category",
+        yaxis_title="GPU-hours",
+        yaxis2={"title": "%", "overlaying": "y", "side": "right", "range": [0, 100]},
+        **_compact("Allocated vs utilized (efficiency)"),
+    )
+    return fig
+
+
+def idle_over_time(rows: Iterable, currency: str = "USD") -> go.Figure:
+    """Idle GPU-hours (capacity nobody was allocated) per period, stacked by GPU model. ``rows`` are
+    ``accounting.idle.IdleLine``."""
+    series: dict[str, dict] = defaultdict(lambda: defaultdict(float))
+    periods = set()
+    for r in rows:
+        series[r.gpu_model][r.period] += float(r.idle_gpu_hours)
+        periods.add(r.period)
+    ordered = sorted(periods)
+    labels = [period_label(p) for p in ordered]
+    fig = go.Figure([go.Bar(name=m, x=labels, y=[series[m].get(p, 0.0) for p in ordered]) for m in sorted(series)])
+    fig.update_layout(barmode="stack", xaxis_type="category", yaxis_title="idle GPU-hours", **_compact("Idle GPUs"))
+    return fig
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an ascending list (q in 0..1)."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def wait_stats(waits: dict[str, list[float]]) -> list[tuple[str, int, float, float, float]]:
+    """Per team, from seconds between submission and first admission: (team, jobs, median, p90, max), in
+    minutes, by team name."""
+    out = []
+    for team in sorted(waits):
+        v = sorted(waits[team])
+        if v:
+            out.append((team, len(v), _quantile(v, 0.5) / 60, _quantile(v, 0.9) / 60, v[-1] / 60))
+    return out
+
+
+def wait_time_chart(waits: dict[str, list[float]]) -> go.Figure:
+    """Wait-time distribution (submission to first admission, minutes) per team as box plots."""
+    fig = go.Figure(
+        [go.Box(name=team, y=[s / 60 for s in waits[team]], boxpoints="outliers") for team in sorted(waits)]
+    )
+    fig.update_layout(yaxis_title="minutes", showlegend=False, **_compact("Wait time to first admission"))
+    return fig
+
+
+def failure_rates(counts: dict[str, tuple[int, int]]) -> list[tuple[str, int, int, float]]:
+    """(team, failed, finished, failed / finished) per team with finished jobs, by team name."""
+    return [(t, f, n, f / n) for t, (f, n) in sorted(counts.items()) if n]
+
+
+def failure_rate_chart(rows: list[tuple[str, int, int, float]]) -> go.Figure:
+    """Failure rate per team (failed / finished jobs), as percent."""
+    fig = go.Figure(
+        go.Bar(
+            x=[r[0] for r in rows],
+            y=[r[3] * 100 for r in rows],
+            text=[f"{r[1]}/{r[2]}" for r in rows],
+            textposition="auto",
+        )
+    )
+    fig.update_layout(yaxis_title="% of finished jobs", yaxis_range=[0, 100], **_compact("Failure rate"))
+    return fig
+
+
+def queue_depth(
+    intervals: Iterable[tuple[str, datetime, datetime]], start: datetime, end: datetime
+) -> tuple[list[datetime], dict[str, list[float]]]:
+    """Hourly queue depth per team: the average number of that team's jobs waiting during each hour of
+    ``[start, end)`` (hours aligned to ``start``), from waiting intervals ``(team, from, to)``."""
+    hours = max(0, math.ceil((end - start).total_seconds() / 3600))
+    slots = [start + timedelta(hours=i) for i in range(hours)]
+    depth: dict[str, list[float]] = {}
+    for team, lo, hi in intervals:
+        lo, hi = max(lo, start), min(hi, end)
+        if hi <= lo:
+            continue
+        row = depth.setdefault(team, [0.0] * hours)
+        i = int((lo - start).total_seconds() // 3600)
+        while i < hours and slots[i] < hi:
+            a, b = max(lo, slots[i]), min(hi, slots[i] + timedelta(hours=1))
+            row[i] += max((b - a).total_seconds(), 0.0) / 3600
+            i += 1
+    return slots, depth
+
+
+def queue_depth_chart(slots: list[datetime], depth: dict[str, list[float]]) -> go.Figure:
+    """Jobs waiting per hour (hourly average), stacked by team."""
+    labels = [s.strftime("%Y-%m-%d %H:00") for s in slots]
+    fig = go.Figure([go.Scatter(name=t, x=labels, y=depth[t], mode="lines", stackgroup="q") for t in sorted(depth)])
+    fig.update_layout(yaxis_title="jobs waiting", **_compact("Queue depth (jobs waiting, hourly)"))
+    return fig
+
+
+def fairness_chart(rows: Iterable) -> go.Figure:
+    """Entitled vs received GPU-hours per team (``accounting.fairness.TeamFairness``)."""
+    rows = list(rows)
+    teams = [r.team for r in rows]
+    fig = go.Figure(
+        [
+            go.Bar(name="entitled GPU-hours", x=teams, y=[r.entitled_gpu_hours for r in rows]),
+            go.Bar(name="received GPU-hours", x=teams, y=[r.received_gpu_hours for r in rows]),
+        ]
+    )
+    fig.update_layout(barmode="group", yaxis_title="GPU-hours", **_compact("Entitled vs received"))
     return fig

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal
 
 from accounting.charts import top_jobs, totals_by
+from accounting.fairness import TeamFairness
+from accounting.idle import IDLE_TEAM, IdleReport
 from accounting.rating import RateCardVersion, RatedLine
 from portal.csvutil import csv_lines, neutralize
 
@@ -34,8 +36,6 @@ MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
 
 
-
-
 def chargeback_row(line: RatedLine, period: str) -> list:
     u = line.usage
     return [
@@ -58,9 +58,65 @@ def chargeback_row(line: RatedLine, period: str) -> list:
     ]
 
 
-def csv_rows(lines: Iterable[RatedLine], period: str) -> Iterator[str]:
-    """The CSV, one encoded line at a time (for a streamed response)."""
-    yield from csv_lines([COLUMNS, *(chargeback_row(line, period) for line in lines)])
+def idle_rows(idle: IdleReport | None, period: str, departments: dict[str, str]) -> list[list]:
+    """Chargeback rows for idle cost, kind ``idle``: under ``separate`` one row per GPU model and rate card
+    (team ``(idle)``, GPUs = capacity, allocated_gpu_hours = idle GPU-hours); under ``share`` one row per team
+    with its share of the idle cost."""
+    if idle is None:
+        return []
+    rows = []
+    if idle.shows_line:
+        for model, version, gpus, hours, rate, cost in idle.by_model_version():
+            rows.append(
+                [
+                    period,
+                    "",
+                    IDLE_TEAM,
+                    "",
+                    "idle capacity",
+                    "idle",
+                    model,
+                    gpus,
+                    hours.quantize(Decimal("0.000001")),
+                    rate,
+                    version,
+                    cost,
+                    None,
+                    idle.currency,
+                    None,
+                    None,
+                ]
+            )
+    for team, cost in sorted(idle.shares.items()):
+        rows.append(
+            [
+                period,
+                departments.get(team, team),
+                team,
+                "",
+                "idle share",
+                "idle",
+                "",
+                None,
+                None,
+                None,
+                None,
+                cost,
+                None,
+                idle.currency,
+                None,
+                None,
+            ]
+        )
+    return rows
+
+
+def csv_rows(lines: list[RatedLine], period: str, idle: IdleReport | None = None) -> Iterator[str]:
+    """The CSV, one encoded line at a time (for a streamed response); idle rows (if any) last."""
+    departments = {r.usage.team: r.usage.department for r in lines}
+    yield from csv_lines(
+        [COLUMNS, *(chargeback_row(line, period) for line in lines), *idle_rows(idle, period, departments)]
+    )
 
 
 def _sheet(wb, title: str, header: list[str], rows: Iterable[list], formats: dict[int, str]):
@@ -81,20 +137,84 @@ def _sheet(wb, title: str, header: list[str], rows: Iterable[list], formats: dic
     return ws
 
 
-def xlsx_bytes(lines: list[RatedLine], period: str, cards: list[RateCardVersion]) -> bytes:
-    """A workbook with sheets: Summary by team, By user, Job detail, Rate card."""
+FAIRNESS_COLUMNS = [
+    "period",
+    "team",
+    "gpu_model",
+    "guaranteed_gpus",
+    "weight",
+    "entitled_gpus",
+    "entitled_gpu_hours",
+    "received_gpu_hours",
+    "received_ratio",
+    "hours_waiting",
+    "hours_waiting_below_guarantee",
+    "shortfall_gpu_hours",
+]
+
+
+def fairness_rows(fairness: Iterable[TeamFairness], period: str) -> Iterator[list]:
+    """Per team a row for every model together (with the waiting figures), then one per GPU model."""
+    for f in fairness:
+        yield [
+            period,
+            f.team,
+            "(all models)",
+            f.guaranteed,
+            None,
+            None,
+            f.entitled_gpu_hours,
+            f.received_gpu_hours,
+            f.received_ratio,
+            f.waiting_hours,
+            f.below_hours,
+            f.shortfall_gpu_hours,
+        ]
+        for ln in f.lines:
+            yield [
+                period,
+                f.team,
+                ln.gpu_model,
+                ln.guaranteed,
+                ln.weight,
+                ln.entitled_gpus,
+                ln.entitled_gpu_hours,
+                ln.received_gpu_hours,
+                ln.received_ratio,
+                None,
+                None,
+                None,
+            ]
+
+
+def xlsx_bytes(
+    lines: list[RatedLine],
+    period: str,
+    cards: list[RateCardVersion],
+    idle: IdleReport | None = None,
+    fairness: list[TeamFairness] | None = None,
+) -> bytes:
+    """A workbook with sheets: Summary by team (with idle cost as the policy says), By user, Job detail, Rate
+    card, and Fairness when a statement is given."""
     from openpyxl import Workbook
 
     wb = Workbook()
     wb.remove(wb.active)
     by_team = totals_by(lines, lambda r: r.usage.team)
     dept = {r.usage.team: r.usage.department for r in lines}
+    shares = idle.shares if idle else {}
+    summary = [
+        [period, dept[t], t, h, c, shares.get(t, Decimal(0)), c + shares.get(t, Decimal(0))] for t, h, c in by_team
+    ]
+    summary += [[period, t, t, Decimal(0), Decimal(0), c, c] for t, c in sorted(shares.items()) if t not in dept]
+    if idle is not None and idle.shows_line:
+        summary.append([period, "", IDLE_TEAM, idle.idle_gpu_hours, Decimal(0), idle.total, idle.total])
     _sheet(
         wb,
         "Summary by team",
-        ["period", "department", "team", "allocated_gpu_hours", "cost"],
-        ([period, dept[t], t, h, c] for t, h, c in by_team),
-        {4: HOURS_FORMAT, 5: MONEY_FORMAT},
+        ["period", "department", "team", "allocated_gpu_hours", "cost", "idle_cost", "total_cost"],
+        summary,
+        {4: HOURS_FORMAT, 5: MONEY_FORMAT, 6: MONEY_FORMAT, 7: MONEY_FORMAT},
     )
     by_user = totals_by(lines, lambda r: f"{r.usage.team}\x00{r.usage.user}")
     _sheet(
@@ -122,6 +242,24 @@ def xlsx_bytes(lines: list[RatedLine], period: str, cards: list[RateCardVersion]
         ),
         {4: "#,##0.0000"},
     )
+    if fairness is not None:
+        _sheet(
+            wb,
+            "Fairness",
+            FAIRNESS_COLUMNS,
+            fairness_rows(fairness, period),
+            {
+                4: "0.00",
+                5: "0.00",
+                6: "0.00",
+                7: HOURS_FORMAT,
+                8: HOURS_FORMAT,
+                9: "0.0%",
+                10: "0.0",
+                11: "0.0",
+                12: "0.00",
+            },
+        )
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()
@@ -144,8 +282,56 @@ def _bar_chart(values: list[tuple[str, float]]):
     return drawing
 
 
-def pdf_bytes(lines: list[RatedLine], period_label: str, teams: list[str]) -> bytes:
-    """A statement per team (one or more pages each): totals, cost by GPU model as a bar chart, top jobs."""
+def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
+    """The fairness section of a team's statement: entitled vs received per GPU model, and waiting time."""
+    from reportlab.platypus import Paragraph, Table
+
+    story = [Paragraph("Fairness", styles["Heading3"])]
+    if f is None or not f.lines:
+        return [*story, Paragraph("No quota and no usage in this period.", styles["BodyText"])]
+    rows = [["GPU model", "Guaranteed", "Entitled GPUs", "Entitled GPU-h", "Received GPU-h", "Received"]]
+    for ln in f.lines:
+        ratio = "n/a" if ln.received_ratio is None else f"{ln.received_ratio:.0%}"
+        rows.append(
+            [
+                ln.gpu_model,
+                f"{ln.guaranteed:,.2f}",
+                f"{ln.entitled_gpus:,.2f}",
+                f"{ln.entitled_gpu_hours:,.1f}",
+                f"{ln.received_gpu_hours:,.1f}",
+                ratio,
+            ]
+        )
+    total_ratio = "n/a" if f.received_ratio is None else f"{f.received_ratio:.0%}"
+    rows.append(
+        [
+            "All models",
+            f"{f.guaranteed:,.2f}",
+            "",
+            f"{f.entitled_gpu_hours:,.1f}",
+            f"{f.received_gpu_hours:,.1f}",
+            total_ratio,
+        ]
+    )
+    text = (
+        f"Jobs of the team were waiting for {f.waiting_hours:,.1f} h of the {f.hours:,.0f} h counted; "
+        f"{f.below_hours:,.1f} h of it while the team held less than its guarantee of {f.guaranteed:,.2f} GPUs "
+        f"(shortfall {f.shortfall_gpu_hours:,.1f} GPU-hours). Entitled: guarantee plus a weight share of the "
+        "capacity nobody is guaranteed (GPUs present now, taken as constant over the period)."
+    )
+    widths = [130, 65, 70, 75, 80, 50]
+    return [*story, Table(rows, colWidths=widths, style=grid, repeatRows=1), Paragraph(text, styles["BodyText"])]
+
+
+def pdf_bytes(
+    lines: list[RatedLine],
+    period_label: str,
+    teams: list[str],
+    idle: IdleReport | None = None,
+    fairness: list[TeamFairness] | None = None,
+) -> bytes:
+    """A statement per team (one or more pages each): totals (with its idle share under the ``share``
+    policy), cost by GPU model as a bar chart, top jobs, and the fairness section when a statement is given."""
     from xml.sax.saxutils import escape
 
     from reportlab.lib import colors
@@ -157,33 +343,35 @@ def pdf_bytes(lines: list[RatedLine], period_label: str, teams: list[str]) -> by
     per_team: dict[str, list[RatedLine]] = defaultdict(list)
     for line in lines:
         per_team[line.usage.team].append(line)
+    fair = {f.team: f for f in fairness or []}
     story = []
     grid = TableStyle(
         [
             ("GRID", (0, 0), (-1, -1), 0.25, colors.grey),
             ("FONTSIZE", (0, 0), (-1, -1), 8),
             ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e5e7eb")),
-            ("ALIGN", (-2, 1), (-1, -1), "RIGHT"),
+            ("VALIGN", (0, 0), (-1, -1), "MIDDLE"),
         ]
     )
+    numbers = TableStyle([("ALIGN", (1, 1), (-1, -1), "RIGHT")], parent=grid)
     for i, team in enumerate(teams or ["(no teams)"]):
         if i:
             story.append(PageBreak())
         tl = per_team.get(team, [])
-        currency = tl[0].currency if tl else "USD"
+        currency = tl[0].currency if tl else (idle.currency if idle else "USD")
         total_cost = sum((r.cost for r in tl), Decimal(0))
         total_hours = sum((r.usage.gpu_hours for r in tl), Decimal(0))
+        share = idle.shares.get(team) if idle else None
+        header = ["GPU-hours", "Cost", "Jobs"]
+        values = [f"{total_hours:,.2f}", f"{total_cost:,.2f} {currency}", str(len({r.usage.job_id for r in tl}))]
+        if share is not None:
+            header[2:2] = ["Idle share", "Total"]
+            values[2:2] = [f"{share:,.2f} {currency}", f"{total_cost + share:,.2f} {currency}"]
         story += [
             Paragraph(f"Chargeback statement: {escape(team)}", styles["Title"]),
             Paragraph(f"Period: {escape(period_label)}", styles["Normal"]),
             Spacer(1, 8),
-            Table(
-                [
-                    ["GPU-hours", "Cost", "Jobs"],
-                    [f"{total_hours:,.2f}", f"{total_cost:,.2f} {currency}", str(len({r.usage.job_id for r in tl}))],
-                ],
-                style=grid,
-            ),
+            Table([header, values], style=grid, hAlign="LEFT", colWidths=[90] * len(header)),
             Spacer(1, 12),
             Paragraph("Cost by GPU model", styles["Heading3"]),
             _bar_chart([(m, float(c)) for m, _, c in totals_by(tl, lambda r: r.usage.gpu_model)]),
@@ -195,14 +383,16 @@ def pdf_bytes(lines: list[RatedLine], period_label: str, teams: list[str]) -> by
             rows.append(
                 [
                     Paragraph(escape(f"#{job_id} {name}"), styles["BodyText"]),
-                    users[job_id],
+                    Paragraph(escape(users[job_id]), styles["BodyText"]),
                     f"{hours:,.2f}",
                     f"{cost:,.2f}",
                 ]
             )
         if len(rows) == 1:
             rows.append(["no usage", "", "", ""])
-        story.append(Table(rows, colWidths=[230, 100, 70, 70], style=grid, repeatRows=1))
+        story.append(Table(rows, colWidths=[230, 100, 70, 70], style=numbers, repeatRows=1, hAlign="LEFT"))
+        if fairness is not None:
+            story += [Spacer(1, 8), *_fairness_story(fair.get(team), styles, numbers)]
     buf = io.BytesIO()
     SimpleDocTemplate(buf, pagesize=A4, title=f"Rota chargeback {period_label}").build(story)
     return buf.getvalue()

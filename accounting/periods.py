@@ -73,3 +73,34 @@ def preset_range(preset: str, today: date, start: str | None = None, end: str | 
             raise ValueError("a range spans at most three years")
         return Range(_at(lo), _at(hi + timedelta(days=1)), f"{lo} – {hi}")
     raise ValueError(f"preset must be one of {', '.join(PRESETS)}")
+
+
+def _period_floor(at: datetime, agg: str) -> datetime:
+    """The start of the ``agg`` period holding ``at`` (weeks start on Monday), as PostgreSQL's date_trunc."""
+    at = at.replace(minute=0, second=0, microsecond=0)
+    if agg == "hour":
+        return at
+    at = at.replace(hour=0)
+    if agg == "week":
+        return at - timedelta(days=at.weekday())
+    if agg == "month":
+        return at.replace(day=1)
+    return at
+
+
+def _period_next(at: datetime, agg: str) -> datetime:
+    if agg == "month":
+        return _at(next_month(at.date()))
+    return at + {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}[agg]
+
+
+def spans(start: datetime, end: datetime, agg: str) -> list[tuple[datetime, datetime, datetime]]:
+    """The ``agg`` periods (hour, day, week, month) covering ``[start, end)``: (period start, clipped start,
+    clipped end), the period start being the key the ledger groups by."""
+    out = []
+    key = _period_floor(start, agg)
+    while key < end:
+        nxt = _period_next(key, agg)
+        out.append((key, max(key, start), min(nxt, end)))
+        key = nxt
+    return out

@@ -6,9 +6,11 @@ from datetime import datetime
 from decimal import Decimal
 
 from accounting import charts
-from accounting.periods import Range
-from accounting.rating import BudgetStatus, RateCardVersion, RatedLine, budget_status, rate_lines
+from accounting.idle import DEFAULT_POLICY, IdleReport, idle_lines, idle_report
+from accounting.periods import Range, spans
+from accounting.rating import BudgetStatus, RateCardVersion, RatedLine, budget_status, rate_lines, unrounded_cost
 from accounting.selectors import budgets_for, rate_cards, usage_lines
+from accounting.selectors_fairness import capacity_by_model, cluster_allocated
 
 DEFAULT_CURRENCY = "USD"
 
@@ -82,3 +84,47 @@ def usage_summary(rated: Rated, group_by: str) -> list[dict]:
         }
         for (p, g), (s, c) in sorted(acc.items())
     ]
+
+
+def idle_policy() -> str:
+    """``ROTA_IDLE_COST_POLICY``: hide, separate (the default) or share; checked when the app starts."""
+    from django.conf import settings
+
+    return getattr(settings, "ROTA_IDLE_COST_POLICY", DEFAULT_POLICY)
+
+
+def idle_for(
+    rng: Range,
+    *,
+    now: datetime,
+    agg: str,
+    visible: set[str] | None,
+    cards: list[RateCardVersion],
+    capacity: dict[str, int] | None = None,
+    allocated: list[tuple] | None = None,
+    policy: str | None = None,
+) -> IdleReport:
+    """Idle GPU capacity and its cost in ``rng`` (up to ``now``) under the idle cost policy, for a reader who
+    sees the ``visible`` teams (None: every team). Two queries, one fewer for each of ``capacity`` and
+    ``allocated`` (the rows of ``cluster_allocated`` for ``rng`` and ``agg``) passed in."""
+    policy = policy or idle_policy()
+    if policy == "hide":
+        return IdleReport(policy, currency=currency_of(cards))
+    horizon = min(rng.end, now)
+    if horizon <= rng.start:
+        return IdleReport(policy, currency=currency_of(cards))
+    capacity = capacity_by_model() if capacity is None else capacity
+    by_key: dict[tuple, Decimal] = defaultdict(Decimal)
+    team_costs: dict[str, Decimal] = defaultdict(Decimal)
+    prices = {c.version: c.prices for c in cards}
+    if allocated is None:
+        allocated_rows = cluster_allocated(start=rng.start, end=rng.end, agg=agg)
+    else:
+        allocated_rows = allocated
+    for period, team, model, card, seconds in allocated_rows:
+        by_key[(period, model, card)] += seconds
+        team_costs[team] += unrounded_cost(seconds, prices.get(card, {}).get(model, Decimal(0)))
+    lines = idle_lines(periods=spans(rng.start, horizon, agg), capacity=capacity, allocated=by_key, cards=cards)
+    return idle_report(
+        policy=policy, lines=lines, team_costs=team_costs, visible_teams=visible, currency=currency_of(cards)
+    )

@@ -22,9 +22,8 @@ from django.db.models import (
     Sum,
     Value,
     When,
-    Window,
 )
-from django.db.models.functions import Cast, Coalesce, Lead, TruncDay, TruncMonth, TruncWeek
+from django.db.models.functions import Cast, Coalesce, TruncDay, TruncMonth, TruncWeek
 from django.http import Http404
 
 from accounting.models import Budget, RateCard, UsageRecord
@@ -32,8 +31,7 @@ from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Membership, Team
-from scheduler.models import GpuSample, GpuSampleRollup, JobTransition, Preemption
-from scheduler.models.jobs import WAITING_STATES
+from scheduler.models import GpuSample, GpuSampleRollup, Preemption
 
 TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 
@@ -243,9 +241,14 @@ class TeamWaste:
         return self.queued_seconds / 3600
 
 
-def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> list[TeamWaste]:
+def waste_by_team(
+    user, *, start: datetime, end: datetime, now: datetime, waiting: list[tuple] | None = None
+) -> list[TeamWaste]:
     """Preemption losses (from Preemption rows) and queued time (pending/held intervals from the recorded
-    transitions, clipped to ``[start, min(end, now))``) per visible team. Two queries."""
+    transitions, clipped to ``[start, min(end, now))``) per visible team. Two queries (one when the
+    ``waiting`` intervals of ``accounting.selectors_fairness.waiting_intervals`` are passed in)."""
+    from accounting.selectors_fairness import visible_team_names, waiting_intervals
+
     teams = cost_teams_for(user)
     lost = {
         r["job__team__name"]: r
@@ -254,17 +257,11 @@ def waste_by_team(user, *, start: datetime, end: datetime, now: datetime) -> lis
         .annotate(n=Count("id"), s=Sum("gpu_seconds_lost"))
     }
     horizon = min(end, now)
-    transitions = (
-        JobTransition.objects.filter(job__team__in=teams, at__lt=horizon)
-        .annotate(next_at=Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at").asc(), F("id").asc()]))
-        .values_list("job__team__name", "to_state", "at", "next_at")
-    )
+    if waiting is None:
+        waiting = waiting_intervals(visible_team_names(user), start=start, horizon=horizon)
     queued: dict[str, float] = {}
-    waiting = {str(s) for s in WAITING_STATES}
-    for team, to_state, at, next_at in transitions:
-        if to_state not in waiting:
-            continue
-        lo, hi = max(at, start), min(next_at or horizon, horizon)
+    for team, at, until in waiting:
+        lo, hi = max(at, start), min(until, horizon)
         if hi > lo:
             queued[team] = queued.get(team, 0.0) + (hi - lo).total_seconds()
     names = sorted(set(lost) | set(queued))

@@ -233,20 +233,26 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
     from accounting import exports
     from accounting.periods import parse_month
     from accounting.rating import rate_lines
+    from accounting.reports import idle_for
     from accounting.selectors import rate_cards, team_usage_lines, teams_with_usage
+    from accounting.selectors_fairness import fairness_for
 
     month = parse_month(month_start.strftime("%Y-%m"))
     period = month_start.strftime("%Y-%m")
     cards = rate_cards()
+    idle = idle_for(month, now=month.end, agg="month", visible=None, cards=cards)
+    fairness = {f.team: f for f in fairness_for(None, start=month.start, end=month.end, now=month.end)}
     stored = 0
     for team in teams_with_usage(start=month.start, end=month.end):
         existing = set(Statement.objects.filter(team=team, month=month_start).values_list("format", flat=True))
         if existing >= {"xlsx", "pdf"} and not replace:
             continue
         lines = rate_lines(team_usage_lines(team, start=month.start, end=month.end), cards)
+        team_idle = idle.for_teams([team.name])
+        team_fairness = [fairness[team.name]] if team.name in fairness else []
         files = {
-            "xlsx": exports.xlsx_bytes(lines, period, cards),
-            "pdf": exports.pdf_bytes(lines, month.label, [team.name]),
+            "xlsx": exports.xlsx_bytes(lines, period, cards, team_idle, team_fairness),
+            "pdf": exports.pdf_bytes(lines, month.label, [team.name], team_idle, team_fairness),
         }
         for fmt, content in files.items():
             if fmt in existing and not replace:

@@ -9,8 +9,17 @@ from django.http import HttpResponse
 from django.shortcuts import render
 
 from accounting import charts, periods
-from accounting.reports import budget_statuses, rated_usage
+from accounting.reports import budget_statuses, idle_for, rated_usage
 from accounting.selectors import rollup_time, statement_for, statements_for, waste_by_team
+from accounting.selectors_fairness import (
+    capacity_by_model,
+    cluster_allocated,
+    failure_counts,
+    fairness_for,
+    visible_team_names,
+    wait_seconds,
+    waiting_intervals,
+)
 from scheduler.services.common import db_now
 
 
@@ -59,9 +68,35 @@ def dashboard(request):
         "fig-by_kind": _figure(charts.cost_by(rated.lines, "kind", cur)),
         "fig-top_jobs": _figure(charts.top_jobs_chart(top, cur)),
     }
-    waste = waste_by_team(request.user, start=rng.start, end=rng.end, now=now)
+    visible = visible_team_names(request.user)
+    horizon = min(rng.end, now)
+    waiting = waiting_intervals(visible, start=rng.start, horizon=horizon)
+    waste = waste_by_team(request.user, start=rng.start, end=rng.end, now=now, waiting=waiting)
     if waste:
         figures["fig-waste"] = _figure(charts.waste_chart([(w.team, w.gpu_hours_lost, w.queued_hours) for w in waste]))
+    if rated.lines:
+        figures["fig-efficiency"] = _figure(charts.efficiency_over_time(rated.lines))
+    capacity = capacity_by_model()
+    allocated = cluster_allocated(start=rng.start, end=rng.end, agg=params["agg"])
+    idle = idle_for(
+        rng, now=now, agg=params["agg"], visible=visible, cards=rated.cards, capacity=capacity, allocated=allocated
+    )
+    if idle.lines:
+        figures["fig-idle"] = _figure(charts.idle_over_time(idle.lines, cur))
+    fairness = fairness_for(
+        visible, start=rng.start, end=rng.end, now=now, waiting=waiting, capacity=capacity, allocated=allocated
+    )
+    if fairness:
+        figures["fig-fairness"] = _figure(charts.fairness_chart(fairness))
+    waits = wait_seconds(visible, start=rng.start, end=rng.end)
+    if waits:
+        figures["fig-wait"] = _figure(charts.wait_time_chart(waits))
+    failures = charts.failure_rates(failure_counts(visible, start=rng.start, end=rng.end))
+    if failures:
+        figures["fig-failures"] = _figure(charts.failure_rate_chart(failures))
+    slots, depth = charts.queue_depth(waiting, rng.start, horizon)
+    if depth:
+        figures["fig-queue"] = _figure(charts.queue_depth_chart(slots, depth))
     this_month = periods.parse_month(today.strftime("%Y-%m"))
     last_month = periods.preset_range("last-month", today)
     context = {
@@ -82,6 +117,13 @@ def dashboard(request):
         "figures": figures,
         "budgets": budget_statuses(request.user, this_month),
         "waste": waste,
+        "idle": idle,
+        "idle_share": idle.shares,
+        "total_with_idle": rated.total_cost + sum(idle.shares.values()) + (idle.total if idle.shows_line else 0),
+        "fairness": fairness,
+        "wait_stats": charts.wait_stats(waits),
+        "failures": failures,
+        "has_queue": bool(depth),
         "export_months": [today.strftime("%Y-%m"), last_month.start.strftime("%Y-%m")],
         "statements": statements_for(request.user),
         "rolled_until": rollup_time(),

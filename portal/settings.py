@@ -153,6 +153,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development and tests (no collectstatic)
 ROTA_METRICS_TOKEN = env_str("ROTA_METRICS_TOKEN", "")
 JOB_LOG_MAX_BYTES = env_int("ROTA_JOB_LOG_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
+ROTA_IDLE_COST_POLICY = env_str("ROTA_IDLE_COST_POLICY", "separate")  # hide | separate | share (OpenCost)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

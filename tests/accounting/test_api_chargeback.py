@@ -74,17 +74,17 @@ def test_a_user_in_no_team_gets_only_the_header(api, usage):
 
 def test_staff_see_every_team(api, usage):
     _, body = fetch(api(UserFactory(username="root", is_staff=True)), month="2026-11")
-    assert {r["team"] for r in csv.DictReader(io.StringIO(body.decode()))} == {"vision", "nlp"}
+    assert {r["team"] for r in csv.DictReader(io.StringIO(body.decode()))} == {"vision", "nlp", "(idle)"}
 
 
-def test_the_xlsx_reads_back_with_four_sheets_frozen_headers_and_text_formulas(api, alice, usage):
+def test_the_xlsx_reads_back_with_five_sheets_frozen_headers_and_text_formulas(api, alice, usage):
     response, body = fetch(api(alice), month="2026-11", format="xlsx")
     assert response.status_code == 200
     wb = load_workbook(io.BytesIO(body))
-    assert wb.sheetnames == ["Summary by team", "By user", "Job detail", "Rate card"]
+    assert wb.sheetnames == ["Summary by team", "By user", "Job detail", "Rate card", "Fairness"]
     summary = wb["Summary by team"]
     assert summary.freeze_panes == "A2"
-    assert [c.value for c in summary[2]] == ["2026-11", "vision", "vision", 21.0, 82.5]
+    assert [c.value for c in summary[2]] == ["2026-11", "vision", "vision", 21.0, 82.5, 0, 82.5]  # no idle share
     assert summary["E2"].number_format == "#,##0.00"
     detail = wb["Job detail"]
     names = [row[4] for row in detail.iter_rows(min_row=2, values_only=True)]

@@ -18,7 +18,7 @@ NOVEMBER = {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}
 
 def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, django_assert_max_num_queries):
     client.force_login(alice)
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(21):
         response = client.get(URL, NOVEMBER)
     assert response.status_code == 200
     html = response.content.decode()
@@ -108,6 +108,6 @@ def test_the_query_count_does_not_grow_with_the_number_of_jobs(
         allocate(job, "GPU-a100-1", start + timedelta(hours=20 + i), start + timedelta(hours=20 + i, minutes=30))
     usage_rollup(until=start + timedelta(days=5), full=True)  # backdated rows: a repair run picks them up
     client.force_login(alice)
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(21):
         html = client.get(URL, {**NOVEMBER, "group_by": "user"}).content.decode()
     assert "sweep-" in html

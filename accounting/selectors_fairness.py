@@ -1,0 +1,177 @@
+"""Reads for the fairness statement, idle cost and the queue charts, in a fixed number of queries.
+
+Tenancy as in ``accounting.selectors``: rows are limited to the teams the user may see. Two inputs are
+cluster-wide aggregates by nature (every team's quotas, for the idle share of an entitlement; every team's
+allocated GPU-seconds and cost, for idle capacity and its pro-rata share); they are used in the arithmetic
+and never returned per team to a reader who may not see that team.
+"""
+
+from collections import defaultdict
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Count, F, Min, Q, QuerySet, Sum, Window
+from django.db.models.functions import Lead
+
+from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
+from accounting.models import UsageRecord
+from accounting.selectors import TRUNCS, _card_version
+from portal.access import cost_teams_for, sees_all_costs
+from portal.models import Team
+from scheduler.models import Allocation, Gpu, Job, JobTransition, Quota
+from scheduler.models.jobs import FINAL_STATES, WAITING_STATES, JobState
+
+FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
+
+
+def visible_team_names(user) -> set[str] | None:
+    """Names of the teams ``user`` sees costs of; None when they see every team (no query then)."""
+    if sees_all_costs(user):
+        return None
+    return set(cost_teams_for(user).values_list("name", flat=True))
+
+
+def _teams(visible: set[str] | None) -> QuerySet[Team]:
+    return Team.objects.all() if visible is None else Team.objects.filter(name__in=visible)
+
+
+def capacity_by_model() -> dict[str, int]:
+    """GPUs present now per GPU model name (MIG slices count as GPUs of their own model). One query.
+    Accounting takes this as the capacity over any period: the inventory keeps no history."""
+    rows = Gpu.objects.filter(present=True).values("model__name").annotate(n=Count("id"))
+    return {r["model__name"]: r["n"] for r in rows}
+
+
+def waiting_intervals(visible: set[str] | None, *, start: datetime, horizon: datetime) -> list[tuple]:
+    """``(team, from, to)`` for every stretch a job of a visible team spent pending or held, from its recorded
+    transitions (a stretch runs to the job's next transition, or to ``horizon`` if there is none), for jobs
+    not finished before ``start``. Unclipped. One query."""
+    rows = (
+        JobTransition.objects.filter(job__team__in=_teams(visible), at__lt=horizon)
+        .filter(Q(job__finished_at__isnull=True) | Q(job__finished_at__gte=start))
+        .annotate(next_at=Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at").asc(), F("id").asc()]))
+        .values_list("job__team__name", "to_state", "at", "next_at")
+    )
+    waiting = {str(s) for s in WAITING_STATES}
+    return [
+        (team, at, nxt or horizon) for team, state, at, nxt in rows if state in waiting and (nxt or horizon) > start
+    ]
+
+
+def held_intervals(visible: set[str] | None, *, start: datetime, horizon: datetime) -> dict[str, list]:
+    """Per team, ``(from, to, GPUs)`` of its allocations overlapping ``[start, horizon)`` (open ones run to
+    ``horizon``; a fraction counts its share). One query."""
+    out: dict[str, list] = defaultdict(list)
+    rows = (
+        Allocation.objects.filter(job__team__in=_teams(visible), started_at__lt=horizon)
+        .exclude(ended_at__lte=start)
+        .values_list("job__team__name", "started_at", "ended_at", "share_milli")
+    )
+    for team, lo, hi, share in rows:
+        out[team].append((lo, hi or horizon, share / 1000))
+    return out
+
+
+def quota_terms() -> list[QuotaTerm]:
+    """Every team's quota rows (the idle share of an entitlement depends on all the weights). One query."""
+    return [
+        QuotaTerm(team=t, gpu_model=m, guaranteed=float(g), weight=float(w))
+        for t, m, g, w in Quota.objects.values_list("team__name", "gpu_model__name", "guaranteed", "weight")
+    ]
+
+
+def received_gpu_seconds(visible: set[str] | None, *, start: datetime, end: datetime) -> dict[tuple[str, str], float]:
+    """Ledger GPU-seconds in ``[start, end)`` per (team, GPU model) of the visible teams. One query."""
+    rows = (
+        UsageRecord.objects.filter(team__in=_teams(visible), period_start__gte=start, period_start__lt=end)
+        .values("team__name", "gpu_model__name")
+        .annotate(s=Sum("gpu_seconds"))
+    )
+    return {(r["team__name"], r["gpu_model__name"]): float(r["s"]) for r in rows}
+
+
+def fairness_for(
+    visible: set[str] | None,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    waiting: list[tuple] | None = None,
+    capacity: dict[str, int] | None = None,
+    allocated: list[tuple] | None = None,
+) -> list[TeamFairness]:
+    """The fairness statement of the visible teams with a quota or usage in ``[start, end)``, counted up to
+    ``now`` for a running period. Five queries, one fewer for each of ``waiting`` (from ``waiting_intervals``)
+    ``capacity`` and ``allocated`` (the rows of ``cluster_allocated`` for the same range) passed in."""
+    horizon = min(end, now)
+    if horizon <= start:
+        return []
+    quotas = quota_terms()
+    if allocated is None:
+        received = received_gpu_seconds(visible, start=start, end=end)
+    else:
+        received = defaultdict(float)
+        for _period, team, model, _card, seconds in allocated:
+            if visible is None or team in visible:
+                received[(team, model)] += float(seconds)
+    if waiting is None:
+        waiting = waiting_intervals(visible, start=start, horizon=horizon)
+    by_team: dict[str, list] = defaultdict(list)
+    for team, lo, hi in waiting:
+        by_team[team].append((lo, hi))
+    teams = {q.team for q in quotas} | {t for t, _ in received}
+    if visible is not None:
+        teams &= visible
+    return fairness_statement(
+        start=start,
+        end=horizon,
+        teams=teams,
+        capacity=capacity_by_model() if capacity is None else capacity,
+        quotas=quotas,
+        received_gpu_s=received,
+        waiting=by_team,
+        held=held_intervals(visible, start=start, horizon=horizon),
+    )
+
+
+def cluster_allocated(
+    *, start: datetime, end: datetime, agg: str
+) -> list[tuple[datetime, str, str, int | None, Decimal]]:
+    """Every team's ledger GPU-seconds in ``[start, end)`` as ``(period, team, GPU model, card version,
+    GPU-seconds)``: the cluster-wide input of idle cost. One query."""
+    trunc = TRUNCS[agg]
+    rows = (
+        UsageRecord.objects.filter(period_start__gte=start, period_start__lt=end)
+        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version())
+        .values("period", "team__name", "gpu_model__name", "card")
+        .annotate(s=Sum("gpu_seconds"))
+    )
+    return [(r["period"], r["team__name"], r["gpu_model__name"], r["card"], r["s"]) for r in rows]
+
+
+def wait_seconds(visible: set[str] | None, *, start: datetime, end: datetime) -> dict[str, list[float]]:
+    """Per team, seconds from submission to first admission of the jobs submitted in ``[start, end)`` and
+    admitted at least once (jobs still waiting for their first admission are left out). One query."""
+    rows = (
+        Job.objects.filter(team__in=_teams(visible), created_at__gte=start, created_at__lt=end)
+        .annotate(first=Min("transitions__at", filter=Q(transitions__to_state=JobState.ADMITTED)))
+        .filter(first__isnull=False)
+        .values_list("team__name", "created_at", "first")
+    )
+    out: dict[str, list[float]] = defaultdict(list)
+    for team, created, first in rows:
+        out[team].append(max((first - created).total_seconds(), 0.0))
+    return dict(out)
+
+
+def failure_counts(visible: set[str] | None, *, start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
+    """Per team, ``(failed, finished)`` of the jobs that finished in ``[start, end)``: finished is any final
+    state, failed is failed, timed-out or node-lost (cancelled jobs count as finished, not failed). One query."""
+    rows = (
+        Job.objects.filter(
+            team__in=_teams(visible), state__in=FINAL_STATES, finished_at__gte=start, finished_at__lt=end
+        )
+        .values("team__name")
+        .annotate(n=Count("id"), failed=Count("id", filter=Q(state__in=FAILED_STATES)))
+    )
+    return {r["team__name"]: (r["failed"], r["n"]) for r in rows}
