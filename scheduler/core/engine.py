@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from scheduler.core import reasons as R
 from scheduler.core.backfill import Reservation, Timeline
 from scheduler.core.cluster import EPS, Cluster, Group, Node
+from scheduler.core.estimates import pending_infos
 from scheduler.core.feasibility import Feasibility, analyse, shape_text
 from scheduler.core.ordering import sort_key
 from scheduler.core.placement import Request, place, request_of
@@ -28,7 +29,6 @@ from scheduler.core.types import (
     PENDING,
     Decisions,
     JobInfo,
-    PendingInfo,
     Placement,
     Preemption,
     Reason,
@@ -408,64 +408,6 @@ class Cycle(Preempting):
             free_in_pool=total,
         )
 
-    # -- estimates ---------------------------------------------------------------------------------
-
-    def pending_infos(self) -> tuple[PendingInfo, ...]:
-        """Queue positions and estimated starts for every waiting job, in queue order."""
-        out = []
-        append = out.append
-        timeline = self.timeline
-        res_by_job = {r.job_id: r for r in self.reservations.values()}
-        quota_eta: dict[tuple, float | None] = {}
-        profiles: dict[int, Callable] = {}  # id(group) -> its profile's estimate
-        preempting, preempting_eta = R.PREEMPTING, self.preempting_eta
-        for pos, (job, reason, group, req) in enumerate(self.waiting, start=1):
-            est: float | None = None
-            code = reason.code
-            if code == preempting:
-                est = preempting_eta.get(job.id)
-            elif group is not None and req is not None:
-                estimate = profiles.get(id(group))
-                if estimate is None:
-                    estimate = profiles[id(group)] = timeline.profile(group).estimate
-                if res_by_job:
-                    res = res_by_job.get(job.id)
-                    est = estimate(req.amount, job.time_limit_s, res.start if res else None)
-                    if res is not None:
-                        est = res.start
-                else:
-                    est = estimate(req.amount, job.time_limit_s, None)
-            elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
-                key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
-                if key not in quota_eta:
-                    quota_eta[key] = self._quota_eta(job.team, key[1], reason)
-                est = quota_eta[key]
-            append(PendingInfo(job.id, reason, pos, est))
-        return tuple(out)
-
-    def _quota_eta(self, team: str, model, reason: Reason) -> float | None:
-        """When enough of the team's running jobs end for its limit to admit the job; None if unknown."""
-        details = reason.details
-        limit, in_use, need = details.get("limit"), details.get("in_use"), details.get("requested")
-        if not isinstance(limit, (int, float)) or not isinstance(in_use, (int, float)) or need is None:
-            return None
-        excess = in_use + need - limit
-        if excess > limit + EPS and limit < need:
-            return None
-        ends = []
-        for rec in self.running_by_team.get((team, model), ()):
-            job = rec.job
-            if job.time_limit_s is None or job.started_at is None:
-                continue
-            ends.append((max(job.started_at + job.time_limit_s, self.now), sum(rec.shares.values())))
-        ends.sort()
-        freed = 0.0
-        for t, share in ends:
-            freed += share
-            if freed >= excess - EPS:
-                return t
-        return None
-
 
 _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
 
@@ -510,7 +452,7 @@ def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
         cycle.try_job(job)
     if timer:
         timer("place")
-    pending = cycle.pending_infos()
+    pending = pending_infos(cycle)
     if timer:
         timer("estimate")
     stats = dict(cycle.stats)

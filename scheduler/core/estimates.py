@@ -1,0 +1,76 @@
+"""Estimates for the jobs that wait after a cycle's walk: queue position, and when each may start.
+
+Jobs waiting for preemption victims start after the victims' grace period; jobs waiting for room in a
+group consume that group's free-capacity profile in queue order (``backfill.Profile``), or start at their
+reservation; jobs over a quota limit start when enough of their team's running jobs reach their time limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from scheduler.core import reasons as R
+from scheduler.core.cluster import EPS
+from scheduler.core.types import PendingInfo, Reason
+
+if TYPE_CHECKING:
+    from scheduler.core.engine import Cycle
+
+
+def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
+    """Queue positions and estimated starts for every waiting job, in queue order."""
+    out = []
+    append = out.append
+    timeline = cycle.timeline
+    res_by_job = {r.job_id: r for r in cycle.reservations.values()}
+    quota_eta: dict[tuple, float | None] = {}
+    profiles: dict[int, Callable] = {}  # id(group) -> its profile's estimate
+    preempting, preempting_eta = R.PREEMPTING, cycle.preempting_eta
+    for pos, (job, reason, group, req) in enumerate(cycle.waiting, start=1):
+        est: float | None = None
+        code = reason.code
+        if code == preempting:
+            est = preempting_eta.get(job.id)
+        elif group is not None and req is not None:
+            estimate = profiles.get(id(group))
+            if estimate is None:
+                estimate = profiles[id(group)] = timeline.profile(group).estimate
+            if res_by_job:
+                res = res_by_job.get(job.id)
+                est = estimate(req.amount, job.time_limit_s, res.start if res else None)
+                if res is not None:
+                    est = res.start
+            else:
+                est = estimate(req.amount, job.time_limit_s, None)
+        elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
+            key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
+            if key not in quota_eta:
+                quota_eta[key] = _quota_eta(cycle, job.team, key[1], reason)
+            est = quota_eta[key]
+        append(PendingInfo(job.id, reason, pos, est))
+    return tuple(out)
+
+
+def _quota_eta(cycle: Cycle, team: str, model, reason: Reason) -> float | None:
+    """When enough of the team's running jobs end for its limit to admit the job; None if unknown."""
+    details = reason.details
+    limit, in_use, need = details.get("limit"), details.get("in_use"), details.get("requested")
+    if not isinstance(limit, (int, float)) or not isinstance(in_use, (int, float)) or need is None:
+        return None
+    excess = in_use + need - limit
+    if excess > limit + EPS and limit < need:
+        return None
+    ends = []
+    for rec in cycle.running_by_team.get((team, model), ()):
+        job = rec.job
+        if job.time_limit_s is None or job.started_at is None:
+            continue
+        ends.append((max(job.started_at + job.time_limit_s, cycle.now), sum(rec.shares.values())))
+    ends.sort()
+    freed = 0.0
+    for t, share in ends:
+        freed += share
+        if freed >= excess - EPS:
+            return t
+    return None
