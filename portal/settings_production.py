@@ -6,8 +6,8 @@ import os
 
 os.environ["DEBUG"] = "0"
 
-from portal.settings import *  # noqa: E402, F403
 from portal.env import env_bool, env_int  # noqa: E402
+from portal.settings import *  # noqa: E402, F403
 
 DEBUG = False
 SESSION_COOKIE_SECURE = True
