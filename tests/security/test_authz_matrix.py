@@ -193,3 +193,23 @@ def test_the_job_matrix(world, client_for, method, path, expected):
         seen[principal] = got
         if got != want:
             pytest.fail(f"{method.upper()} {path} as {principal}: {got}, expected {want}; so far {seen}")
+
+
+@pytest.mark.django_db
+def test_every_operation_of_the_openapi_schema_is_a_route_of_the_matrix(client_for):
+    import re
+
+    schema = client_for("owner").get("/api/schema/?format=json").json()
+    patterns = [re.compile("^/" + re.sub(r"<[^>]+>", "[^/]+", route) + "$") for route, _ in ROUTES]
+    missing = [path for path in schema["paths"]
+               if not any(p.match(re.sub(r"\{[^}]+\}", "x1", path)) for p in patterns)]
+    assert len(schema["paths"]) >= 15 and missing == []
+    anonymous = client_for("anonymous")
+    for path, operations in schema["paths"].items():
+        if path.startswith(("/api/v1/auth/", "/api/schema")):
+            continue
+        for method in operations:
+            if method in ("get", "post", "put", "delete", "patch"):
+                url = re.sub(r"\{[^}]+\}", "1", path)
+                status = getattr(anonymous, method)(url).status_code
+                assert status in (401, 403), f"anonymous {method.upper()} {path}: {status}"
