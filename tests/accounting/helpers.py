@@ -40,3 +40,15 @@ def preempt(job, at, lost):
     return Preemption.objects.create(
         job=job, attempt=job.attempt, reason="Reclaim", message="reclaimed", gpu_seconds_lost=lost, at=at
     )
+
+
+def history(job, *steps):
+    """Record ``job``'s transitions: ``(to_state, at)`` pairs in order; the job's ``created_at`` becomes the
+    first step's time (submission)."""
+    from scheduler.models import JobTransition
+
+    previous = ""
+    for to_state, at in steps:
+        JobTransition.objects.create(job=job, from_state=previous, to_state=to_state, at=at, cause="test")
+        previous = to_state
+    Job.objects.filter(pk=job.pk).update(created_at=steps[0][1])

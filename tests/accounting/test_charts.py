@@ -67,3 +67,48 @@ def test_month_parsing_and_presets():
     assert (week.start.date(), week.end.date()) == (date(2026, 11, 23), date(2026, 11, 30))
     with pytest.raises(ValueError, match="YYYY-MM"):
         periods.parse_month("2026-00")
+
+
+T = datetime(2026, 11, 3, tzinfo=UTC)
+
+
+def test_queue_depth_is_the_hourly_average_of_jobs_waiting():
+    from datetime import timedelta
+
+    hour = timedelta(hours=1)
+    slots, depth = charts.queue_depth(
+        [("a", T, T + 2 * hour), ("a", T + hour / 2, T + hour), ("b", T - 5 * hour, T + 90 * timedelta(minutes=1))],
+        T,
+        T + 3 * hour,
+    )
+    assert slots == [T, T + hour, T + 2 * hour]
+    assert depth == {"a": [1.5, 1.0, 0.0], "b": [1.0, 0.5, 0.0]}
+
+
+def test_wait_stats_give_median_p90_and_max_in_minutes():
+    assert charts.wait_stats({"a": [60, 120, 180, 240, 300], "b": []}) == [("a", 5, 3.0, 4.6, 5.0)]
+
+
+def test_failure_rate_is_failed_over_finished():
+    assert charts.failure_rates({"a": (1, 4), "b": (0, 0)}) == [("a", 1, 4, 0.25)]
+    fig = charts.failure_rate_chart(charts.failure_rates({"a": (1, 4)}))
+    assert list(fig.data[0].y) == [25.0] and fig.data[0].text == ("1/4",)
+
+
+def test_the_new_figures_build_from_plain_data():
+    from accounting.fairness import QuotaTerm, fairness_statement
+    from accounting.idle import idle_lines
+
+    rated = rate_lines([line(3, "vision", 1, "h100-80gb", 2)], [CARD])
+    eff = charts.efficiency_over_time(rated)
+    assert [t.name for t in eff.data] == ["allocated GPU-hours (with telemetry)", "utilized GPU-hours", "efficiency %"]
+    idle = idle_lines(periods=periods.spans(T, T + (T - T.replace(day=2)), "day"), capacity={"h100-80gb": 1},
+                      allocated={}, cards=[CARD])  # fmt: skip
+    assert list(charts.idle_over_time(idle).data[0].y) == [24.0]
+    box = charts.wait_time_chart({"a": [60.0, 600.0]})
+    assert box.data[0].type == "box" and list(box.data[0].y) == [1.0, 10.0]
+    slots, depth = charts.queue_depth([("a", T, T.replace(hour=2))], T, T.replace(hour=3))
+    assert list(charts.queue_depth_chart(slots, depth).data[0].y) == [1.0, 1.0, 0.0]
+    fair = fairness_statement(start=T, end=T.replace(hour=1), teams=["a"], capacity={"m": 1},
+                              quotas=[QuotaTerm("a", "m", 1, 1)], received_gpu_s={}, waiting={}, held={})  # fmt: skip
+    assert [list(t.y) for t in charts.fairness_chart(fair).data] == [[1.0], [0.0]]

@@ -7,8 +7,9 @@ import pytest
 
 from accounting.models import Budget
 from accounting.services import usage_rollup
+from scheduler.models import Job
 from scheduler.services.common import db_now
-from tests.accounting.helpers import allocate, make_job
+from tests.accounting.helpers import allocate, history, make_job
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -104,10 +105,48 @@ def test_the_query_count_does_not_grow_with_the_number_of_jobs(
 ):
     start = usage["train"].allocations.first().started_at
     for i in range(25):
-        job = make_job(alice, cluster["vision"], name=f"sweep-{i}", kind="evaluation")
-        allocate(job, "GPU-a100-1", start + timedelta(hours=20 + i), start + timedelta(hours=20 + i, minutes=30))
+        job = make_job(
+            alice, cluster["vision"], name=f"sweep-{i}", kind="evaluation", state="failed" if i % 5 else "succeeded"
+        )
+        at = start + timedelta(hours=20 + i)
+        allocate(job, "GPU-a100-1", at, at + timedelta(minutes=30))
+        history(
+            job,
+            ("pending", at - timedelta(minutes=i)),
+            ("admitted", at),
+            ("running", at),
+            ("failed", at + timedelta(minutes=30)),
+        )
+        Job.objects.filter(pk=job.pk).update(finished_at=at + timedelta(minutes=30))
     usage_rollup(until=start + timedelta(days=5), full=True)  # backdated rows: a repair run picks them up
     client.force_login(alice)
     with django_assert_max_num_queries(21):
         html = client.get(URL, {**NOVEMBER, "group_by": "user"}).content.decode()
     assert "sweep-" in html
+    for fig in ("fig-wait", "fig-failures", "fig-queue", "fig-fairness", "fig-efficiency"):
+        assert f'id="{fig}"' in html
+    # the query ceiling is 21, not 14: the fairness statement, idle cost and the queue charts read 7 fixed inputs
+    # (visible teams, GPU capacity, every team's allocated GPU-seconds, quotas, allocations, jobs' first
+    # admission, finished jobs by state); the transitions are read once for the queue, waste and fairness
+
+
+def test_the_fairness_wait_and_failure_sections_show_only_your_team(client, alice, charlie, cluster, usage):
+    start = usage["train"].allocations.first().started_at
+    mine = make_job(alice, cluster["vision"], name="mine", state="failed")
+    history(mine, ("pending", start - timedelta(hours=3)), ("admitted", start - timedelta(hours=1)))
+    Job.objects.filter(pk=mine.pk).update(finished_at=start)
+    theirs = make_job(charlie, cluster["nlp"], name="theirs", state="succeeded")
+    history(theirs, ("pending", start), ("admitted", start + timedelta(minutes=6)))
+    Job.objects.filter(pk=theirs.pk).update(finished_at=start + timedelta(hours=1))
+    client.force_login(alice)
+    html = client.get(URL, NOVEMBER).content.decode()
+    fairness = html.split('id="fairness"')[1].split("</section>")[0]
+    waits = html.split('id="waits"')[1].split("</section>")[0]
+    assert "vision" in fairness and "nlp" not in fairness
+    assert '<td>vision</td><td class="num">1</td><td class="num">120.0</td>' in waits  # 2 h to admission
+    assert "100%" in waits and "nlp" not in waits
+    assert 'id="fig-queue"' in html
+    client.force_login(charlie)
+    html = client.get(URL, NOVEMBER).content.decode()
+    waits = html.split('id="waits"')[1].split("</section>")[0]
+    assert '<td>nlp</td><td class="num">1</td><td class="num">6.0</td>' in waits and "vision" not in waits
