@@ -284,7 +284,7 @@ def _bar_chart(values: list[tuple[str, float]]):
 
 def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
     """The fairness section of a team's statement: entitled vs received per GPU model, and waiting time."""
-    from reportlab.platypus import Paragraph, Table
+    from reportlab.platypus import Paragraph, Spacer, Table
 
     story = [Paragraph("Fairness", styles["Heading3"])]
     if f is None or not f.lines:
@@ -319,8 +319,10 @@ def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
         f"(shortfall {f.shortfall_gpu_hours:,.1f} GPU-hours). Entitled: guarantee plus a weight share of the "
         "capacity nobody is guaranteed (GPUs present now, taken as constant over the period)."
     )
-    widths = [130, 65, 70, 75, 80, 50]
-    return [*story, Table(rows, colWidths=widths, style=grid, repeatRows=1), Paragraph(text, styles["BodyText"])]
+    widths = [121, 62, 66, 68, 82, 52]  # 451 pt: the A4 frame inside the default margins
+    table = Table(rows, colWidths=widths, style=grid, repeatRows=1, hAlign="LEFT")
+    table.setStyle([("FONTNAME", (0, -1), (-1, -1), "Helvetica-Bold")])
+    return [*story, table, Spacer(1, 4), Paragraph(text, styles["BodyText"])]
 
 
 def pdf_bytes(
@@ -336,10 +338,11 @@ def pdf_bytes(
 
     from reportlab.lib import colors
     from reportlab.lib.pagesizes import A4
-    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
     from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
     styles = getSampleStyleSheet()
+    cell = ParagraphStyle("cell", parent=styles["BodyText"], fontSize=8, leading=10)
     per_team: dict[str, list[RatedLine]] = defaultdict(list)
     for line in lines:
         per_team[line.usage.team].append(line)
@@ -371,9 +374,9 @@ def pdf_bytes(
             Paragraph(f"Chargeback statement: {escape(team)}", styles["Title"]),
             Paragraph(f"Period: {escape(period_label)}", styles["Normal"]),
             Spacer(1, 8),
-            Table([header, values], style=grid, hAlign="LEFT", colWidths=[90] * len(header)),
+            Table([header, values], style=numbers, hAlign="LEFT", colWidths=[451 / len(header)] * len(header)),
             Spacer(1, 12),
-            Paragraph("Cost by GPU model", styles["Heading3"]),
+            Paragraph(f"Cost by GPU model ({escape(currency)})", styles["Heading3"]),
             _bar_chart([(m, float(c)) for m, _, c in totals_by(tl, lambda r: r.usage.gpu_model)]),
             Paragraph("Top jobs by cost", styles["Heading3"]),
         ]
@@ -382,15 +385,15 @@ def pdf_bytes(
         for job_id, name, _team, hours, cost in top_jobs(tl, 15):
             rows.append(
                 [
-                    Paragraph(escape(f"#{job_id} {name}"), styles["BodyText"]),
-                    Paragraph(escape(users[job_id]), styles["BodyText"]),
+                    Paragraph(escape(f"#{job_id} {name}"), cell),
+                    Paragraph(escape(users[job_id]), cell),
                     f"{hours:,.2f}",
                     f"{cost:,.2f}",
                 ]
             )
         if len(rows) == 1:
             rows.append(["no usage", "", "", ""])
-        story.append(Table(rows, colWidths=[230, 100, 70, 70], style=numbers, repeatRows=1, hAlign="LEFT"))
+        story.append(Table(rows, colWidths=[211, 100, 70, 70], style=numbers, repeatRows=1, hAlign="LEFT"))
         if fairness is not None:
             story += [Spacer(1, 8), *_fairness_story(fair.get(team), styles, numbers)]
     buf = io.BytesIO()
