@@ -12,9 +12,11 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
@@ -348,21 +350,11 @@ class Preempting:
         for team in self.lenders[(group.model, pool)]:
             if team != job.team:
                 room[team] = self.quota.lendable(team, group.model)
-        reclaim_out: list[tuple[tuple, Running, str]] = []
-        teams = 0
-        for team, left in room.items():
-            if left > EPS:
-                got = 0
-                for cand in self.pref_lender[(group.model, pool, team)]:
-                    if cand[1].job.id not in taken:
-                        reclaim_out.append(cand)
-                        got += 1
-                        if got >= limit:
-                            break
-                teams += got > 0
-        if teams > 1:
-            # Keys are unique (they end with the job id): sorting merges the per-team lists.
-            reclaim_out = sorted(reclaim_out, key=_first)[:limit]
+        streams = [(c for c in self.pref_lender[(group.model, pool, team)] if c[1].job.id not in taken)
+                   for team, left in room.items() if left > EPS]
+        # Keys are unique (they end with the job id), so merging the per-team lists keeps the order.
+        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_first)
+        reclaim_out = list(islice(merged, limit))
         if not out:
             return reclaim_out
         # Keys are unique (they end with the job id), so sorting merges the two ordered lists.
