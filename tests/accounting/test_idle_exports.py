@@ -105,3 +105,12 @@ def test_the_dashboard_shows_a_members_idle_share_under_share(client, alice, usa
     client.force_login(alice)
     html = client.get("/accounting/", {"preset": "custom", "start": "2026-10-01", "end": "2026-10-31"}).content.decode()
     assert "cost with idle share" in html and "15624.00" in html
+
+
+def test_a_bad_policy_setting_fails_at_start(settings):
+    from django.apps import apps
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings.ROTA_IDLE_COST_POLICY = "spread"
+    with pytest.raises(ImproperlyConfigured, match="ROTA_IDLE_COST_POLICY must be one of hide, separate, share"):
+        apps.get_app_config("accounting").ready()
