@@ -99,6 +99,11 @@ class Budget(models.Model):
     amount = models.DecimalField(max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))])
     warn_percent = models.PositiveSmallIntegerField(default=80, validators=[MaxValueValidator(100)])
     period = models.CharField(max_length=10, default="month")
+    # Enforcement at admission: while ``exceeded_at`` is set (by the usage rollup), the team's waiting jobs
+    # are not admitted and show BudgetExceeded; running work is not stopped.
+    enforce = models.BooleanField(default=False)
+    exceeded_at = models.DateTimeField(null=True, blank=True)
+    used = models.DecimalField(max_digits=14, decimal_places=2, default=0)  # this month, at the last rollup
 
     class Meta:
         ordering = ["team__name", "unit"]

@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from accounting.budgets import budgets_refresh
 from accounting.services import statements_close_month
 from accounting.services import usage_rollup as _usage_rollup
 from scheduler.services.common import db_now
@@ -13,5 +14,7 @@ def usage_rollup(**_ignored) -> dict:
     month has closed, store its statements per team."""
     report = _usage_rollup().as_dict()
     if report["ran"]:
-        report["statements"] = statements_close_month(now=db_now())
+        now = db_now()
+        report["statements"] = statements_close_month(now=now)
+        report["over_budget"] = budgets_refresh(now)
     return report

@@ -4,6 +4,7 @@ Safe to run twice or concurrently: a PostgreSQL advisory lock makes it single-fl
 re-read from the database each time, and every write is a guarded update.
 """
 
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -12,7 +13,8 @@ from django.db import connection, transaction
 
 from portal import locks
 from scheduler.core import schedule
-from scheduler.dispatch import expire_time_limits, persist_decisions, reclaim_idle
+from scheduler.core.types import PENDING, Snapshot
+from scheduler.dispatch import expire_time_limits, mark_waiting, persist_decisions, reclaim_idle
 from scheduler.services.common import db_now
 from scheduler.snapshot import build_snapshot
 
@@ -44,6 +46,17 @@ def _try_lock(key: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def _hold_back_over_budget(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
+    """Leave out the waiting jobs of teams past an enforced budget; return them with their message."""
+    from accounting.budgets import exceeded_teams
+
+    over = exceeded_teams()
+    if not over:
+        return snapshot, {}
+    held = {j.id: over[j.team] for j in snapshot.jobs if j.state == PENDING and j.team in over}
+    return dataclasses.replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.id not in held)), held
+
+
 def run_cycle() -> CycleReport:
     """Run one scheduling cycle unless another is running (then return ``ran=False`` at once)."""
     phases: dict[str, float] = {}
@@ -55,10 +68,13 @@ def run_cycle() -> CycleReport:
         timed_out = expire_time_limits(now)
         reclaimed = reclaim_idle(now)
         snapshot, gpus = build_snapshot(now)
+        snapshot, over_budget = _hold_back_over_budget(snapshot)
         t1 = time.perf_counter()
         decisions = schedule(snapshot)
         t2 = time.perf_counter()
         result = persist_decisions(decisions, gpus, now)
+        if over_budget:
+            mark_waiting(over_budget, code="BudgetExceeded")
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
     report = CycleReport(

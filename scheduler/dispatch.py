@@ -169,3 +169,16 @@ def reclaim_idle(now: datetime) -> int:
         if stats["busiest"] is not None and stats["busiest"] < IDLE_UTIL_PCT:
             count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.IDLE)
     return count
+
+
+def mark_waiting(messages: dict[int, str], *, code: str) -> int:
+    """Give jobs the cycle held back itself (not the engine) their reason; they have no queue position."""
+    by_message: dict[str, list[int]] = {}
+    for job_id, message in messages.items():
+        by_message.setdefault(message, []).append(job_id)
+    updated = 0
+    for message, ids in by_message.items():
+        updated += Job.objects.filter(pk__in=ids, state=JobState.PENDING).update(
+            pending_reason_code=code, pending_reason_message=message[:500], pending_reason_details={},
+            queue_position=None, estimated_start=None)
+    return updated
