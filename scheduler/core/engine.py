@@ -77,6 +77,9 @@ class Cycle(Preempting):
                     if dev is not None:
                         held = self.stopping[dev.node.name]
                         held[p.gpu_id] = held.get(p.gpu_id, 0.0) + p.share
+                        # Already on its way out: reclaim may not count it again as the team's borrowing,
+                        # or a team would be pushed below its guarantee across cycles (reclaim ping-pong).
+                        self.quota.release(job.team, dev.model, p.share)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.victims: set[int] = set()

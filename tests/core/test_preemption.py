@@ -143,3 +143,18 @@ def test_it_does_not_preempt_under_a_policy_without_preemption():
     jobs = [running(1, "vision", gpu_ids(N1, 8), priority=100), JobInfo(2, "vision", gpus=4, priority=800)]
     d = schedule(snap([N1], jobs, [quota("vision")], policy="slurm"))
     assert d.preemptions == ()
+
+
+def test_it_never_reclaims_a_team_below_its_guarantee_counting_jobs_already_stopping():
+    """Team b holds 6 GPUs against a guarantee of 2, but 4 of them are already being preempted (reclaimed
+    last cycle). c, under its guarantee, needs a GPU in pool p2 where b runs its last 2: taking one would
+    leave b with 1 < 2 once the stopping jobs are gone, so c must wait instead (no reclaim ping-pong)."""
+    n1, n2 = node("n1", gpus=4, pool="p1", first_id=0), node("n2", gpus=4, pool="p2", first_id=100)
+    stopping = [replace(running(10 + i, "b", (i,)), terminating=True) for i in range(4)]
+    jobs = stopping + [running(20, "b", (100,)), running(21, "b", (101,)), running(30, "d", (102, 103)),
+                       JobInfo(40, "c", gpus=1, pool="p2", submitted_at=5)]
+    s = snap([n1, n2], jobs, [quota(t, guaranteed=2, limit=8) for t in ("b", "c", "d")])
+    d = schedule(s)
+    assert d.preemptions == ()
+    assert not d.starts
+    assert check_invariants(s, d) == []
