@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db
 TEAMS, NODES, GPUS, JOBS, ROUNDS = 10, 5, 8, 120, 8
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: reclaim ping-pong when guarantees add up to the pool: more jobs "
-                                       "preempted than finished, jobs reclaimed from again and again (scheduler/core)")
+@pytest.mark.xfail(strict=True, reason="BUG (scheduler/core): when guarantees add up to the pool, GPUs freed by "
+                                       "finishing jobs go to a borrowing team ahead of teams still under their "
+                                       "guarantee, which then reclaim them: more preemptions than finished jobs")
 def test_reclaims_between_teams_make_progress(cluster):
     rng = random.Random(7)
     pool, h100 = cluster["pool"], cluster["h100"]
