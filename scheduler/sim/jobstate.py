@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from scheduler.core.types import PENDING, RUNNING, JobInfo, Placement, PriorityClassInfo
 from scheduler.sim.trace import TraceJob
@@ -112,26 +113,7 @@ class JobViews:
 
     def running(self, job: SimJob, now: float, terminating: bool = False) -> JobInfo:
         """The job holding its devices; attained service counts the current attempt up to ``now``."""
-        t = job.trace
-        cls = self.classes.get(t.priority_class)
-        return JobInfo(
-            id=t.id,
-            team=t.team,
-            user=t.user,
-            kind=t.kind,
-            priority_class=t.priority_class,
-            priority=cls.value if cls else 0,
-            preemptible=cls.preemptible if cls else True,
-            gpus=t.gpus,
-            gpu_fraction=t.gpu_fraction,
-            gpu_models=t.gpu_models,
-            cpus=t.cpus,
-            memory_mb=t.memory_mb,
-            submitted_at=t.submit_time,
-            time_limit_s=self.time_limit(job),
-            state=RUNNING,
-            started_at=job.started_at,
-            placements=job.placements,
-            terminating=terminating,
-            attained_gpu_s=job.attained + (now - job.started_at) * job.request,
+        return replace(
+            self.pending(job), state=RUNNING, started_at=job.started_at, placements=job.placements,
+            terminating=terminating, attained_gpu_s=job.attained + (now - job.started_at) * job.request,
         )
