@@ -12,11 +12,9 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
@@ -290,6 +288,7 @@ class Preempting:
         quota = self.quota
         self.pref_team: dict[tuple[str, str], list] = {}
         self.pref_model: dict[str, list] = {}
+        self.pref_start: dict[str, int] = defaultdict(int)
         for key, recs in self.running_by_team.items():
             borrowing = quota.borrowed(key[0], key[1]) > EPS
             ok = [(victim_order(r, borrowing, self.now), r) for r in recs
@@ -302,13 +301,10 @@ class Preempting:
         # Per (model, pool): how many possible reclaim victims each team still has (victims leave it).
         self.lenders: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.lender_ids: set[int] = set()
-        # The same order split per (model, pool, team), so reclaim walks only teams with room to give.
-        self.pref_lender: dict[tuple[str, str, str], list] = defaultdict(list)
         for model, order in self.pref_model.items():
-            for key, rec in order:
+            for _key, rec in order:
                 self.lenders[(model, rec.pool)][rec.job.team] += 1
                 self.lender_ids.add(rec.job.id)
-                self.pref_lender[(model, rec.pool, rec.job.team)].append((key, rec, RECLAIM))
 
     def _has_candidates(self, job: JobInfo, group: Group, reclaim: bool) -> bool:
         """Whether ``_candidates`` would yield anything (most waiting jobs have no victim at all: answer
@@ -350,11 +346,20 @@ class Preempting:
         for team in self.lenders[(group.model, pool)]:
             if team != job.team:
                 room[team] = self.quota.lendable(team, group.model)
-        streams = [(c for c in self.pref_lender[(group.model, pool, team)] if c[1].job.id not in taken)
-                   for team, left in room.items() if left > EPS]
-        # Keys are unique (they end with the job id), so merging the per-team lists keeps the order.
-        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_first)
-        reclaim_out = list(islice(merged, limit))
+        lenders = {team for team, left in room.items() if left > EPS}
+        order = self.pref_model.get(group.model, ())
+        start = self.pref_start[group.model]
+        while start < len(order) and order[start][1].job.id in taken:
+            start += 1
+        self.pref_start[group.model] = start
+        reclaim_out = []
+        if lenders:
+            for i in range(start, len(order)):
+                key, rec = order[i]
+                if rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken:
+                    reclaim_out.append((key, rec, RECLAIM))
+                    if len(reclaim_out) >= limit:
+                        break
         if not out:
             return reclaim_out
         # Keys are unique (they end with the job id), so sorting merges the two ordered lists.
