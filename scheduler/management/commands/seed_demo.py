@@ -83,7 +83,8 @@ class Command(BaseCommand):
             faults = agents / f"{name}.faults"
             faults.touch()
             lines.append(
-                f"agent-{name}: sleep 3 && {sys.executable} -m scheduler.agent --portal {portal} --token-file {token_path} "
+                f"agent-{name}: sleep 3 && {sys.executable} -m scheduler.agent --portal {portal} "
+                f"--token-file {token_path} "
                 f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name} "
                 f"--fault-file {faults}"
             )
