@@ -14,6 +14,8 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import groupby
+from operator import attrgetter
 
 from scheduler.core import reasons as R
 from scheduler.core.backfill import Reservation, Timeline
@@ -120,6 +122,28 @@ class Cycle(Preempting):
             req = self._requests[key] = self._request_values.setdefault(req, req)
         return req
 
+    def within_guarantee(self, job: JobInfo) -> bool:
+        """Whether ``job`` would start inside its team's guarantee of some model it accepts (jobs that only
+        wait — held or unsatisfiable — count as inside: their place in the walk changes nothing)."""
+        if job.state == HELD:
+            return True
+        _pkey, (_req, feas, amount) = self._profile_of(job)
+        if feas.reason is not None:
+            return True
+        quota = self.quota
+        return any(quota.team_used(job.team, g.model) + amount <= quota.guaranteed.get((job.team, g.model), 0.0)
+                   + EPS for g in feas.groups)
+
+    def _profile_of(self, job: JobInfo) -> tuple[tuple, tuple[Request, Feasibility, float]]:
+        """The job's profile key and its (cached) profile."""
+        pkey = (job.team, job.pool, job.gpu_models, job.gpus, job.gpu_fraction, job.nodes, job.gpu_memory_mb,
+                job.cpus, job.memory_mb, tuple(job.node_labels.items()) if job.node_labels else (),
+                job.min_driver_version)
+        hit = self._profiles.get(pkey)
+        if hit is None:
+            hit = self._profiles[pkey] = self._profile(job)
+        return pkey, hit
+
     def _profile(self, job: JobInfo) -> tuple[Request, Feasibility, float]:
         """The job's request, its feasibility and the GPUs it charges (shared by jobs of the same team,
         pool, models and request)."""
@@ -219,13 +243,7 @@ class Cycle(Preempting):
         if job.state == HELD:
             self.wait(job, _HELD_REASON)
             return
-        pkey = (job.team, job.pool, job.gpu_models, job.gpus, job.gpu_fraction, job.nodes, job.gpu_memory_mb,
-                job.cpus, job.memory_mb, tuple(job.node_labels.items()) if job.node_labels else (),
-                job.min_driver_version)
-        hit = self._profiles.get(pkey)
-        if hit is None:
-            hit = self._profiles[pkey] = self._profile(job)
-        req, feas, amount = hit
+        pkey, (req, feas, amount) = self._profile_of(job)
         if feas.reason is not None:
             self.wait(job, feas.reason)
             return
@@ -451,8 +469,22 @@ def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
     cycle.plan_borrowing(queue)
     if timer:
         timer("order")
-    for job in queue:
-        cycle.try_job(job)
+    if snapshot.policy.guarantee_first:
+        for _priority, level in groupby(queue, key=attrgetter("priority")):
+            # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
+            # and so does the rest of that team (a team's own order is kept: no small job jumps its big one).
+            deferred, borrowing_teams = [], set()
+            for job in level:
+                if job.team not in borrowing_teams and cycle.within_guarantee(job):
+                    cycle.try_job(job)
+                else:
+                    borrowing_teams.add(job.team)
+                    deferred.append(job)
+            for job in deferred:
+                cycle.try_job(job)
+    else:
+        for job in queue:
+            cycle.try_job(job)
     if timer:
         timer("place")
     pending = pending_infos(cycle)

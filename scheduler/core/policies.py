@@ -4,11 +4,14 @@ from scheduler.core.types import Policy
 
 PRESETS: dict[str, Policy] = {
     # First come, first served: strict arrival order, no backfill, no preemption.
-    "fifo": Policy(name="fifo", ordering="fifo", backfill=False, preemption=False),
+    "fifo": Policy(name="fifo", ordering="fifo", backfill=False, preemption=False,
+                   guarantee_first=False),
     # Slurm-like: priority then arrival, EASY backfill, no fair share, no preemption.
-    "slurm": Policy(name="slurm", ordering="fifo", backfill=True, preemption=False),
+    "slurm": Policy(name="slurm", ordering="fifo", backfill=True, preemption=False,
+                    guarantee_first=False),
     # Tiresias-like: least attained service first (short jobs first without knowing runtimes).
-    "tiresias": Policy(name="tiresias", ordering="las", backfill=True, preemption=False),
+    "tiresias": Policy(name="tiresias", ordering="las", backfill=True, preemption=False,
+                       guarantee_first=False),
     # Rota's default: fair share within priority, borrowing with reclaim, preemption, backfill.
     "rota": Policy(name="rota"),
 }

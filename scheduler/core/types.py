@@ -156,6 +156,9 @@ class Policy:
     borrowing: bool = True
     placement: str = "binpack"  # "binpack" | "spread"
     fair_share_half_life_s: float = 7 * 24 * 3600.0
+    # Within each priority level, admit work that fits its team's guarantee before work that would borrow,
+    # so capacity that frees up goes to its owners first instead of being lent and then reclaimed.
+    guarantee_first: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,3 +93,25 @@ def test_it_counts_fractions_against_quota():
     started, pending = by_id(d)
     assert started == {1, 2, 3}
     assert pending[4].reason.message == "team vision holds 1.5/1.5 h100-80gb (limit 1.5); job needs 0.5"
+
+
+def test_work_inside_its_guarantee_starts_before_work_that_would_borrow():
+    """Freed capacity goes to its owner first: b's job fits b's guarantee, a's would borrow it. a is
+    earlier in the queue, yet b starts; a strict-order policy (guarantee_first off) starts a instead."""
+    n = node("n1", gpus=4, first_id=0)
+    jobs = [JobInfo(1, "a", gpus=4, submitted_at=1), JobInfo(2, "b", gpus=4, submitted_at=2)]
+    quotas = [quota("a", guaranteed=0, limit=4), quota("b", guaranteed=4, limit=4)]
+    s = snap([n], jobs, quotas)
+    assert [st.job_id for st in schedule(s).starts] == [2]
+    strict = replace(s, policy=replace(s.policy, guarantee_first=False))
+    assert [st.job_id for st in schedule(strict).starts] == [1]
+
+
+def test_a_teams_own_order_is_kept_when_its_head_would_borrow():
+    """b's 4-GPU head would borrow; b's later 1-GPU job fits the guarantee but must not jump its own head."""
+    n = node("n1", gpus=8, first_id=0)
+    jobs = [JobInfo(1, "b", gpus=4, submitted_at=1), JobInfo(2, "b", gpus=1, submitted_at=2)]
+    d = schedule(snap([n], jobs, [quota("b", guaranteed=2, limit=4)]))
+    started, pending = by_id(d)
+    assert list(started) == [1]
+    assert pending[2].reason.code == R.QUOTA_EXCEEDED

@@ -1,7 +1,8 @@
 """Reclaim must make progress. bench/load.py with 10 teams whose guarantees add up to the whole pool
-(``--guaranteed 1.0``) saw 1,330 reclaim preemptions for 32 finished jobs in two minutes: teams took
-"borrowed" GPUs back from each other in turn, each new holder soon reclaimed from in its turn. This drives
-the real cycle and node services with that shape."""
+(``--guaranteed 1.0``) saw 1,330 reclaim preemptions for 32 finished jobs in two minutes: GPUs freed by
+finishing jobs went to borrowing teams ahead of teams under their guarantee, which then reclaimed them.
+Fixed by admitting in-guarantee work first within each priority level. This drives the real cycle and
+node services with that shape."""
 
 import random
 
@@ -20,9 +21,6 @@ pytestmark = pytest.mark.django_db
 TEAMS, NODES, GPUS, JOBS, ROUNDS = 10, 5, 8, 120, 8
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (scheduler/core): when guarantees add up to the pool, GPUs freed by "
-                                       "finishing jobs go to a borrowing team ahead of teams still under their "
-                                       "guarantee, which then reclaim them: more preemptions than finished jobs")
 def test_reclaims_between_teams_make_progress(cluster):
     rng = random.Random(7)
     pool, h100 = cluster["pool"], cluster["h100"]
