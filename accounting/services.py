@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, Sum
 
 from accounting.models import RateCard, RateCardEntry, RollupState, Statement, UsageRecord
@@ -39,14 +39,6 @@ class RollupReport:
         data = asdict(self)
         data["until"] = self.until.isoformat() if self.until else None
         return data
-
-
-def _try_lock(key: int) -> bool:
-    if connection.vendor != "postgresql":
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-        return bool(cursor.fetchone()[0])
 
 
 def _records_for(alloc: Allocation, until: datetime, from_bucket: datetime | None) -> list[UsageRecord]:
@@ -82,7 +74,7 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
     advisory lock: returns ``ran=False`` at once if another rollup holds it. ``full`` recomputes every
     allocation (repair after a manual fix)."""
     with transaction.atomic():
-        if not _try_lock(locks.USAGE_ROLLUP):
+        if not locks.try_xact_lock(locks.USAGE_ROLLUP):
             return RollupReport(ran=False)
         until = until or db_now()
         state, _ = RollupState.objects.select_for_update().get_or_create(key="usage")

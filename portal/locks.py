@@ -4,3 +4,15 @@ SCHEDULING_CYCLE = 7_001
 NODE_LIVENESS = 7_002
 USAGE_ROLLUP = 7_003
 WHATIF = 7_004
+
+
+def try_xact_lock(key: int) -> bool:
+    """Take the advisory lock ``key`` for the current transaction, without waiting; False if another
+    transaction holds it. Always True off PostgreSQL (the single-process SQLite demo needs no lock)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])

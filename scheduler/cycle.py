@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from portal import locks
 from scheduler.core import schedule
@@ -38,14 +38,6 @@ class CycleReport:
         return asdict(self)
 
 
-def _try_lock(key: int) -> bool:
-    if connection.vendor != "postgresql":
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-        return bool(cursor.fetchone()[0])
-
-
 def _hold_back_over_budget(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
     """Leave out the waiting jobs of teams past an enforced budget; return them with their message."""
     from accounting.budgets import exceeded_teams
@@ -61,7 +53,7 @@ def run_cycle() -> CycleReport:
     """Run one scheduling cycle unless another is running (then return ``ran=False`` at once)."""
     phases: dict[str, float] = {}
     with transaction.atomic():
-        if not _try_lock(locks.SCHEDULING_CYCLE):
+        if not locks.try_xact_lock(locks.SCHEDULING_CYCLE):
             return CycleReport(ran=False)
         t0 = time.perf_counter()
         now = db_now()
