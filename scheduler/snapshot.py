@@ -108,13 +108,10 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
         )
 
     teams = list(Team.objects.prefetch_related(Prefetch("pools", queryset=Pool.objects.only("name"))))
+    names = {t.pk: t.name for t in teams}
     team_infos = tuple(
-        TeamInfo(name=t.name, parent=None, pools=frozenset(p.name for p in t.pools.all())) for t in teams
-    )
-    parents = {t.pk: t.name for t in teams}
-    team_infos = tuple(
-        TeamInfo(name=info.name, parent=parents.get(t.parent_id), pools=info.pools)
-        for info, t in zip(team_infos, teams, strict=True)
+        TeamInfo(name=t.name, parent=names.get(t.parent_id), pools=frozenset(p.name for p in t.pools.all()))
+        for t in teams
     )
     quotas = tuple(
         QuotaInfo(
