@@ -52,6 +52,40 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     return usage
 
 
+def team_infos() -> tuple[TeamInfo, ...]:
+    """Every team with its parent and the pools it may use (two queries)."""
+    teams = list(Team.objects.prefetch_related(Prefetch("pools", queryset=Pool.objects.only("name"))))
+    names = {t.pk: t.name for t in teams}
+    return tuple(
+        TeamInfo(name=t.name, parent=names.get(t.parent_id), pools=frozenset(p.name for p in t.pools.all()))
+        for t in teams
+    )
+
+
+def quota_infos() -> tuple[QuotaInfo, ...]:
+    """Every quota row (one query)."""
+    return tuple(
+        QuotaInfo(
+            team=q.team.name, gpu_model=q.gpu_model.name, guaranteed=float(q.guaranteed),
+            limit=float(q.limit) if q.limit is not None else None, weight=float(q.weight),
+            non_lendable=float(q.non_lendable), pool=q.pool.name if q.pool else None,
+        )
+        for q in Quota.objects.select_related("team", "gpu_model", "pool")
+    )
+
+
+def priority_class_infos(values: dict[str, int] | None = None) -> tuple[PriorityClassInfo, ...]:
+    """Every priority class (one query); ``values`` overrides some classes' values (what-if)."""
+    values = values or {}
+    return tuple(
+        PriorityClassInfo(
+            name=pc.name, value=values.get(pc.name, pc.value), preemptible=pc.preemptible,
+            may_preempt=pc.may_preempt, min_runtime_s=pc.min_runtime_s, grace_period_s=pc.grace_period_s,
+        )
+        for pc in PriorityClass.objects.all()
+    )
+
+
 def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapshot, dict[int, Gpu]]:
     """The engine's view of the cluster at ``now`` (database time). Also returns GPUs by id, which the
     dispatcher needs to turn placements into allocations."""
@@ -107,29 +141,8 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
             )
         )
 
-    teams = list(Team.objects.prefetch_related(Prefetch("pools", queryset=Pool.objects.only("name"))))
-    names = {t.pk: t.name for t in teams}
-    team_infos = tuple(
-        TeamInfo(name=t.name, parent=names.get(t.parent_id), pools=frozenset(p.name for p in t.pools.all()))
-        for t in teams
-    )
-    quotas = tuple(
-        QuotaInfo(
-            team=q.team.name, gpu_model=q.gpu_model.name, guaranteed=float(q.guaranteed),
-            limit=float(q.limit) if q.limit is not None else None, weight=float(q.weight),
-            non_lendable=float(q.non_lendable), pool=q.pool.name if q.pool else None,
-        )
-        for q in Quota.objects.select_related("team", "gpu_model", "pool")
-    )
-    classes = tuple(
-        PriorityClassInfo(
-            name=pc.name, value=pc.value, preemptible=pc.preemptible, may_preempt=pc.may_preempt,
-            min_runtime_s=pc.min_runtime_s, grace_period_s=pc.grace_period_s,
-        )
-        for pc in PriorityClass.objects.all()
-    )
     snapshot = Snapshot(
-        now=now.timestamp(), nodes=tuple(node_infos), jobs=tuple(jobs), teams=team_infos, quotas=quotas,
-        priority_classes=classes, usage=decayed_usage(now, policy.fair_share_half_life_s), policy=policy,
+        now=now.timestamp(), nodes=tuple(node_infos), jobs=tuple(jobs), teams=team_infos(), quotas=quota_infos(),
+        priority_classes=priority_class_infos(), usage=decayed_usage(now, policy.fair_share_half_life_s), policy=policy,
     )
     return snapshot, {g.pk: g for g in gpus}

@@ -17,8 +17,8 @@ from django.db.models import Count, Min, Q
 
 from portal.models import Team
 from scheduler.core.policies import PRESETS, policy_by_name
-from scheduler.core.types import GpuDevice, NodeInfo, PriorityClassInfo, QuotaInfo, TeamInfo
-from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Preemption, PriorityClass, Quota
+from scheduler.core.types import GpuDevice, NodeInfo, QuotaInfo
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Preemption, PriorityClass
 from scheduler.models.whatif import WhatIfRun
 from scheduler.services.common import db_now
 from scheduler.sim.cluster import Cluster
@@ -27,6 +27,7 @@ from scheduler.sim.metrics import summarize
 from scheduler.sim.quotas import TeamSetup
 from scheduler.sim.simulator import SimConfig, Simulator
 from scheduler.sim.trace import Trace, TraceJob
+from scheduler.snapshot import priority_class_infos, quota_infos, team_infos
 
 MAX_PERIOD = timedelta(days=92)
 MAX_SCALE = 10.0
@@ -197,31 +198,13 @@ def cluster_now(pool_scale: dict[str, float]) -> Cluster:
 
 def setup_now(quota_changes: list[dict]) -> TeamSetup:
     """Teams (with their pools and parents) and quotas as configured today, with the changes applied."""
-    teams = list(Team.objects.select_related("parent").prefetch_related("pools"))
-    infos = tuple(TeamInfo(name=t.name, parent=t.parent.name if t.parent else None,
-                           pools=frozenset(p.name for p in t.pools.all())) for t in teams)
-    quotas = {
-        (q.team.name, q.gpu_model.name, q.pool.name if q.pool else None): QuotaInfo(
-            team=q.team.name, gpu_model=q.gpu_model.name, guaranteed=float(q.guaranteed),
-            limit=float(q.limit) if q.limit is not None else None, weight=float(q.weight),
-            non_lendable=float(q.non_lendable), pool=q.pool.name if q.pool else None)
-        for q in Quota.objects.select_related("team", "gpu_model", "pool")
-    }
+    quotas = {(q.team, q.gpu_model, q.pool): q for q in quota_infos()}
     for change in quota_changes:
         key = (change["team"], change["gpu_model"], None)
         base = quotas.get(key) or QuotaInfo(team=change["team"], gpu_model=change["gpu_model"])
         updates = {k: change[k] for k in ("guaranteed", "limit", "weight") if k in change}
         quotas[key] = dataclasses.replace(base, **updates)
-    return TeamSetup(teams=infos, quotas=tuple(quotas.values()), source="rota")
-
-
-def classes_now(priorities: dict[str, int]) -> tuple[PriorityClassInfo, ...]:
-    return tuple(
-        PriorityClassInfo(name=pc.name, value=priorities.get(pc.name, pc.value), preemptible=pc.preemptible,
-                          may_preempt=pc.may_preempt, min_runtime_s=pc.min_runtime_s,
-                          grace_period_s=pc.grace_period_s)
-        for pc in PriorityClass.objects.all()
-    )
+    return TeamSetup(teams=team_infos(), quotas=tuple(quotas.values()), source="rota")
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -250,7 +233,7 @@ def whatif_execute(run_id: int, *, cycle_interval_s: float = 30.0) -> WhatIfRun:
                 WhatIfRun.objects.filter(pk=run_id).update(progress=round((step + fraction) / 2, 3))
 
             result = Simulator(trace, cluster_now(scale), setup_now(quota_changes), policy, config,
-                               priority_classes=classes_now(priorities), progress=progress).run()
+                               priority_classes=priority_class_infos(priorities), progress=progress).run()
             summary = summarize(result)
             outputs[label] = {"teams": team_outcomes(result),
                               "summary": {k: summary.get(k) for k in SUMMARY_KEYS}}
