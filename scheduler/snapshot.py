@@ -52,6 +52,27 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     return usage
 
 
+def job_info(job: Job, *, placements: tuple[Placement, ...] = (), job_id: int | None = None,
+             submitted_at: float | None = None) -> JobInfo:
+    """The engine's view of ``job`` (its team, submitter, class, model and pool loaded with it). An unsaved
+    job (a quote) passes the ``job_id`` and ``submitted_at`` it has not got yet."""
+    return JobInfo(
+        id=job_id if job_id is not None else job.pk, team=job.team.name, user=job.submitted_by.username,
+        kind=job.kind, priority_class=job.priority_class.name, priority=job.priority_class.value,
+        preemptible=job.preemptible, gpus=job.gpus,
+        gpu_fraction=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
+        gpu_models=(job.gpu_model.name,) if job.gpu_model else (),
+        gpu_memory_mb=job.gpu_memory_gb * 1024, cpus=job.cpus, memory_mb=job.memory_gb * 1024,
+        nodes=job.nodes, pool=job.pool.name if job.pool else None, node_labels=dict(job.node_labels or {}),
+        min_driver_version=job.min_driver_version,
+        submitted_at=submitted_at if submitted_at is not None else job.created_at.timestamp(),
+        time_limit_s=job.time_limit_minutes * 60 if job.time_limit_minutes else None,
+        state=_CORE_STATE[job.state], started_at=_ts(job.started_at or job.admitted_at), placements=placements,
+        terminating=bool(job.stop_reason), last_checkpoint_at=_ts(job.last_checkpoint_at),
+        attained_gpu_s=job.attained_gpu_seconds,
+    )
+
+
 def team_infos() -> tuple[TeamInfo, ...]:
     """Every team with its parent and the pools it may use (two queries)."""
     teams = list(Team.objects.prefetch_related(Prefetch("pools", queryset=Pool.objects.only("name"))))
@@ -123,23 +144,7 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     for job in Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).select_related(
         "team", "submitted_by", "priority_class", "gpu_model", "pool"
     ).order_by("id"):
-        jobs.append(
-            JobInfo(
-                id=job.pk, team=job.team.name, user=job.submitted_by.username, kind=job.kind,
-                priority_class=job.priority_class.name, priority=job.priority_class.value,
-                preemptible=job.preemptible, gpus=job.gpus,
-                gpu_fraction=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
-                gpu_models=(job.gpu_model.name,) if job.gpu_model else (),
-                gpu_memory_mb=job.gpu_memory_gb * 1024, cpus=job.cpus, memory_mb=job.memory_gb * 1024,
-                nodes=job.nodes, pool=job.pool.name if job.pool else None, node_labels=dict(job.node_labels or {}),
-                min_driver_version=job.min_driver_version, submitted_at=job.created_at.timestamp(),
-                time_limit_s=job.time_limit_minutes * 60 if job.time_limit_minutes else None,
-                state=_CORE_STATE[job.state], started_at=_ts(job.started_at or job.admitted_at),
-                placements=tuple(sorted(placements.get(job.pk, ()), key=lambda p: p.gpu_id)),
-                terminating=bool(job.stop_reason), last_checkpoint_at=_ts(job.last_checkpoint_at),
-                attained_gpu_s=job.attained_gpu_seconds,
-            )
-        )
+        jobs.append(job_info(job, placements=tuple(sorted(placements.get(job.pk, ()), key=lambda p: p.gpu_id))))
 
     snapshot = Snapshot(
         now=now.timestamp(), nodes=tuple(node_infos), jobs=tuple(jobs), teams=team_infos(), quotas=quota_infos(),

@@ -9,26 +9,12 @@ from decimal import Decimal
 from django.db.models import Sum
 
 from scheduler.core import schedule
-from scheduler.core.types import PENDING, JobInfo
-from scheduler.models import Allocation, Gpu, Job, Quota
+from scheduler.models import Allocation, Gpu, Quota
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_request_build
-from scheduler.snapshot import build_snapshot
+from scheduler.snapshot import build_snapshot, job_info
 
 QUOTE_JOB_ID = -1
-
-
-def _job_info(job: Job, now: datetime) -> JobInfo:
-    return JobInfo(
-        id=QUOTE_JOB_ID, team=job.team.name, user=job.submitted_by.username, kind=job.kind,
-        priority_class=job.priority_class.name, priority=job.priority_class.value, preemptible=job.preemptible,
-        gpus=job.gpus, gpu_fraction=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
-        gpu_models=(job.gpu_model.name,) if job.gpu_model else (), gpu_memory_mb=job.gpu_memory_gb * 1024,
-        cpus=job.cpus, memory_mb=job.memory_gb * 1024, nodes=job.nodes, pool=job.pool.name if job.pool else None,
-        node_labels=dict(job.node_labels or {}), min_driver_version=job.min_driver_version,
-        submitted_at=now.timestamp(), time_limit_s=job.time_limit_minutes * 60 if job.time_limit_minutes else None,
-        state=PENDING,
-    )
 
 
 def _price(model: str | None, now: datetime) -> tuple[Decimal | None, str]:
@@ -49,7 +35,8 @@ def job_quote(*, user, **request) -> dict:
     job = job_request_build(user=user, **request)
     now = db_now()
     snapshot, gpus = build_snapshot(now)
-    snapshot = dataclasses.replace(snapshot, jobs=snapshot.jobs + (_job_info(job, now),))
+    hypothetical = job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp())
+    snapshot = dataclasses.replace(snapshot, jobs=snapshot.jobs + (hypothetical,))
     decisions = schedule(snapshot)
     start = next((s for s in decisions.starts if s.job_id == QUOTE_JOB_ID), None)
     pending = next((p for p in decisions.pending if p.job_id == QUOTE_JOB_ID), None)
