@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from scheduler.core.cluster import EPS, Cluster, Group, Node
-from scheduler.core.placement import Request
+from scheduler.core.placement import Request, part_sizes
 from scheduler.core.types import JobInfo, PriorityClassInfo
 
 
@@ -71,26 +71,32 @@ class Timeline:
         self.profiles: dict[tuple[str, str], Profile] = {}
 
     def reserve(self, group: Group, req: Request, job_id: int) -> Reservation | None:
-        """The earliest start for ``req`` in ``group`` and the slack it leaves; None when unknown."""
-        gang = req.nodes if req.nodes and req.nodes > 1 else 1
-        if gang == 1 and req.fraction is None and req.gpus > group.max_devices:
-            return None  # jobs spread over several nodes by size get no reservation (estimate only)
-        need = 1 if req.fraction is not None else req.gpus // gang
-        options = []
-        for node in group.nodes:
-            if not node.schedulable:
-                continue
-            got = self._when(node, group.model, need, req)
-            if got is not None:
-                options.append((got[0], node.order, got[1]))
-        if len(options) < gang:
+        """The earliest start for ``req`` in ``group`` and the slack it leaves; None when unknown.
+
+        The job's shape (``part_sizes``: one node, a gang's members, or the fewest nodes for a job larger
+        than any node) is reserved part by part, largest first, each on the node that frees enough
+        devices earliest among those not taken yet; the start is the latest of those times."""
+        parts = part_sizes(req, group)
+        if not parts:
             return None
-        options.sort()
-        chosen = options[:gang]
-        start = max(t for t, _o, _f in chosen)
-        res = Reservation(job_id, start)
-        for _t, order, free_at in chosen:
-            res.slack[order] = max(free_at - need, 0.0)
+        options: dict[int, list[tuple[float, int, float]]] = {}
+        for need in sorted(set(parts)):
+            found = []
+            for node in group.nodes:
+                if not node.schedulable:
+                    continue
+                got = self._when(node, group.model, need, req)
+                if got is not None:
+                    found.append((got[0], node.order, got[1]))
+            found.sort()
+            options[need] = found
+        res = Reservation(job_id, self.now)
+        for need in parts:
+            pick = next((o for o in options[need] if o[1] not in res.slack), None)
+            if pick is None:
+                return None
+            res.start = max(res.start, pick[0])
+            res.slack[pick[1]] = max(pick[2] - need, 0.0)
         return res
 
     def _when(self, node: Node, model: str, need: int, req: Request) -> tuple[float, float] | None:

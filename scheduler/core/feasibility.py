@@ -138,8 +138,10 @@ def _unsatisfiable(constraint: str, job: JobInfo, req: Request, groups: Sequence
                         largest_node=max_one, gpu_models=sorted({g.model for g in groups}))
     if constraint == "memory":
         most = max((d.memory_mb for g in groups for n in g.nodes for d in n.by_model.get(g.model, ())), default=0)
-        return R.reason(R.UNSATISFIABLE,
-                        f"needs GPUs with {req.min_memory_mb} MiB memory; the largest {models} has {most} MiB",
+        wanted = f"GPUs with {req.min_memory_mb} MiB memory"
+        if req.fraction is not None:
+            wanted = f"{job.gpu_memory_mb} MiB in a {req.fraction:g} share, i.e. {wanted}"
+        return R.reason(R.UNSATISFIABLE, f"needs {wanted}; the largest {models} has {most} MiB",
                         constraint="gpu_memory", requested_mb=req.min_memory_mb, largest_mb=most)
     if constraint == "labels":
         wanted = ", ".join(f"{k}={v}" for k, v in req.labels)

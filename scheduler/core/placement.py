@@ -9,6 +9,7 @@ and nodes inside a bucket are already in name order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -44,18 +45,46 @@ class Request:
 
 
 def request_of(job: JobInfo) -> Request:
-    """Derive the placement request of ``job``."""
+    """Derive the placement request of ``job``.
+
+    A fractional job's ``gpu_memory_mb`` is what its share must hold: on a device of M MiB a share ``f``
+    holds ``f * M``, so the device needs at least ``gpu_memory_mb / f`` MiB (0.25 of an 80 GB card gives
+    20 GB; of a 40 GB card only 10 GB)."""
     fraction = job.gpu_fraction if job.gpu_fraction is not None and job.gpu_fraction < 1.0 - EPS else None
+    min_memory = job.gpu_memory_mb
+    if fraction is not None and min_memory:
+        min_memory = math.ceil(min_memory / fraction - 1e-6)
     return Request(
         gpus=1 if fraction is not None else max(job.gpus, 0),
         fraction=fraction,
         nodes=job.nodes,
-        min_memory_mb=job.gpu_memory_mb,
+        min_memory_mb=min_memory,
         cpus=job.cpus,
         memory_mb=job.memory_mb,
         labels=tuple(sorted(job.node_labels.items())),
         min_driver=version_tuple(job.min_driver_version) if job.min_driver_version else (),
     )
+
+
+def part_sizes(req: Request, group: Group) -> tuple[int, ...] | None:
+    """Whole devices per node the request takes in ``group``, largest first (a fraction counts as one
+    device): the gang's members, the one node of a job that fits on one, or, for a job larger than any
+    node, the fewest nodes (full nodes of the group's largest size, then the rest). None: it cannot split.
+
+    Reservations and preemption plans use this shape; placement itself may find another of the same
+    size (e.g. two half-free nodes) when it exists."""
+    if req.fraction is not None:
+        return (1,)
+    if req.nodes is not None and req.nodes > 1:
+        if req.gpus % req.nodes:
+            return None
+        return (req.gpus // req.nodes,) * req.nodes
+    if req.nodes == 1 or req.gpus <= group.max_devices:
+        return (req.gpus,)
+    if group.max_devices <= 0:
+        return None
+    full, rest = divmod(req.gpus, group.max_devices)
+    return (group.max_devices,) * full + ((rest,) if rest else ())
 
 
 def node_matches(node: Node, req: Request, n_parts: int) -> bool:

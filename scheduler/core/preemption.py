@@ -12,6 +12,7 @@ fit after the victims are gone. Victims keep their devices this cycle; the preem
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.feasibility import shape_text
-from scheduler.core.placement import Request, host_has_room, node_matches
+from scheduler.core.placement import Request, free_devices, host_has_room, node_matches, part_sizes
 from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo
 
 PRIORITY = "Priority"
@@ -98,12 +99,15 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
 
     ``candidates`` come in preference order (key, record, rule); at most ``limit`` are looked at, and
     nodes are evaluated in the order their first candidate appears, stopping at a one-victim plan (the
-    smallest possible). ``lender_room`` caps, per team, how much reclaim may take from it.
+    smallest possible). A job of several parts (a gang, or a job larger than any node: see
+    ``part_sizes``) gets a node per part; parts may also go to nodes that are free already, which the
+    plan then holds. ``lender_room`` caps, per team, how much reclaim may take from it.
     """
-    gang = req.nodes if req.nodes and req.nodes > 1 else 1
-    need = 1 if req.fraction is not None else (req.gpus // gang if gang > 1 else req.gpus)
-    if gang == 1 and req.fraction is None and req.gpus > group.max_devices:
-        return None  # jobs spread over several nodes by size are not preempted for (see known gaps)
+    parts = part_sizes(req, group)
+    if not parts:
+        return None
+    n_parts = len(parts)
+    needs = sorted(set(parts), reverse=True)
     per_node: dict[str, list[tuple[tuple, Running, str]]] = {}
     for i, cand in enumerate(candidates):
         if i >= limit:
@@ -114,7 +118,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
                 per_node[name] = [cand]
             else:
                 got.append(cand)
-    options = []
+    options: dict[int, list] = {need: [] for need in needs}
     constrained = req.constrained
     count = group.count  # whole free devices per schedulable node of the group
     id_sets = group.device_ids
@@ -122,8 +126,9 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
         node = cluster.nodes[name]
         if node.pool != group.pool or not node.schedulable:
             continue
-        if constrained and not (node_matches(node, req, gang) and host_has_room(node, req, gang)):
+        if constrained and not (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts)):
             continue
+        freeable = math.inf
         if req.fraction is None:
             devs = node.by_model.get(group.model, ())
             idle = count.get(node.order)
@@ -132,24 +137,40 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
             ids = id_sets.get(name)
             if ids is None:
                 ids = id_sets[name] = {d.id for d in devs}
-            freeable = 0.0
+            freeable = float(idle)
             for c in cands:
                 for dev_id, share in c[1].shares.items():
                     if dev_id in ids:
                         freeable += share
-            if idle + freeable < need - EPS:
+        for need in needs:
+            if freeable < need - EPS:
                 continue
-        got = _free_node(node, group.model, req, need, cands, dict(lender_room))
-        if got is not None:
-            options.append((len(got[0]), [c[0] for c in got[0]], node.order, got))
-            if gang == 1 and len(got[0]) == 1:
+            got = _free_node(node, group.model, req, need, cands, dict(lender_room))
+            if got is not None:
+                options[need].append((len(got[0]), [c[0] for c in got[0]], node.order, got))
+        if n_parts == 1 and options[needs[0]] and options[needs[0]][-1][0] == 1:
+            break
+        if all(len(options[need]) >= 4 * parts.count(need) for need in needs):
+            break
+    if n_parts > 1:
+        _add_free_nodes(cluster, group, req, needs, parts, options)
+    chosen = []
+    used: set[int] = set()
+    for need in needs:
+        ranked = sorted(options[need], key=lambda o: (o[0], o[1], o[2]))
+        want = parts.count(need)
+        for option in ranked:
+            if want == 0:
                 break
-            if len(options) >= 4 * gang:
-                break
-    if len(options) < gang:
-        return None
-    options.sort(key=lambda o: (o[0], o[1], o[2]))
-    chosen = options[:gang]
+            if option[2] in used:
+                continue
+            chosen.append(option)
+            used.add(option[2])
+            want -= 1
+        if want:
+            return None
+    if not any(option[0] for option in chosen):
+        return None  # it fits without preemption: the caller's placement search handles it
     victims: dict[int, tuple[Running, str]] = {}
     devices: list[int] = []
     free: list[int] = []
@@ -159,13 +180,36 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
             if rec.job.id not in victims:
                 if rule == RECLAIM and rec.job.team in room:
                     if room[rec.job.team] <= EPS:
-                        return None  # two gang members would reclaim the same lender's last GPUs
+                        return None  # two parts would reclaim the same lender's last GPUs
                     room[rec.job.team] -= sum(rec.shares.values())
                 victims[rec.job.id] = (rec, rule)
         devices.extend(devs)
         free.extend(idle)
     ordered = tuple(victims[k] for k in sorted(victims))
     return Plan(ordered, tuple(devices), tuple(free))
+
+
+def _add_free_nodes(cluster: Cluster, group: Group, req: Request, needs: list[int], parts: tuple[int, ...],
+                    options: dict[int, list]) -> None:
+    """Parts of a multi-node job may also go to nodes that already have the devices free (no victims)."""
+    n_parts = len(parts)
+    for need in needs:
+        found = 0
+        for k in range(need, len(group.buckets)):
+            for order in group.buckets[k]:
+                node = cluster.node_by_order[order]
+                if req.constrained and not (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts)):
+                    continue
+                devs = free_devices(node, group.model, req, need)
+                if devs is None:
+                    continue
+                ids = [d.id for d in devs]
+                options[need].append((0, [], order, ([], ids, ids)))
+                found += 1
+                if found >= n_parts:
+                    break
+            if found >= n_parts:
+                break
 
 
 def _first(item: tuple):
@@ -248,39 +292,76 @@ class Preempting:
         return False
 
     def _claim_stopping(self, job: JobInfo, req: Request, group: Group) -> bool:
-        """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it."""
-        if not self.stopping:
+        """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it.
+
+        Each part of the job (see ``part_sizes``) takes a node whose idle devices plus those being
+        released are enough, nodes with releases first (in name order), then already free nodes; at
+        least one part must use released devices (else it fits now, or not at all)."""
+        parts = part_sizes(req, group)
+        if not parts:
             return False
-        need = 1 if req.fraction is not None else req.gpus
-        if req.nodes and req.nodes > 1:
+        want = req.fraction if req.fraction is not None else 1.0
+        devices = self.cluster.devices
+        chosen: list[tuple[str, list[int]]] = []
+        used: set[str] = set()
+        n_parts = len(parts)
+
+        def fits_host(node: Node) -> bool:
+            return not req.constrained or (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts))
+
+        unfilled = []
+        for need in parts:
+            for name in sorted(self.stopping):
+                node = self.cluster.nodes[name]
+                if name in used or node.pool != group.pool or not node.schedulable or not fits_host(node):
+                    continue
+                stopping = self.stopping[name]
+                ok = [d.id for d in node.by_model.get(group.model, ())
+                      if d.healthy and d.memory_mb >= req.min_memory_mb
+                      and d.free + stopping.get(d.id, 0.0) >= want - EPS][:need]
+                if len(ok) == need and any(i in stopping for i in ok):
+                    chosen.append((name, ok))
+                    used.add(name)
+                    break
+            else:
+                unfilled.append(need)
+        if not chosen:
             return False
-        for name in sorted(self.stopping):
-            node = self.cluster.nodes[name]
-            if node.pool != group.pool or not node.schedulable:
-                continue
-            stopping = self.stopping[name]
-            free = {d.id: d.free + stopping.get(d.id, 0.0) for d in node.by_model.get(group.model, ())
-                    if d.healthy and d.memory_mb >= req.min_memory_mb}
-            want = req.fraction if req.fraction is not None else 1.0
-            ok = [i for i in sorted(free) if free[i] >= want - EPS][:need]
-            if len(ok) < need or all(i not in stopping for i in ok):
-                continue
-            devices = self.cluster.devices
-            idle = tuple(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
-            self.claims += 1
+        for need in unfilled:
+            pick = None
+            for k in range(need, len(group.buckets)):
+                for order in group.buckets[k]:
+                    node = self.cluster.node_by_order[order]
+                    if node.name in used or not fits_host(node):
+                        continue
+                    devs = free_devices(node, group.model, req, need)
+                    if devs is not None:
+                        pick = (node.name, [d.id for d in devs])
+                        break
+                if pick is not None:
+                    break
+            if pick is None:
+                return False
+            chosen.append(pick)
+            used.add(pick[0])
+        self.claims += 1
+        idle = []
+        for name, ok in chosen:
+            stopping = self.stopping.get(name, {})
+            idle.extend(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
             for i in ok:
                 stopping.pop(i, None)
-            if not stopping:
+            if name in self.stopping and not stopping:
                 del self.stopping[name]
-            if idle:
-                self.cluster.take(job, idle)
-            self.quota.charge(job.team, group.model, group.pool, req.amount)
-            self.preempting_eta[job.id] = self.now
-            self.wait(job, R.reason(
-                R.PREEMPTING, f"waits for stopping jobs to release {need} {group.model} GPU(s) on {name}",
-                node=name, gpu_model=group.model), group, req)
-            return True
-        return False
+        if idle:
+            self.cluster.take(job, tuple(idle))
+        self.quota.charge(job.team, group.model, group.pool, req.amount)
+        self.preempting_eta[job.id] = self.now
+        names = ", ".join(name for name, _ok in chosen)
+        self.wait(job, R.reason(
+            R.PREEMPTING, f"waits for stopping jobs to release {shape_text(req)} of {group.model} on {names}",
+            node=chosen[0][0], nodes=[name for name, _ok in chosen], gpu_model=group.model), group, req)
+        return True
 
     def _prepare_victims(self) -> None:
         """Sort possible victims once per cycle: per (team, model) for priority preemption and per model

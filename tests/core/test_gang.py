@@ -57,3 +57,84 @@ def test_it_rejects_a_gang_needing_more_nodes_than_exist():
     d = schedule(snap(_nodes(2), [JobInfo(1, "vision", gpus=24, nodes=3)], [quota("vision")]))
     assert d.pending[0].reason.code == R.UNSATISFIABLE
     assert "not enough nodes" in d.pending[0].reason.message
+
+
+# Jobs larger than one node with ``nodes`` unset: reserved for and preempted for like gangs of the fewest
+# nodes, so a stream of small jobs cannot starve them.
+
+
+def _busy_until(nodes, ends):
+    """Node i fully busy with an nlp job until ``ends[i]`` (now is 1000)."""
+    return [running(10 + i, "nlp", gpu_ids(n, 8), started_at=0, time_limit_s=end)
+            for i, (n, end) in enumerate(zip(nodes, ends, strict=True))]
+
+
+def test_it_reserves_the_fewest_nodes_for_a_job_larger_than_one_node():
+    nodes = _nodes(3)
+    jobs = _busy_until(nodes, (2000, 3000, 9000)) + [
+        JobInfo(1, "vision", gpus=16, submitted_at=1),
+        JobInfo(2, "vision", gpus=1, submitted_at=2, time_limit_s=500),  # ends by t=1500: may backfill
+        JobInfo(3, "vision", gpus=1, submitted_at=3)]  # no time limit: must keep off the reserved nodes
+    s = snap(nodes, jobs, [quota("vision"), quota("nlp")], policy="slurm", now=1000)
+    d = schedule(s)
+    assert check_invariants(s, d) == []
+    pending = {p.job_id: p for p in d.pending}
+    assert pending[1].estimated_start == 3000  # n0 frees at 2000, n1 at 3000: both by 3000
+    assert d.stats["reservations"] == 1
+    # Nothing is free now, so nothing starts; free one node's devices and check the backfill rule there.
+    freed = [j for j in jobs if j.id != 10]
+    s = snap(nodes, freed, [quota("vision"), quota("nlp")], policy="slurm", now=1000)
+    d = schedule(s)
+    started = {st.job_id for st in d.starts}
+    pending = {p.job_id: p for p in d.pending}
+    assert started == {2}
+    assert pending[3].reason.code == R.PRIORITY and "reserved for job 1" in pending[3].reason.message
+    assert check_invariants(s, d) == []
+
+
+def test_it_reserves_a_remainder_part_on_a_separate_node():
+    nodes = _nodes(3)
+    jobs = _busy_until(nodes, (2000, 4000, 3000)) + [JobInfo(1, "vision", gpus=12, submitted_at=1)]
+    d = schedule(snap(nodes, jobs, [quota("vision"), quota("nlp")], policy="slurm", now=1000))
+    # 8 on n0 (free at 2000) and 4 on the next node to free up (n2 at 3000), not on n0 again.
+    assert d.stats["reservations"] == 1
+    assert d.pending[0].estimated_start == 3000
+
+
+def test_it_reclaims_on_several_nodes_for_a_job_larger_than_one_node():
+    nodes = _nodes(2)
+    jobs = [running(1, "nlp", gpu_ids(nodes[0], 8), started_at=10),
+            running(2, "nlp", gpu_ids(nodes[1], 8), started_at=20),
+            JobInfo(3, "vision", gpus=16, priority=100)]
+    qs = [quota("vision", guaranteed=16, limit=16), quota("nlp", guaranteed=0, limit=16)]
+    s = snap(nodes, jobs, qs)
+    d = schedule(s)
+    assert sorted((p.job_id, p.reason) for p in d.preemptions) == [(1, "Reclaim"), (2, "Reclaim")]
+    assert d.pending[0].reason.code == R.PREEMPTING
+    assert check_invariants(s, d) == []
+
+
+def test_it_combines_a_free_node_with_victims_on_another():
+    nodes = _nodes(2)
+    jobs = [running(1, "nlp", gpu_ids(nodes[1], 4), started_at=10),
+            running(2, "nlp", gpu_ids(nodes[1], 4, start=4), started_at=20),
+            JobInfo(3, "vision", gpus=12, priority=100)]
+    qs = [quota("vision", guaranteed=16, limit=16), quota("nlp", guaranteed=0, limit=16)]
+    s = snap(nodes, jobs, qs)
+    d = schedule(s)
+    # n0 is idle (8 of the 12); 4 more come from the most recently started nlp job on n1.
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(2, "Reclaim")]
+    assert check_invariants(s, d) == []
+    # Next cycle the victim is stopping: the job holds n0 and waits; nothing more is preempted.
+    from dataclasses import replace
+    stopping = [jobs[0], replace(jobs[1], terminating=True), jobs[2]]
+    s2 = snap(nodes, stopping + [JobInfo(4, "nlp", gpus=8, priority=100, submitted_at=5)], qs)
+    d2 = schedule(s2)
+    assert d2.preemptions == () and d2.starts == ()
+    pending = {p.job_id: p for p in d2.pending}
+    assert pending[3].reason.code == R.PREEMPTING
+    assert check_invariants(s2, d2) == []
+    # The victim is gone: the job starts on both nodes.
+    d3 = schedule(snap(nodes, [jobs[0], jobs[2]], qs))
+    assert [st.job_id for st in d3.starts] == [3]
+    assert {p.gpu_id // 100 for p in d3.starts[0].placements} == {0, 1}

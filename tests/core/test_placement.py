@@ -105,3 +105,17 @@ def test_a_team_allowed_no_pool_gets_nothing_even_when_gpus_are_idle():
     assert not d.starts
     assert d.pending[0].reason.code == R.NO_MATCHING_POOL
     assert check_invariants(s, d) == []
+
+
+def test_a_fractions_memory_request_is_what_its_share_of_the_device_holds():
+    small = node("a1", model="a100-40gb", gpus=1, first_id=0)
+    big = node("h1", model="h100-80gb", gpus=1, first_id=10)
+    job = JobInfo(1, "vision", gpu_fraction=0.25, gpu_memory_mb=20_000)  # 0.25 x 40 GiB = 10 GiB: too small
+    d = schedule(snap([small], [job], [quota("vision", model="a100-40gb")]))
+    assert d.pending[0].reason.code == R.UNSATISFIABLE
+    assert "20000 MiB in a 0.25 share" in d.pending[0].reason.message
+    d = schedule(snap([small, big], [job], [quota("vision", model="a100-40gb"), quota("vision")]))
+    assert [p.gpu_id for p in d.starts[0].placements] == [10]  # 0.25 x 80 GiB = 20 GiB fits
+    d = schedule(snap([small], [JobInfo(1, "vision", gpu_fraction=0.5, gpu_memory_mb=20_000)],
+                      [quota("vision", model="a100-40gb")]))
+    assert [p.gpu_id for p in d.starts[0].placements] == [0]  # 0.5 x 40 GiB = 20 GiB fits
