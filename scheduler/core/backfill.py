@@ -44,31 +44,38 @@ def end_time(job: JobInfo, now: float, classes: dict[str, PriorityClassInfo]) ->
 class Timeline:
     """Future releases of devices, per node and per group, from the running jobs of a snapshot."""
 
-    def __init__(self, cluster: Cluster, jobs, now: float, classes: dict[str, PriorityClassInfo]):
+    def __init__(self, cluster: Cluster, now: float, classes: dict[str, PriorityClassInfo]):
         self.now = now
         self.cluster = cluster
-        # node name -> list of (time or None, {device id: share}); None = no known end.
-        self.by_node: dict[str, list[tuple[float | None, dict[int, float]]]] = defaultdict(list)
+        self.classes = classes
+        # (pool, model) -> releases (time, GPUs); running jobs without a known end are left out.
         self.group_events: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-        self.unknown: dict[tuple[str, str], float] = defaultdict(float)
-        for job in jobs:
-            if not job.placements:
-                continue
-            end = end_time(job, now, classes)
-            per_node: dict[str, dict[int, float]] = defaultdict(dict)
-            for p in job.placements:
-                dev = cluster.devices.get(p.gpu_id)
-                if dev is None:
-                    continue
-                per_node[dev.node.name][p.gpu_id] = per_node[dev.node.name].get(p.gpu_id, 0.0) + p.share
-                key = (dev.node.pool, dev.model)
-                if end is None:
-                    self.unknown[key] += p.share
-                else:
-                    self.group_events[key].append((end, p.share))
-            for name, shares in per_node.items():
-                self.by_node[name].append((end, shares))
+        for h in cluster.held:
+            end = end_time(h.job, now, classes)
+            if end is not None:
+                for key, amount in h.amounts.items():
+                    self.group_events[key].append((end, amount))
+        self._by_node: dict[str, list[tuple[float, dict[int, float]]]] | None = None
         self.profiles: dict[tuple[str, str], Profile] = {}
+
+    def by_node(self) -> dict[str, list[tuple[float, dict[int, float]]]]:
+        """Per node: (time, {device id: share}) releases in time order (built on first use)."""
+        if self._by_node is None:
+            out: dict[str, list[tuple[float, dict[int, float]]]] = defaultdict(list)
+            devices = self.cluster.devices
+            for h in self.cluster.held:
+                end = end_time(h.job, self.now, self.classes)
+                if end is None:
+                    continue
+                per_node: dict[str, dict[int, float]] = defaultdict(dict)
+                for gpu_id, share in h.shares.items():
+                    per_node[devices[gpu_id].node.name][gpu_id] = share
+                for name, shares in per_node.items():
+                    out[name].append((end, shares))
+            for events in out.values():
+                events.sort(key=lambda e: e[0])
+            self._by_node = out
+        return self._by_node
 
     def reserve(self, group: Group, req: Request, job_id: int) -> Reservation | None:
         """The earliest start for ``req`` in ``group`` and the slack it leaves; None when unknown.
@@ -104,8 +111,7 @@ class Timeline:
         devs = {d.id: d.free for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb}
         if len(devs) < need:
             return None
-        events = sorted(((t, shares) for t, shares in self.by_node.get(node.name, ()) if t is not None),
-                        key=lambda e: e[0])
+        events = self.by_node().get(node.name, ())
         count = sum(1 for f in devs.values() if f > 1.0 - EPS)
         if count >= need:
             return self.now, float(count)

@@ -9,6 +9,7 @@ processes are gone, so nothing is freed mid-cycle.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, insort
 
 from scheduler.core.types import JobInfo, NodeInfo, Placement, Snapshot
@@ -85,15 +86,60 @@ class Group:
         return sum(k * len(b) for k, b in enumerate(self.buckets))
 
 
+class Held:
+    """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle."""
+
+    __slots__ = ("amounts", "job", "nodes", "shares")
+
+    def __init__(self, job: JobInfo):
+        self.job = job
+        self.shares: dict[int, float] = {}  # device id -> share
+        self.nodes: list[Node] = []  # in placement order, each once
+        self.amounts: dict[tuple[str, str], float] = {}  # (pool, model) -> GPUs held there
+
+
 class Cluster:
-    """Devices, nodes and groups of one snapshot, with running jobs' placements already applied."""
+    """Devices, nodes and groups of one snapshot, with running jobs' placements already applied.
+
+    The static part (nodes, devices, groups and what never changes during a cycle) is kept between
+    cycles while the snapshot's nodes are the same (the simulator and a steady cluster); each cycle resets
+    the live state (free shares, host room, buckets) and applies its running jobs. Call :meth:`close` when
+    the cycle is over, so the next one may reuse it.
+    """
 
     def __init__(self, snapshot: Snapshot):
+        static = _borrow_static(snapshot.nodes)
+        self._lease = snapshot.nodes if REUSE_STATIC else None
+        if static is None:
+            self._build_static(snapshot.nodes)
+        else:
+            self.nodes, self.devices, self.groups, self.node_by_order, self._sched = static
+            for dev in self.devices.values():
+                dev.free = 1.0
+            for node in self.node_by_order:
+                info = node.info
+                node.cpus_free = float(info.cpus) if info.cpus else None
+                node.mem_free = float(info.memory_mb) if info.memory_mb else None
+        self.held: list[Held] = []
+        for job in snapshot.jobs:
+            if job.placements:
+                self._hold_running(job)
+        self._index_live()
+
+    def close(self) -> None:
+        """The cycle is over: hand the static part back for the next cycle (see the class docstring)."""
+        if self._lease is not None:
+            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self._sched))
+            self._lease = None
+
+    def _build_static(self, node_infos: tuple[NodeInfo, ...]) -> None:
         self.nodes: dict[str, Node] = {}
         self.devices: dict[int, Device] = {}
         self.groups: dict[tuple[str, str], Group] = {}
         self.node_by_order: list[Node] = []
-        for order, info in enumerate(sorted(snapshot.nodes, key=lambda n: n.name)):
+        # Per group: (node order, its healthy devices of the model) for each schedulable node, in order.
+        self._sched: dict[tuple[str, str], list[tuple[int, list[Device]]]] = {}
+        for order, info in enumerate(sorted(node_infos, key=lambda n: n.name)):
             node = Node(info, order)
             self.nodes[info.name] = node
             self.node_by_order.append(node)
@@ -101,42 +147,63 @@ class Cluster:
                 dev = Device(gpu.id, node, gpu.index, gpu.model, gpu.memory_mb, gpu.healthy)
                 self.devices[gpu.id] = dev
                 node.by_model.setdefault(gpu.model, []).append(dev)
-        for job in snapshot.jobs:
-            if job.placements:
-                self._hold_running(job)
         for node in self.node_by_order:
             for model, devs in sorted(node.by_model.items()):
-                group = self.groups.get((node.pool, model))
+                key = (node.pool, model)
+                group = self.groups.get(key)
                 if group is None:
-                    group = self.groups[(node.pool, model)] = Group(node.pool, model)
+                    group = self.groups[key] = Group(node.pool, model)
+                    self._sched[key] = []
                 group.nodes.append(node)
                 group.all_counts.append(len(devs))
                 least = min(d.memory_mb for d in devs)
                 group.min_memory_mb = least if len(group.nodes) == 1 else min(group.min_memory_mb, least)
                 if not node.schedulable:
                     continue
-                healthy = sum(1 for d in devs if d.healthy)
-                group.healthy_counts.append(healthy)
-                group.max_devices = max(group.max_devices, healthy)
-                group.capacity += healthy
-                while len(group.buckets) <= healthy:
-                    group.buckets.append([])
-                k = node.whole_free(model)
-                group.count[node.order] = k
-                group.buckets[k].append(node.order)  # nodes come in order, so buckets stay sorted
-                for d in devs:
-                    if d.healthy and EPS < d.free < 1.0 - EPS:
-                        insort(group.partial, (d.free, d.id))
+                healthy = [d for d in devs if d.healthy]
+                group.healthy_counts.append(len(healthy))
+                group.max_devices = max(group.max_devices, len(healthy))
+                group.capacity += len(healthy)
+                self._sched[key].append((node.order, healthy))
+
+    def _index_live(self) -> None:
+        """Buckets by whole free devices, and partly used devices, from the devices' current state."""
+        for key, group in self.groups.items():
+            group.version = 0
+            buckets: list[list[int]] = [[] for _ in range(group.max_devices + 1)]
+            count: dict[int, int] = {}
+            partial: list[tuple[float, int]] = []
+            for order, healthy in self._sched[key]:
+                k = 0
+                for d in healthy:
+                    free = d.free
+                    if free > 1.0 - EPS:
+                        k += 1
+                    elif free > EPS:
+                        partial.append((free, d.id))
+                count[order] = k
+                buckets[k].append(order)  # nodes come in order, so buckets stay sorted
+            partial.sort()
+            group.buckets, group.count, group.partial = buckets, count, partial
 
     def _hold_running(self, job: JobInfo) -> None:
         """Apply a running job's placements (and its CPU/RAM share) before groups are indexed."""
-        touched: set[str] = set()
+        held = Held(job)
+        shares, nodes, amounts = held.shares, held.nodes, held.amounts
+        devices = self.devices
         for p in job.placements:
-            dev = self.devices.get(p.gpu_id)
+            dev = devices.get(p.gpu_id)
             if dev is not None:
                 dev.free -= p.share
-                touched.add(dev.node.name)
-        _charge_host(self, job, touched, sign=-1.0)
+                shares[p.gpu_id] = shares.get(p.gpu_id, 0.0) + p.share
+                node = dev.node
+                if node not in nodes:
+                    nodes.append(node)
+                key = (node.pool, dev.model)
+                amounts[key] = amounts.get(key, 0.0) + p.share
+        if shares:
+            self.held.append(held)
+            _charge_host(self, job, {n.name for n in nodes}, sign=-1.0)
 
     def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
         """Hold ``placements`` for ``job`` in the working copy, keeping the indexes in step."""
@@ -181,6 +248,33 @@ class Cluster:
         bucket.pop(bisect_left(bucket, node.order))
         insort(group.buckets[new], node.order)
         group.count[node.order] = new
+
+
+# The static part of the last cycle's cluster, for the next cycle over the same nodes. One entry; a cycle
+# takes it out while it runs (so two cycles at once, e.g. a quote during a cycle, never share it) and puts
+# it back when it is done. Tests set ``REUSE_STATIC = False`` to check that reuse never changes a decision.
+REUSE_STATIC = True
+_static_lock = threading.Lock()
+_static: list[tuple[tuple[NodeInfo, ...], tuple]] = []  # at most one (nodes, parts)
+
+
+def _borrow_static(nodes: tuple[NodeInfo, ...]) -> tuple | None:
+    """Take the cached static part if it was built for these nodes (the same tuple, or an equal one)."""
+    if not REUSE_STATIC:
+        return None
+    with _static_lock:
+        if not _static:
+            return None
+        key, parts = _static[0]
+        if not (key is nodes or key == nodes):
+            return None
+        _static.clear()
+        return parts
+
+
+def _return_static(nodes: tuple[NodeInfo, ...], parts: tuple) -> None:
+    with _static_lock:
+        _static[:] = [(nodes, parts)]
 
 
 def _charge_host(cluster: Cluster, job: JobInfo, node_names: set[str], sign: float) -> None:

@@ -52,11 +52,7 @@ class Cycle(Preempting):
         self.policy = snapshot.policy
         self.classes = {c.name: c for c in snapshot.priority_classes}
         self.cluster = cluster = Cluster(snapshot)
-        self.quota = QuotaBook(
-            snapshot,
-            {i: d.node.pool for i, d in cluster.devices.items()},
-            {i: d.model for i, d in cluster.devices.items()},
-        )
+        self.quota = QuotaBook(snapshot, cluster.held)
         self.pools = sorted({n.pool for n in snapshot.nodes})
         self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
         self.models_in_cluster = tuple(sorted({m for (_p, m) in cluster.groups}))
@@ -68,20 +64,20 @@ class Cycle(Preempting):
         for (team, model), nl in sorted(self.quota.non_lendable.items()):
             if nl > 0:
                 self.nl_teams[model].append(team)
-        self.timeline = Timeline(cluster, snapshot.jobs, self.now, self.classes)
-        self.running_by_team, self.running_by_model = index_running(cluster, snapshot.jobs)
+        self.timeline = Timeline(cluster, self.now, self.classes)
+        self.running_by_team, self.running_by_model = index_running(cluster)
         # Devices of terminating jobs, per node: they free up once their processes are gone.
         self.stopping: dict[str, dict[int, float]] = defaultdict(dict)
-        for job in snapshot.jobs:
-            if job.terminating:
-                for p in job.placements:
-                    dev = cluster.devices.get(p.gpu_id)
-                    if dev is not None:
-                        held = self.stopping[dev.node.name]
-                        held[p.gpu_id] = held.get(p.gpu_id, 0.0) + p.share
-                        # Already on its way out: reclaim may not count it again as the team's borrowing,
-                        # or a team would be pushed below its guarantee across cycles (reclaim ping-pong).
-                        self.quota.release(job.team, dev.model, p.share)
+        for h in cluster.held:
+            if h.job.terminating:
+                devices = cluster.devices
+                for gpu_id, share in h.shares.items():
+                    held = self.stopping[devices[gpu_id].node.name]
+                    held[gpu_id] = held.get(gpu_id, 0.0) + share
+                for (_pool, model), amount in h.amounts.items():
+                    # Already on its way out: reclaim may not count it again as the team's borrowing,
+                    # or a team would be pushed below its guarantee across cycles (reclaim ping-pong).
+                    self.quota.release(h.job.team, model, amount)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.victims: set[int] = set()
@@ -462,6 +458,13 @@ def _collector_paused() -> Iterator[None]:
 
 def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
     cycle = Cycle(snapshot)
+    try:
+        return _run(cycle, snapshot, timer)
+    finally:
+        cycle.cluster.close()
+
+
+def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
     if timer:
         timer("index")
     key = sort_key(snapshot)

@@ -48,29 +48,19 @@ class Plan:
     free_devices: tuple[int, ...]  # devices idle now that the plan also needs (held back this cycle)
 
 
-def index_running(cluster: Cluster, jobs) -> tuple[dict, dict]:
+def index_running(cluster: Cluster) -> tuple[dict, dict]:
     """Running, non-terminating jobs by (team, model) and by model; only jobs on known devices."""
     by_team: dict[tuple[str, str], list[Running]] = defaultdict(list)
     by_model: dict[str, list[Running]] = defaultdict(list)
-    for job in jobs:
-        if not job.placements or job.terminating:
+    devices = cluster.devices
+    for h in cluster.held:
+        job = h.job
+        if job.terminating:
             continue
-        shares: dict[int, float] = defaultdict(float)
-        model = None
-        nodes = []
-        for p in job.placements:
-            dev = cluster.devices.get(p.gpu_id)
-            if dev is None:
-                continue
-            shares[p.gpu_id] += p.share
-            model = model or dev.model
-            if dev.node.name not in nodes:
-                nodes.append(dev.node.name)
-        if model is None:
-            continue
-        rec = Running(job, dict(shares), model, tuple(nodes), cluster.nodes[nodes[0]].pool)
-        by_team[(job.team, model)].append(rec)
-        by_model[model].append(rec)
+        first = devices[next(iter(h.shares))]
+        rec = Running(job, h.shares, first.model, tuple(n.name for n in h.nodes), first.node.pool)
+        by_team[(job.team, rec.model)].append(rec)
+        by_model[rec.model].append(rec)
     return by_team, by_model
 
 
@@ -119,6 +109,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
             else:
                 got.append(cand)
     options: dict[int, list] = {need: [] for need in needs}
+    enough = {need: 4 * parts.count(need) for need in needs}  # options per part size worth comparing
     constrained = req.constrained
     count = group.count  # whole free devices per schedulable node of the group
     id_sets = group.device_ids
@@ -142,16 +133,19 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
                 for dev_id, share in c[1].shares.items():
                     if dev_id in ids:
                         freeable += share
+        added = False
         for need in needs:
             if freeable < need - EPS:
                 continue
             got = _free_node(node, group.model, req, need, cands, dict(lender_room))
             if got is not None:
                 options[need].append((len(got[0]), [c[0] for c in got[0]], node.order, got))
-        if n_parts == 1 and options[needs[0]] and options[needs[0]][-1][0] == 1:
-            break
-        if all(len(options[need]) >= 4 * parts.count(need) for need in needs):
-            break
+                added = True
+        if added:
+            if n_parts == 1 and options[needs[0]][-1][0] == 1:
+                break  # one victim: nothing smaller exists
+            if all(len(options[need]) >= enough[need] for need in needs):
+                break
     if n_parts > 1:
         _add_free_nodes(cluster, group, req, needs, parts, options)
     chosen = []

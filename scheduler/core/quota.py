@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 from scheduler.core import reasons as R
-from scheduler.core.cluster import EPS
+from scheduler.core.cluster import EPS, Held
 from scheduler.core.types import QuotaInfo, Reason, Snapshot
 
 QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "any pool")
@@ -21,7 +22,7 @@ QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "an
 class QuotaBook:
     """Rows, usage and limit checks. ``used`` counts running jobs plus this cycle's starts."""
 
-    def __init__(self, snapshot: Snapshot, pool_of_device: dict[int, str], model_of_device: dict[int, str]):
+    def __init__(self, snapshot: Snapshot, held: Iterable[Held]):
         self.rows: dict[QuotaKey, QuotaInfo] = {}
         for q in snapshot.quotas:
             self.rows[(q.team, q.gpu_model, q.pool)] = q
@@ -48,13 +49,12 @@ class QuotaBook:
         self.unmet_total: dict[str, float] = defaultdict(float)
         self.leaving: dict[tuple[str, str], float] = defaultdict(float)
         self._limits: dict[QuotaKey, tuple] = {}  # (team, model, pool) -> _limit_rows(...)
-        for job in snapshot.jobs:
-            for p in job.placements:
-                model = model_of_device.get(p.gpu_id)
-                if model is not None:
-                    self.charge(job.team, model, pool_of_device[p.gpu_id], p.share)
-                    if not job.preemptible:
-                        self.non_preemptible[(job.team, model)] += p.share
+        for h in held:
+            job = h.job
+            for (pool, model), amount in h.amounts.items():
+                self.charge(job.team, model, pool, amount)
+                if not job.preemptible:
+                    self.non_preemptible[(job.team, model)] += amount
 
     def lineage(self, team: str) -> tuple[str, ...]:
         """The team followed by its ancestors, nearest first."""
