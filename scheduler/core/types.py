@@ -173,6 +173,9 @@ class Snapshot:
     priority_classes: tuple[PriorityClassInfo, ...] = ()
     usage: Mapping[str, float] = field(default_factory=dict)
     policy: Policy = Policy()
+    # False: the caller needs the decisions and reasons only (the simulator), so waiting jobs get no
+    # estimated start (None); their queue positions and reasons are the same.
+    estimate_starts: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,6 +316,7 @@ class Simulator:
             priority_classes=self.priority_classes,
             usage=self.ledger.usage_at(now),
             policy=self.policy,
+            estimate_starts=False,
         )
         began = time.perf_counter()
         decisions = self.schedule_fn(snapshot)

@@ -80,3 +80,17 @@ def test_it_estimates_a_quota_blocked_job_from_its_teams_running_jobs():
     d = schedule(snap([N1], jobs, [quota("vision", limit=4)]))
     assert d.pending[0].reason.code == R.QUOTA_EXCEEDED
     assert d.pending[0].estimated_start == 3000
+
+
+def test_estimates_can_be_left_out_without_changing_any_decision():
+    from dataclasses import replace
+
+    jobs = _cluster_with_two_free() + [JobInfo(i, "vision", gpus=4, submitted_at=i, time_limit_s=1000)
+                                       for i in range(3, 7)] + [JobInfo(7, "vision", gpus=1, submitted_at=9)]
+    s = snap([N1], jobs, QS, policy="slurm")
+    full, lean = schedule(s), schedule(replace(s, estimate_starts=False))
+    assert [p.estimated_start for p in full.pending] == [2000, 3000, 4000, 5000]
+    assert [p.estimated_start for p in lean.pending] == [None] * 4
+    assert lean.starts == full.starts and lean.preemptions == full.preemptions
+    assert [(p.job_id, p.reason, p.queue_position) for p in lean.pending] == [
+        (p.job_id, p.reason, p.queue_position) for p in full.pending]
