@@ -20,10 +20,8 @@ test: install
 
 lint: install
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
 
 format: install
-	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
 migrations-check: install
