@@ -170,3 +170,41 @@ def test_the_command_exits_1_with_findings_and_prints_json(busy, capsys):
     assert exited.value.code == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and any("state running" in line for line in report["findings"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_auditor_reads_one_snapshot_while_others_commit(alice, cluster, monkeypatch):
+    """A job that moves on between the auditor's read of jobs and its read of transitions must not look
+    broken: every check reads the same snapshot of the database."""
+    import threading
+
+    from django.db import connections, transaction
+    from django.utils import timezone
+
+    from scheduler import audit as audit_module
+
+    job = submit(alice, gpus=1)
+
+    def hold_it():
+        # Another connection moves the job on (state and transition in one commit, as the services do).
+        try:
+            with transaction.atomic():
+                Job.objects.filter(pk=job.pk).update(state="held")
+                JobTransition.objects.create(job_id=job.pk, from_state="pending", to_state="held", at=timezone.now())
+        finally:
+            connections.close_all()
+
+    real_rows = audit_module._rows
+
+    def rows_with_a_commit_before_transitions(statement, params=None):
+        if "FROM scheduler_jobtransition" in statement and not moved:
+            moved.append(True)
+            thread = threading.Thread(target=hold_it)
+            thread.start()
+            thread.join()
+        return real_rows(statement, params)
+
+    moved: list[bool] = []
+    monkeypatch.setattr(audit_module, "_rows", rows_with_a_commit_before_transitions)
+    assert audit(ledger=False) == []
+    assert moved and Job.objects.get(pk=job.pk).state == "held"  # the commit did land in between
