@@ -1,6 +1,16 @@
 """Named policy presets: the same engine configured four ways (the simulator compares them)."""
 
-from scheduler.core.types import Policy
+from scheduler.core.types import Policy, PriorityClassInfo
+
+# The priority ladder Rota ships (DESIGN.md): production inference > interactive > training > batch >
+# best-effort. The demo seeds it into the database and the simulator replays traces with it.
+DEFAULT_PRIORITY_CLASSES: tuple[PriorityClassInfo, ...] = (
+    PriorityClassInfo("production-inference", 1000, preemptible=False, min_runtime_s=0, grace_period_s=30),
+    PriorityClassInfo("interactive", 800, preemptible=False, min_runtime_s=0, grace_period_s=30),
+    PriorityClassInfo("training", 500, min_runtime_s=300, grace_period_s=60),
+    PriorityClassInfo("batch", 300, may_preempt=False, min_runtime_s=60, grace_period_s=30),
+    PriorityClassInfo("best-effort", 100, may_preempt=False, min_runtime_s=0, grace_period_s=10),
+)
 
 PRESETS: dict[str, Policy] = {
     # First come, first served: strict arrival order, no backfill, no preemption.

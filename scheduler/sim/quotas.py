@@ -26,18 +26,9 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.core.types import PriorityClassInfo, QuotaInfo, TeamInfo
+from scheduler.core.types import QuotaInfo, TeamInfo
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.trace import Trace, TraceError
-
-# The usual ladder (DESIGN.md): production-inference > interactive > training > batch > best-effort.
-DEFAULT_PRIORITY_CLASSES: tuple[PriorityClassInfo, ...] = (
-    PriorityClassInfo(name="production-inference", value=1000, preemptible=False),
-    PriorityClassInfo(name="interactive", value=800, preemptible=False),
-    PriorityClassInfo(name="training", value=500),
-    PriorityClassInfo(name="batch", value=300),
-    PriorityClassInfo(name="best-effort", value=0, may_preempt=False),
-)
 
 _QUOTA_KEYS = {"guaranteed", "limit", "weight", "non_lendable", "pool"}
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scheduler.core.policies import DEFAULT_PRIORITY_CLASSES
 from scheduler.core.types import (
     Decisions,
     Placement,
@@ -35,7 +36,7 @@ from scheduler.sim.cluster import Cluster
 from scheduler.sim.holdings import Holdings
 from scheduler.sim.jobstate import JobViews, SimJob
 from scheduler.sim.ledger import TeamLedger
-from scheduler.sim.quotas import DEFAULT_PRIORITY_CLASSES, TeamSetup
+from scheduler.sim.quotas import TeamSetup
 from scheduler.sim.results import JobRecord, SimResult
 from scheduler.sim.trace import Trace, TraceJob
 

@@ -17,17 +17,17 @@ from django.utils import timezone
 
 from portal.access import FINANCE_GROUP
 from portal.models import Membership, Team
+from scheduler.core.policies import DEFAULT_PRIORITY_CLASSES
 from scheduler.models import GpuModel, Node, NodeToken, Pool, PriorityClass, Quota
 
 DEMO_PASSWORD = "rota-demo-2026"
-PRIORITY_CLASSES = [
-    # name, value, preemptible by default, may preempt, min runtime s, grace s, description
-    ("production-inference", 1000, False, True, 0, 30, "Serving traffic: never starved"),
-    ("interactive", 800, False, True, 0, 30, "Notebooks and interactive sessions"),
-    ("training", 500, True, True, 300, 60, "Training runs (checkpoint on SIGTERM)"),
-    ("batch", 300, True, False, 60, 30, "Data processing, evaluation, agent tasks"),
-    ("best-effort", 100, True, False, 0, 10, "Runs only on idle capacity"),
-]
+CLASS_DESCRIPTIONS = {
+    "production-inference": "Serving traffic: never starved",
+    "interactive": "Notebooks and interactive sessions",
+    "training": "Training runs (checkpoint on SIGTERM)",
+    "batch": "Data processing, evaluation, agent tasks",
+    "best-effort": "Runs only on idle capacity",
+}
 GPU_MODELS = [
     ("h100-80gb", "NVIDIA H100 80GB HBM3", 81559),
     ("a100-40gb", "NVIDIA A100-SXM4-40GB", 40960),
@@ -97,10 +97,11 @@ class Command(BaseCommand):
         teams = {}
         for name, label in [("vision", "Vision"), ("nlp", "Language"), ("speech", "Speech")]:
             teams[name], _ = Team.objects.get_or_create(name=name, defaults={"display_name": label, "parent": research})
-        for name, value, preemptible, may_preempt, min_rt, grace, desc in PRIORITY_CLASSES:
-            PriorityClass.objects.get_or_create(name=name, defaults=dict(
-                value=value, preemptible=preemptible, may_preempt=may_preempt, min_runtime_s=min_rt,
-                grace_period_s=grace, description=desc))
+        for c in DEFAULT_PRIORITY_CLASSES:
+            PriorityClass.objects.get_or_create(name=c.name, defaults=dict(
+                value=c.value, preemptible=c.preemptible, may_preempt=c.may_preempt,
+                min_runtime_s=int(c.min_runtime_s), grace_period_s=int(c.grace_period_s),
+                description=CLASS_DESCRIPTIONS.get(c.name, "")))
         models = {}
         for name, label, memory in GPU_MODELS:
             models[name], _ = GpuModel.objects.get_or_create(name=name, defaults={"display_name": label,
