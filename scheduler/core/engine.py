@@ -353,7 +353,7 @@ class Cycle(Preempting):
             reason = self._priority_reasons[id(res)] = R.reason(
                 R.PRIORITY,
                 f"free {group.model} GPUs in pool {group.pool} are reserved for job {res.job_id}, "
-                f"which starts by t={res.start:.0f}; this job would run past that",
+                f"which starts in {R.fmt_duration(res.start - self.now)}; this job would run past that",
                 reserved_for=res.job_id, reserved_start=res.start, gpu_model=group.model)
         return reason
 

@@ -57,3 +57,19 @@ def num(value: float) -> int | float:
     if abs(value - round(value)) < 1e-9:
         return round(value)
     return value
+
+
+def fmt_duration(seconds: float) -> str:
+    """A wait in words: "now", "45 s", "12 min", "3 h 20 min", "2 d 4 h"."""
+    s = max(0, round(seconds))
+    if s == 0:
+        return "now"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{round(s / 60)} min"
+    if s < 86400:
+        h, m = divmod(round(s / 60), 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(round(s / 3600), 24)
+    return f"{d} d {h} h" if h else f"{d} d"

@@ -94,3 +94,17 @@ def test_estimates_can_be_left_out_without_changing_any_decision():
     assert lean.starts == full.starts and lean.preemptions == full.preemptions
     assert [(p.job_id, p.reason, p.queue_position) for p in lean.pending] == [
         (p.job_id, p.reason, p.queue_position) for p in full.pending]
+
+
+def test_the_reserved_reason_says_when_the_reserved_job_starts_in_words():
+    jobs = _cluster_with_two_free() + [JobInfo(3, "vision", gpus=6, submitted_at=1),
+                                       JobInfo(4, "vision", gpus=2, submitted_at=2, time_limit_s=5000)]
+    d = schedule(snap([N1], jobs, QS, policy="slurm", now=1000))
+    pending = {p.job_id: p for p in d.pending}
+    assert "reserved for job 3, which starts in 17 min;" in pending[4].reason.message
+    assert pending[4].reason.details["reserved_start"] == 2000
+
+
+def test_durations_read_as_words():
+    assert [R.fmt_duration(s) for s in (0, 45, 720, 3600, 12000, 90000, 2 * 86400)] == [
+        "now", "45 s", "12 min", "1 h", "3 h 20 min", "1 d 1 h", "2 d"]
