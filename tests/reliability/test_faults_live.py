@@ -120,7 +120,7 @@ def test_a_frozen_node_goes_down_its_job_requeues_and_on_thaw_the_orphan_is_kill
             return until()
         return wait_for(tick, timeout=timeout, interval=0.25, what=what)
 
-    beat(lambda: state_of(job_id) == "running" and pids.exists(), "the job to run")
+    beat(lambda: state_of(job_id) == "running" and pids.exists() and pids.read_text().split(), "the job to run")
     orphan = int(pids.read_text().split()[0])
     os.kill(agent.pid, signal.SIGSTOP)
     frozen = Stopwatch("frozen node marked down and its job requeued (heartbeat timeout 4 s)")
@@ -142,7 +142,8 @@ def test_a_frozen_node_goes_down_its_job_requeues_and_on_thaw_the_orphan_is_kill
     beat(lambda: Job.objects.filter(pk=job_id, state=JobState.RUNNING, attempt=2).exists(),
          "attempt 2 to run on the returned node")
     print(f"[figure] requeued job running again {time.monotonic() - thaw:.2f} s after the thaw")
-    assert len(pids.read_text().split()) == 2
+    # "running" means the agent spawned attempt 2; its shell writes its pid a moment later.
+    wait_for(lambda: len(pids.read_text().split()) == 2, timeout=10, what="attempt 2's process to start")
     assert Allocation.objects.filter(ended_at__isnull=True, job_id=job_id, attempt=2).count() == 2
     assert_sound()
 
@@ -157,7 +158,8 @@ def test_a_job_that_ignores_sigterm_is_sigkilled_after_its_grace_period(alice, c
         "name": "stubborn", "gpu_model": "h100-80gb",
         "command": f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.2; done",
     }, format="json").json()["id"]
-    wait_for(lambda: (run_cycle() and state_of(job_id) == "running" and pidfile.exists()), timeout=30,
+    wait_for(lambda: (run_cycle() and state_of(job_id) == "running" and pidfile.exists()
+                      and pidfile.read_text().strip()), timeout=30,
              interval=0.25, what="the stubborn job to run")
     grace = Job.objects.get(pk=job_id).priority_class.grace_period_s
     assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
