@@ -35,7 +35,9 @@ CLASSES = (
     PriorityClassInfo("mid", 500, grace_period_s=5),
     PriorityClassInfo("low", 100, grace_period_s=5),
 )
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: CI runs the same examples every time (a new counterexample must not make a landing flaky);
+# set derandomize=False locally to search new examples.
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
