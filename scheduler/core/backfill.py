@@ -17,7 +17,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from scheduler.core.cluster import EPS, Cluster, Group, Node
+from scheduler.core.cluster import EPS, Cluster, Group, Held, Node
 from scheduler.core.placement import Request, part_sizes
 from scheduler.core.types import JobInfo, PriorityClassInfo
 
@@ -47,12 +47,13 @@ class Timeline:
     def __init__(self, cluster: Cluster, now: float, classes: dict[str, PriorityClassInfo]):
         self.now = now
         self.cluster = cluster
-        self.classes = classes
         # (pool, model) -> releases (time, GPUs); running jobs without a known end are left out.
         self.group_events: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+        self._ending: list[tuple[float, Held]] = []  # running jobs with a known end
         for h in cluster.held:
             end = end_time(h.job, now, classes)
             if end is not None:
+                self._ending.append((end, h))
                 for key, amount in h.amounts.items():
                     self.group_events[key].append((end, amount))
         self._by_node: dict[str, list[tuple[float, dict[int, float]]]] | None = None
@@ -63,10 +64,7 @@ class Timeline:
         if self._by_node is None:
             out: dict[str, list[tuple[float, dict[int, float]]]] = defaultdict(list)
             devices = self.cluster.devices
-            for h in self.cluster.held:
-                end = end_time(h.job, self.now, self.classes)
-                if end is None:
-                    continue
+            for end, h in self._ending:
                 per_node: dict[str, dict[int, float]] = defaultdict(dict)
                 for gpu_id, share in h.shares.items():
                     per_node[devices[gpu_id].node.name][gpu_id] = share

@@ -68,9 +68,9 @@ class Cycle(Preempting):
         self.running_by_team, self.running_by_model = index_running(cluster)
         # Devices of terminating jobs, per node: they free up once their processes are gone.
         self.stopping: dict[str, dict[int, float]] = defaultdict(dict)
+        devices = cluster.devices
         for h in cluster.held:
             if h.job.terminating:
-                devices = cluster.devices
                 for gpu_id, share in h.shares.items():
                     held = self.stopping[devices[gpu_id].node.name]
                     held[gpu_id] = held.get(gpu_id, 0.0) + share

@@ -108,6 +108,11 @@ def host_has_room(node: Node, req: Request, n_parts: int) -> bool:
     return not (req.memory_mb and node.mem_free is not None and node.mem_free < req.memory_mb / n_parts - EPS)
 
 
+def fits_host(node: Node, req: Request, n_parts: int) -> bool:
+    """Static and dynamic node checks together (always true for a request without node constraints)."""
+    return not req.constrained or (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts))
+
+
 def free_devices(node: Node, model: str, req: Request, count: int) -> list[Device] | None:
     """The ``count`` lowest-index idle healthy devices of ``model`` with enough memory, or None."""
     out = []
@@ -130,7 +135,7 @@ def place(
             return None
         return _place_gang(cluster, group, req, req.gpus // req.nodes, req.nodes, veto)
     if req.nodes == 1 or req.gpus <= group.max_devices:
-        node, devs = _best_node(cluster, group, req, req.gpus, 1, spread, veto, exclude=())
+        node, devs = best_node(cluster, group, req, req.gpus, 1, spread, veto, exclude=())
         if node is None:
             return None
         return tuple(Placement(d.id) for d in devs)
@@ -146,14 +151,13 @@ def _candidates(group: Group, need: int, spread: bool):
         yield from group.buckets[k]
 
 
-def _best_node(cluster, group, req, need, n_parts, spread, veto, exclude):
+def best_node(cluster, group, req, need, n_parts, spread, veto, exclude):
     """The best node of ``group`` for ``need`` devices (one member of a gang of ``n_parts``)."""
-    check_static = req.constrained
     for order in _candidates(group, need, spread):
         if order in exclude:
             continue
         node = cluster.node_by_order[order]
-        if check_static and not (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts)):
+        if not fits_host(node, req, n_parts):
             continue
         if veto is not None and veto(node, need):
             continue
@@ -168,7 +172,7 @@ def _place_gang(cluster, group, req, per, n, veto):
     chosen: list[int] = []
     out: list[Placement] = []
     for _ in range(n):
-        node, devs = _best_node(cluster, group, req, per, n, False, veto, exclude=chosen)
+        node, devs = best_node(cluster, group, req, per, n, False, veto, exclude=chosen)
         if node is None:
             return None
         chosen.append(node.order)
@@ -183,13 +187,13 @@ def _place_fewest(cluster, group, req, veto):
     parts: list[tuple[Node, int]] = []
     while remaining > 0:
         if remaining <= group.max_free():
-            node, devs = _best_node(cluster, group, req, remaining, len(parts) + 1, False, veto, chosen)
+            node, devs = best_node(cluster, group, req, remaining, len(parts) + 1, False, veto, chosen)
             if node is not None:
                 parts.append((node, remaining))
                 break
         taken = None
         for k in range(min(remaining, len(group.buckets) - 1), 0, -1):
-            node, devs = _best_node(cluster, group, req, k, len(parts) + 2, False, veto, chosen)
+            node, devs = best_node(cluster, group, req, k, len(parts) + 2, False, veto, chosen)
             if node is not None:
                 taken = (node, len(devs))
                 break
@@ -224,12 +228,12 @@ def _place_fraction(cluster, group, req, veto):
         node = dev.node
         if dev.memory_mb < req.min_memory_mb or not dev.healthy:
             continue
-        if req.constrained and not (node_matches(node, req, 1) and host_has_room(node, req, 1)):
+        if not fits_host(node, req, 1):
             continue
         if veto is not None and veto(node, 0.0):
             continue
         return (Placement(dev.id, f),)
-    node, devs = _best_node(cluster, group, req, 1, 1, False, veto, exclude=())
+    node, devs = best_node(cluster, group, req, 1, 1, False, veto, exclude=())
     if node is None:
         return None
     return (Placement(devs[0].id, f),)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.feasibility import shape_text
-from scheduler.core.placement import Request, free_devices, host_has_room, node_matches, part_sizes
+from scheduler.core.placement import Request, best_node, fits_host, part_sizes
 from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo
 
 PRIORITY = "Priority"
@@ -110,14 +110,13 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
                 got.append(cand)
     options: dict[int, list] = {need: [] for need in needs}
     enough = {need: 4 * parts.count(need) for need in needs}  # options per part size worth comparing
-    constrained = req.constrained
     count = group.count  # whole free devices per schedulable node of the group
     id_sets = group.device_ids
     for name, cands in per_node.items():
         node = cluster.nodes[name]
         if node.pool != group.pool or not node.schedulable:
             continue
-        if constrained and not (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts)):
+        if not fits_host(node, req, n_parts):
             continue
         freeable = math.inf
         if req.fraction is None:
@@ -185,25 +184,18 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
 
 def _add_free_nodes(cluster: Cluster, group: Group, req: Request, needs: list[int], parts: tuple[int, ...],
                     options: dict[int, list]) -> None:
-    """Parts of a multi-node job may also go to nodes that already have the devices free (no victims)."""
+    """Parts of a multi-node job may also go to nodes that already have the devices free (no victims):
+    per part size, the best-fitting such nodes, as many as the job has parts."""
     n_parts = len(parts)
     for need in needs:
-        found = 0
-        for k in range(need, len(group.buckets)):
-            for order in group.buckets[k]:
-                node = cluster.node_by_order[order]
-                if req.constrained and not (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts)):
-                    continue
-                devs = free_devices(node, group.model, req, need)
-                if devs is None:
-                    continue
-                ids = [d.id for d in devs]
-                options[need].append((0, [], order, ([], ids, ids)))
-                found += 1
-                if found >= n_parts:
-                    break
-            if found >= n_parts:
+        seen: list[int] = []
+        while len(seen) < n_parts:
+            node, devs = best_node(cluster, group, req, need, n_parts, False, None, exclude=seen)
+            if node is None:
                 break
+            seen.append(node.order)
+            ids = [d.id for d in devs]
+            options[need].append((0, [], node.order, ([], ids, ids)))
 
 
 def _first(item: tuple):
@@ -299,15 +291,11 @@ class Preempting:
         chosen: list[tuple[str, list[int]]] = []
         used: set[str] = set()
         n_parts = len(parts)
-
-        def fits_host(node: Node) -> bool:
-            return not req.constrained or (node_matches(node, req, n_parts) and host_has_room(node, req, n_parts))
-
         unfilled = []
         for need in parts:
             for name in sorted(self.stopping):
                 node = self.cluster.nodes[name]
-                if name in used or node.pool != group.pool or not node.schedulable or not fits_host(node):
+                if name in used or node.pool != group.pool or not node.schedulable or not fits_host(node, req, n_parts):
                     continue
                 stopping = self.stopping[name]
                 ok = [d.id for d in node.by_model.get(group.model, ())
@@ -322,22 +310,12 @@ class Preempting:
         if not chosen:
             return False
         for need in unfilled:
-            pick = None
-            for k in range(need, len(group.buckets)):
-                for order in group.buckets[k]:
-                    node = self.cluster.node_by_order[order]
-                    if node.name in used or not fits_host(node):
-                        continue
-                    devs = free_devices(node, group.model, req, need)
-                    if devs is not None:
-                        pick = (node.name, [d.id for d in devs])
-                        break
-                if pick is not None:
-                    break
-            if pick is None:
+            taken = [self.cluster.nodes[name].order for name in used]
+            node, devs = best_node(self.cluster, group, req, need, n_parts, False, None, exclude=taken)
+            if node is None:
                 return False
-            chosen.append(pick)
-            used.add(pick[0])
+            chosen.append((node.name, [d.id for d in devs]))
+            used.add(node.name)
         self.claims += 1
         idle = []
         for name, ok in chosen:
