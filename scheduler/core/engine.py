@@ -22,7 +22,7 @@ from scheduler.core.backfill import Reservation, Timeline
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.estimates import pending_infos
 from scheduler.core.feasibility import Feasibility, analyse, shape_text
-from scheduler.core.ordering import sort_key
+from scheduler.core.ordering import ranked, sort_key
 from scheduler.core.placement import Request, place, request_of
 from scheduler.core.preemption import Preempting, index_running
 from scheduler.core.quota import QuotaBook
@@ -50,6 +50,8 @@ class Cycle(Preempting):
         self.snapshot = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
+        if self.policy.preemption_scope not in ("team", "cluster"):
+            raise ValueError(f"unknown preemption_scope {self.policy.preemption_scope!r}; allowed: cluster, team")
         self.classes = {c.name: c for c in snapshot.priority_classes}
         self.cluster = cluster = Cluster(snapshot)
         self.quota = QuotaBook(snapshot, cluster.held)
@@ -457,6 +459,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
+    snapshot = ranked(snapshot)
     cycle = Cycle(snapshot)
     try:
         return _run(cycle, snapshot, timer)

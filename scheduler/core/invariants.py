@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
+from scheduler.core.ordering import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
 EPS = 1e-6
@@ -24,8 +25,11 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     whole gangs only (the requested GPU count, exactly ``nodes`` nodes when given); no team or parent
     above a limit it was within; no model used without quota; non-preemptible work within guaranteed;
     every waiting job not started has exactly one reason; preemptions only of running, preemptible,
-    non-terminating jobs of lower priority (unless reclaim), and the preemptor waits as ``Preempting``.
+    non-terminating jobs of lower priority (unless reclaim; priority is the LAS rank when the policy has
+    service levels) of the same team (unless reclaim, or the policy's preemption scope is the cluster),
+    and the preemptor waits as ``Preempting``.
     """
+    snapshot = ranked(snapshot)
     out: list[str] = []
     jobs = {j.id: j for j in snapshot.jobs}
     devices = {g.id: (n, g) for n in snapshot.nodes for g in n.gpus}
@@ -219,7 +223,7 @@ def _check_preemptions(snapshot: Snapshot, decisions: Decisions, jobs) -> list[s
         if pre.reason != "Reclaim" and victim.priority >= by.priority:
             out.append(f"job {by.id} (priority {by.priority}) preempted job {victim.id} of equal or higher "
                        f"priority {victim.priority} without reclaim")
-        if pre.reason != "Reclaim" and victim.team != by.team:
+        if pre.reason != "Reclaim" and victim.team != by.team and snapshot.policy.preemption_scope != "cluster":
             out.append(f"job {by.id} of team {by.team} preempted job {victim.id} of team {victim.team} "
                        "without reclaim")
         cls = classes.get(victim.priority_class)

@@ -5,7 +5,9 @@ or least attained service, then arrival (las). Job id breaks every remaining tie
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import replace
 
 from scheduler.core.types import JobInfo, Snapshot
 
@@ -47,7 +49,30 @@ def sort_key(snapshot: Snapshot) -> SortKey:
         factors = fair_share_factors(snapshot)
         return lambda j: (-j.priority, factors.get(j.team, 0.0), j.submitted_at, j.id)
     if ordering == "las":
+        if snapshot.policy.las_thresholds_gpu_s:  # levels are already in the ranked priority
+            return lambda j: (-j.priority, j.submitted_at, j.id)
         return lambda j: (-j.priority, j.attained_gpu_s, j.submitted_at, j.id)
     if ordering == "fifo":
         return lambda j: (-j.priority, j.submitted_at, j.id)
     raise ValueError(f"unknown ordering {ordering!r}; allowed: fairshare, fifo, las")
+
+
+def las_level(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
+    """The service level of a job that has received ``attained_gpu_s``: how many thresholds it passed."""
+    return bisect_right(thresholds, attained_gpu_s)
+
+
+def ranked(snapshot: Snapshot) -> Snapshot:
+    """The snapshot the engine schedules: with discretized LAS, each job's ``priority`` becomes its rank,
+    priority first, then service level (fewer passed thresholds rank higher), so queue order, victim
+    choice and the preemption rules compare ranks. Otherwise ``snapshot`` itself."""
+    policy = snapshot.policy
+    thresholds = policy.las_thresholds_gpu_s
+    if policy.ordering != "las" or not thresholds:
+        return snapshot
+    if list(thresholds) != sorted(thresholds):
+        raise ValueError(f"las_thresholds_gpu_s must ascend, got {thresholds}")
+    levels = len(thresholds) + 1
+    jobs = tuple(replace(j, priority=j.priority * levels + levels - 1 - las_level(j.attained_gpu_s, thresholds))
+                 for j in snapshot.jobs)
+    return replace(snapshot, jobs=jobs)

@@ -19,9 +19,11 @@ PRESETS: dict[str, Policy] = {
     # Slurm-like: priority then arrival, EASY backfill, no fair share, no preemption.
     "slurm": Policy(name="slurm", ordering="fifo", backfill=True, preemption=False,
                     guarantee_first=False),
-    # Tiresias-like: least attained service first (short jobs first without knowing runtimes).
-    "tiresias": Policy(name="tiresias", ordering="las", backfill=True, preemption=False,
-                       guarantee_first=False),
+    # Tiresias-like discretized 2D-LAS: jobs rank by service level (GPU-hours received: under 1, 1-10,
+    # 10 and more), arrival order within a level; a fresh job preempts jobs of a higher level, whatever
+    # their team (the priority class's minimum runtime still applies); no reclaim of borrowed quota.
+    "tiresias": Policy(name="tiresias", ordering="las", backfill=True, preemption=True, guarantee_first=False,
+                       las_thresholds_gpu_s=(3600.0, 36000.0), preemption_scope="cluster", reclaim=False),
     # Rota's default: fair share within priority, borrowing with reclaim, preemption, backfill.
     "rota": Policy(name="rota"),
 }

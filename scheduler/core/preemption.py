@@ -1,7 +1,8 @@
 """Preemption planning: which running jobs to stop so a waiting job can start in a later cycle.
 
 Two rules decide who may be a victim (DESIGN: priority classes and quota):
-  * priority: a job of the same team with a lower priority (the preemptor's class must allow preempting);
+  * priority: a job of the same team (of any team when the policy's preemption scope is the cluster) with
+    a lower priority (the preemptor's class must allow preempting);
   * reclaim: any job of a team holding more than its guarantee of the model, when the preemptor's team
     is within its own guarantee after the start; a lender is never pushed below its guarantee.
 Victims must be preemptible, not already terminating, and past their class's minimum runtime. The plan is
@@ -253,6 +254,10 @@ class Preempting:
     """The preemption half of a scheduling cycle (mixed into ``engine.Cycle``, whose state it uses):
     claim devices of stopping jobs, plan victims for a waiting job, and commit a plan."""
 
+    def _scope_of(self, job: JobInfo) -> str | None:
+        """The key of the victim list ``job`` may preempt by priority: its team's, or everyone's (None)."""
+        return None if self.policy.preemption_scope == "cluster" else job.team
+
     def _may_preempt(self, job: JobInfo) -> bool:
         cls = self.classes.get(job.priority_class)
         return cls is None or cls.may_preempt
@@ -269,6 +274,9 @@ class Preempting:
             key = (job.team, job.priority, id(group), id(req))
             if key in self._no_plan:
                 continue
+            if group not in allowed and not self._credit_may_admit(job, req, group):
+                self._no_plan.add(key)
+                continue
             plan = self._plan(job, req, group)
             if plan is None:
                 self._no_plan.add(key)
@@ -276,6 +284,23 @@ class Preempting:
             self._commit_plan(job, req, group, plan)
             return True
         return False
+
+    def _credit_may_admit(self, job: JobInfo, req: Request, group: Group) -> bool:
+        """For a group the quota refused: whether a plan could pass the quota at all. Only the job's own
+        team's victims give credit back, and credit cannot make room for non-preemptible work (it must fit
+        the guarantee beside the team's other non-preemptible work) nor create a missing quota row; so
+        without such victims, or in those cases, ``_plan`` would search victims only to fail its quota
+        check (the check is the refusal the walk just saw)."""
+        quota = self.quota
+        model = group.model
+        if quota.row(job.team, model, group.pool) is None:
+            return False
+        if not job.preemptible and (quota.non_preemptible.get((job.team, model), 0.0) + req.amount
+                                    > quota.guaranteed.get((job.team, model), 0.0) + EPS):
+            return False
+        if not hasattr(self, "pref_team"):
+            self._prepare_victims()
+        return self._has_candidates(job, group, reclaim=False)
 
     def _claim_stopping(self, job: JobInfo, req: Request, group: Group) -> bool:
         """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it.
@@ -339,11 +364,15 @@ class Preempting:
         """Sort possible victims once per cycle: per (team, model) for priority preemption and per model
         for reclaim, each in victim preference order (ineligible jobs left out)."""
         quota = self.quota
-        self.pref_team: dict[tuple[str, str], list] = {}
+        self.pref_team: dict[tuple[str | None, str], list] = {}
         self.pref_model: dict[str, list] = {}
         self.pref_start: dict[str, int] = defaultdict(int)
-        for key, recs in self.running_by_team.items():
-            borrowing = quota.borrowed(key[0], key[1]) > EPS
+        if self.policy.preemption_scope == "cluster":  # one list per model, key (None, model)
+            by_scope = {(None, model): recs for model, recs in self.running_by_model.items()}
+        else:
+            by_scope = self.running_by_team
+        for key, recs in by_scope.items():
+            borrowing = key[0] is not None and quota.borrowed(key[0], key[1]) > EPS
             ok = [(victim_order(r, borrowing, self.now), r) for r in recs
                   if eligible(r, self.classes, self.now, self.victims)]
             self.pref_team[key] = sorted(ok, key=lambda kr: kr[0])
@@ -364,7 +393,7 @@ class Preempting:
         that without walking every running job of the model)."""
         taken = self.victims
         pool = group.pool
-        for _key, rec in self.pref_team.get((job.team, group.model), ()):
+        for _key, rec in self.pref_team.get((self._scope_of(job), group.model), ()):
             if rec.job.priority >= job.priority:
                 break
             if rec.pool == pool and rec.job.id not in taken:
@@ -389,7 +418,7 @@ class Preempting:
         out: list[tuple[tuple, Running, str]] = []
         # One team's list has one "borrowed" flag, so it is in ascending priority: stop at the first job
         # that is not of lower priority.
-        for key, rec in self.pref_team.get((job.team, group.model), ()):
+        for key, rec in self.pref_team.get((self._scope_of(job), group.model), ()):
             if rec.job.priority >= job.priority or len(out) >= limit:
                 break
             if rec.pool == pool and rec.job.id not in taken:
@@ -427,13 +456,14 @@ class Preempting:
         guaranteed = quota.guaranteed.get((job.team, model), 0.0)
         under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
         room: dict[str, float] = {}
-        reclaim = under_guarantee and self.policy.borrowing
+        reclaim = under_guarantee and self.policy.borrowing and self.policy.reclaim
         if not self._has_candidates(job, group, reclaim):
             return None
         plan = plan_on_nodes(self.cluster, group, req, self._candidates(job, group, reclaim, room), room)
         if plan is None:
             return None
-        credit = sum(sum(r.shares.values()) for r, rule in plan.victims if rule != RECLAIM)
+        # Only the team's own victims give quota back to it (with cluster scope, others' do not).
+        credit = sum(sum(r.shares.values()) for r, rule in plan.victims if rule != RECLAIM and r.job.team == job.team)
         if quota.check_limit(job.team, model, group.pool, amount, credit=credit) is not None:
             return None
         if not under_guarantee and quota.check_guarantee(

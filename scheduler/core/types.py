@@ -159,6 +159,16 @@ class Policy:
     # Within each priority level, admit work that fits its team's guarantee before work that would borrow,
     # so capacity that frees up goes to its owners first instead of being lent and then reclaimed.
     guarantee_first: bool = True
+    # Discretized least-attained-service (Tiresias' 2D-LAS), with ordering "las": ascending thresholds in
+    # GPU-seconds split jobs into service levels (level k: attained >= k thresholds). A lower level ranks
+    # above a higher one of the same priority, so fresh jobs preempt jobs that have had much service;
+    # arrival order within a level. Empty: continuous LAS (sort by attained service), no level ranks.
+    las_thresholds_gpu_s: tuple[float, ...] = ()
+    # Who priority preemption may take from: "team" (the preemptor's own team; other teams' work only by
+    # reclaim of borrowed capacity) or "cluster" (any team: single-tenant baselines such as Tiresias).
+    preemption_scope: str = "team"
+    # Whether a team below its guarantee takes back borrowed GPUs by preempting borrowers (needs preemption).
+    reclaim: bool = True
 
 
 @dataclass(frozen=True, slots=True)

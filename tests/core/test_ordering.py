@@ -1,6 +1,12 @@
 """Queue order: priority, then fair share (decayed usage / entitlement), least attained service, or FIFO."""
 
+from dataclasses import replace
+
+import pytest
+
 from scheduler.core import schedule
+from scheduler.core.ordering import las_level, ranked
+from scheduler.core.policies import PRESETS
 from scheduler.core.types import JobInfo
 from tests.core.builders import node, quota, snap
 
@@ -40,3 +46,14 @@ def test_it_runs_least_attained_service_first_under_las():
 def test_it_runs_the_oldest_first_under_fifo():
     jobs = [JobInfo(2, "a", submitted_at=2), JobInfo(1, "a", submitted_at=1)]
     assert _first(snap([N1], jobs, [quota("a")], policy="fifo")) == 1
+
+
+def test_las_levels_keep_arrival_order_within_a_level():
+    # Both under the first threshold (1 GPU-hour): the earlier arrival goes first despite more service.
+    jobs = [JobInfo(1, "a", attained_gpu_s=3000, submitted_at=1), JobInfo(2, "a", attained_gpu_s=10, submitted_at=2)]
+    assert _first(snap([N1], jobs, [quota("a")], policy="tiresias")) == 1
+    assert [las_level(x, (3600.0, 36000.0)) for x in (0, 3599, 3600, 36000, 1e9)] == [0, 0, 1, 2, 2]
+    s = snap([N1], jobs, [quota("a")], policy="tiresias")
+    assert [j.priority for j in ranked(s).jobs] == [2, 2]  # priority 0 x 3 levels + (2 - level 0)
+    with pytest.raises(ValueError, match="ascend"):
+        ranked(replace(s, policy=replace(PRESETS["tiresias"], las_thresholds_gpu_s=(10.0, 1.0))))

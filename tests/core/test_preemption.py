@@ -3,8 +3,11 @@ grace periods, and the two-step hand-over (victims stop, the preemptor starts in
 
 from dataclasses import replace
 
+import pytest
+
 from scheduler.core import check_invariants, schedule
 from scheduler.core import reasons as R
+from scheduler.core.policies import PRESETS
 from scheduler.core.types import JobInfo
 from tests.core.builders import by_id, gpu_ids, node, quota, running, snap
 
@@ -158,3 +161,60 @@ def test_it_never_reclaims_a_team_below_its_guarantee_counting_jobs_already_stop
     assert d.preemptions == ()
     assert not d.starts
     assert check_invariants(s, d) == []
+
+
+# -- Tiresias-like discretized LAS: service levels rank jobs; preemption across teams by level ---------
+
+def _las(**kw):
+    return replace(PRESETS["tiresias"], **kw)
+
+
+def test_las_levels_let_a_fresh_job_preempt_a_long_served_job_of_another_team():
+    # Team nlp's job has had 10 GPU-hours on 8 GPUs (level 2 of the preset's 1 h / 10 h thresholds); a fresh
+    # 4-GPU job of vision (level 0, same priority class) takes its place. Reclaim is off in this preset.
+    jobs = [running(1, "nlp", gpu_ids(N1, 8), priority=500, attained_gpu_s=36_000.0),
+            JobInfo(2, "vision", gpus=4, priority=500, submitted_at=900.0)]
+    s = snap([N1], jobs, [quota("vision", limit=8), quota("nlp", limit=8)], policy=_las())
+    d = schedule(s)
+    assert [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions] == [(1, 2, "Priority")]
+    assert d.pending[0].reason.code == R.PREEMPTING
+    assert check_invariants(s, d) == []
+    # The same cluster under team-scoped preemption (Rota's default) leaves nlp's job alone.
+    d = schedule(replace(s, policy=_las(preemption_scope="team")))
+    assert d.preemptions == ()
+
+
+def test_las_levels_never_preempt_a_job_of_the_same_level():
+    jobs = [running(1, "nlp", gpu_ids(N1, 8), priority=500, attained_gpu_s=3_000.0),  # level 0, like job 2
+            JobInfo(2, "vision", gpus=4, priority=500, submitted_at=900.0)]
+    d = schedule(snap([N1], jobs, [quota("vision"), quota("nlp")], policy=_las()))
+    assert d.preemptions == ()
+    assert d.pending[0].reason.code == R.RESOURCES
+
+
+def test_las_levels_never_outrank_the_priority_class():
+    # A fresh best-effort job does not preempt a long-served interactive one: priority comes before level.
+    jobs = [running(1, "nlp", gpu_ids(N1, 8), priority=800, attained_gpu_s=1e6),
+            JobInfo(2, "vision", gpus=4, priority=100, priority_class="best-effort")]
+    d = schedule(snap([N1], jobs, [quota("vision"), quota("nlp")], policy=_las()))
+    assert d.preemptions == ()
+
+
+def test_other_teams_victims_give_no_quota_back_to_the_preemptor():
+    # vision is at its limit (4 of 4); preempting nlp's job frees GPUs but not vision's quota: no plan.
+    # nlp's job started last, so it is the preferred victim; taking it would leave vision above its limit.
+    jobs = [running(1, "vision", gpu_ids(N1, 4), priority=500, attained_gpu_s=50_000.0, started_at=0.0),
+            running(2, "nlp", gpu_ids(N1, 4, start=4), priority=500, attained_gpu_s=50_000.0, started_at=100.0),
+            JobInfo(3, "vision", gpus=4, priority=500)]
+    s = snap([N1], jobs, [quota("vision", limit=4), quota("nlp")], policy=_las())
+    d = schedule(s)
+    # The plan (smallest set, preferred victims first) takes nlp's job, gives vision no quota back, and is
+    # dropped: the job waits on its own limit instead of preempting a team that does not block it.
+    assert d.preemptions == ()
+    assert d.pending[0].reason.code == R.QUOTA_EXCEEDED
+    assert check_invariants(s, d) == []
+
+
+def test_an_unknown_preemption_scope_is_refused():
+    with pytest.raises(ValueError, match="preemption_scope"):
+        schedule(snap([N1], [JobInfo(1, "a")], [quota("a")], policy=_las(preemption_scope="everyone")))
