@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scheduler.core.ordering import las_level
 from scheduler.core.policies import DEFAULT_PRIORITY_CLASSES
 from scheduler.core.types import (
     Decisions,
@@ -94,6 +95,7 @@ class Simulator:
         self.schedule_fn = schedule_fn
         self.check_fn = check_fn
         self.trace, self.cluster, self.setup, self.policy, self.config = trace, cluster, setup, policy, config
+        self.levels = policy.las_thresholds_gpu_s if policy.ordering == "las" else ()
         self.priority_classes = priority_classes
         self.views = JobViews({c.name: c for c in priority_classes}, config.exact_time_limits)
         self.progress = progress
@@ -209,10 +211,12 @@ class Simulator:
             return True
         if not self.policy.preemption:
             return False
-        if not self.config.skip_idle_cycles or self.holdings.has_parents:
-            return True
+        if not self.config.skip_idle_cycles or self.holdings.has_parents or self.levels:
+            return True  # (with LAS service levels, a fresh job outranks long-served ones of its class)
         if self.preemptors and self.victims and max(self.preemptors) > min(self.victims):
             return True
+        if not (self.policy.reclaim and self.policy.borrowing):
+            return False
         free = self.free_total
         return any(
             requests and self.holdings.may_reclaim(team, min(requests), free)
@@ -304,9 +308,16 @@ class Simulator:
         """Run one scheduling cycle at ``now``; return True when it started or preempted something."""
         result = self.result
         jobs = [job.info for job in self.pending.values()]
-        if self.policy.ordering == "las":
+        if self.levels:  # the engine reads a running job's service only through its level
+            levels = self.levels
             for job in self.running.values():
-                job.info = self.views.running(job, now)
+                info = job.info
+                if las_level(job.attained + (now - job.started_at) * job.request, levels) != las_level(
+                        info.attained_gpu_s, levels):
+                    job.info = self.views.running(job, now, terminating=job.preempted_at is not None)
+        elif self.policy.ordering == "las":
+            for job in self.running.values():
+                job.info = self.views.running(job, now, terminating=job.preempted_at is not None)
         jobs.extend(job.info for job in self.running.values())
         snapshot = Snapshot(
             now=now,

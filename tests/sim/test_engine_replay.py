@@ -49,15 +49,16 @@ def synthetic_trace(count: int, seed: int = 7) -> Trace:
     return Trace(jobs=tuple(jobs))
 
 
-def test_skipping_idle_cycles_changes_no_outcome_of_a_preempting_policy():
+@pytest.mark.parametrize("policy", ["rota", "tiresias"])
+def test_skipping_idle_cycles_changes_no_outcome_of_a_preempting_policy(policy):
     trace = synthetic_trace(150)
     cluster = load_cluster("2x8")
     setup = derive_quotas(trace, cluster)
-    skipped = simulate(trace, cluster, setup, PRESETS["rota"], SimConfig(skip_idle_cycles=True))
-    every = simulate(trace, cluster, setup, PRESETS["rota"], SimConfig(skip_idle_cycles=False))
+    skipped = simulate(trace, cluster, setup, PRESETS[policy], SimConfig(skip_idle_cycles=True))
+    every = simulate(trace, cluster, setup, PRESETS[policy], SimConfig(skip_idle_cycles=False))
     assert skipped.jobs == every.jobs
     assert skipped.preemptions == every.preemptions > 0
-    assert skipped.cycles < every.cycles
+    assert skipped.cycles < every.cycles or policy == "tiresias"  # service levels: every cycle may preempt
     assert skipped.invariant_violations == every.invariant_violations == 0
 
 
@@ -82,3 +83,41 @@ def test_an_openb_packing_trace_shares_gpus_and_reports_unallocated_gpus(tmp_pat
     packing = result["packing"]
     assert packing["peak_allocated_gpus"] <= 3
     assert packing["unallocated_gpus_at_peak"] == pytest.approx(3 - packing["peak_allocated_gpus"])
+
+
+def test_tiresias_preempts_a_long_served_job_for_a_fresh_one_of_another_team():
+    # x's 8-GPU job has had 16 GPU-hours when y's 1-hour job arrives (service level 2 vs 0): under the
+    # Tiresias preset y's job preempts it (after the training class's 300 s minimum runtime, long past);
+    # Slurm-like backfill makes it wait for the whole 10 hours.
+    trace = Trace(jobs=(TraceJob(1, 0.0, 36_000.0, 8, team="x"), TraceJob(2, 7_200.0, 3_600.0, 4, team="y")))
+    cluster = load_cluster("1x8:v100")
+    setup = derive_quotas(trace, cluster)
+    out = {}
+    for name in ("slurm", "tiresias"):
+        result = simulate(trace, cluster, setup, PRESETS[name], SimConfig())
+        assert summarize(result)["invariant_violations"] == summarize(result)["apply_errors"] == 0
+        out[name] = ({j.id: j.jct for j in result.jobs}, result.preemptions)
+    assert out["slurm"] == ({1: 36_000.0, 2: 36_000.0 - 7_200.0 + 3_600.0}, 0)
+    jct, preemptions = out["tiresias"]
+    assert preemptions == 1
+    assert jct[2] < 3_600.0 + 600.0  # its run plus the victim's grace period and a cycle
+    assert jct[1] > 36_000.0 + 3_600.0  # the victim resumes after it (restart cost included)
+
+
+def test_continuous_las_keeps_a_victim_stopping_while_it_refreshes_running_jobs_service():
+    # Under LAS ordering the simulator refreshes running jobs' attained service every cycle; a victim in
+    # its grace period must stay "terminating", or the next cycle (job 3 arrives during the 30 s grace)
+    # preempts it a second time.
+    from dataclasses import replace
+
+    policy = replace(PRESETS["rota"], name="las", ordering="las")
+    jobs = (TraceJob(1, 0.0, 36_000.0, 8, team="x", priority_class="batch"),
+            TraceJob(2, 1_000.0, 600.0, 4, team="x"), TraceJob(3, 1_015.0, 600.0, 4, team="x"))
+    trace = Trace(jobs=jobs)
+    cluster = load_cluster("1x8:v100")
+    config = SimConfig(cycle_interval_s=10, skip_idle_cycles=False)
+    result = simulate(trace, cluster, derive_quotas(trace, cluster), policy, config)
+    summary = summarize(result)
+    assert summary["apply_errors"] == summary["invariant_violations"] == 0, summary.get("problems")
+    assert result.preemptions == 1
+    assert {j.id: j.first_start for j in result.jobs} == {1: 0.0, 2: 1030.0, 3: 1030.0}
