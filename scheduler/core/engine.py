@@ -120,12 +120,13 @@ class Cycle(Preempting):
             req = self._requests[key] = self._request_values.setdefault(req, req)
         return req
 
-    def within_guarantee(self, job: JobInfo) -> bool:
+    def within_guarantee(self, job: JobInfo, looked: tuple | None) -> bool:
         """Whether ``job`` would start inside its team's guarantee of some model it accepts (jobs that only
-        wait — held or unsatisfiable — count as inside: their place in the walk changes nothing)."""
-        if job.state == HELD:
+        wait — held or unsatisfiable — count as inside: their place in the walk changes nothing).
+        ``looked``: the job's ``_profile_of`` (None for a held job)."""
+        if looked is None:
             return True
-        _pkey, (_req, feas, amount) = self._profile_of(job)
+        _pkey, (_req, feas, amount) = looked
         if feas.reason is not None:
             return True
         quota = self.quota
@@ -133,14 +134,14 @@ class Cycle(Preempting):
                    + EPS for g in feas.groups)
 
     def _profile_of(self, job: JobInfo) -> tuple[tuple, tuple[Request, Feasibility, float]]:
-        """The job's profile key and its (cached) profile."""
-        pkey = (job.team, job.pool, job.gpu_models, job.gpus, job.gpu_fraction, job.nodes, job.gpu_memory_mb,
-                job.cpus, job.memory_mb, tuple(job.node_labels.items()) if job.node_labels else (),
-                job.min_driver_version)
-        hit = self._profiles.get(pkey)
+        """The job's look-alike key (see ``_LOOK``) and its (cached) profile."""
+        key = _LOOK(job)
+        if job.node_labels:
+            key = (key, tuple(job.node_labels.items()))
+        hit = self._profiles.get(key)
         if hit is None:
-            hit = self._profiles[pkey] = self._profile(job)
-        return pkey, hit
+            hit = self._profiles[key] = self._profile(job)
+        return key, hit
 
     def _profile(self, job: JobInfo) -> tuple[Request, Feasibility, float]:
         """The job's request, its feasibility and the GPUs it charges (shared by jobs of the same team,
@@ -236,18 +237,29 @@ class Cycle(Preempting):
             self._quota_ok[key] = version
         return blocked
 
-    def try_job(self, job: JobInfo) -> None:
-        """Start ``job``, plan preemptions for it, or record why it waits."""
+    @staticmethod
+    def models_wanted(looked: tuple | None) -> tuple[str, ...]:
+        """The GPU models of the groups a looked-up job could run in (none when it only waits)."""
+        if looked is None:
+            return ()
+        return tuple({g.model: None for g in looked[1][1].groups})
+
+    def look(self, job: JobInfo) -> tuple | None:
+        """The job's ``_profile_of``, or None when it is held (it only waits)."""
+        return None if job.state == HELD else self._profile_of(job)
+
+    def try_job(self, job: JobInfo, looked: tuple | None = None) -> None:
+        """Start ``job``, plan preemptions for it, or record why it waits (``looked``: ``look(job)``, when
+        the caller has it)."""
         if job.state == HELD:
             self.wait(job, _HELD_REASON)
             return
-        pkey, (req, feas, amount) = self._profile_of(job)
+        pkey, (req, feas, amount) = looked or self._profile_of(job)
         if feas.reason is not None:
             self.wait(job, feas.reason)
             return
-        spread = self._spread or job.kind == "inference"
         end = self.now + job.time_limit_s if job.time_limit_s is not None else None
-        # Jobs that look the same to the walk (same profile, priority, class, spread and reservation
+        # Jobs that look the same to the walk (same profile, priority, class, kind and reservation
         # vetoes) while nothing they read has changed end the same way: reuse the last one's wait.
         groups = feas.groups
         if self.reservations:
@@ -255,9 +267,9 @@ class Cycle(Preempting):
             for group in groups:
                 res = self.reservations.get((group.pool, group.model))
                 vetoes.append(res is not None and (end is None or end > res.start + EPS))
-            mkey = (pkey, job.priority, job.priority_class, job.preemptible, spread, tuple(vetoes))
+            mkey = (pkey, tuple(vetoes))
         else:
-            mkey = (pkey, job.priority, job.priority_class, job.preemptible, spread)
+            mkey = pkey
         state = self._state(groups)
         memo = self._same_wait.get(mkey) if self.reuse_waits else None
         if memo is not None and memo[0] == state:
@@ -268,7 +280,7 @@ class Cycle(Preempting):
         stats = self.stats
         searches, full, waits, starts = stats.get("placement_searches", 0), len(self._full), len(self.waiting), len(
             self.starts)
-        self._walk(job, req, feas, amount, spread, end)
+        self._walk(job, req, feas, amount, self._spread or job.kind == "inference", end)
         if len(self.waiting) == waits + 1 and len(self.starts) == starts and self._state(groups) == state:
             # The next look-alike skips the groups this walk found full, so it searches that many fewer.
             searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
@@ -428,6 +440,12 @@ class Cycle(Preempting):
         )
 
 
+# What makes two waiting jobs look alike to the walk (with their node labels, when they have any): their
+# profile (team, pool, models, request) and what orders and rules them (priority, class, preemptible,
+# kind: inference spreads). One C-level call builds the key; time limits enter through reservation vetoes.
+_LOOK = attrgetter("team", "pool", "gpu_models", "gpus", "gpu_fraction", "nodes", "gpu_memory_mb", "cpus",
+                   "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind")
+
 _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
 
 
@@ -478,16 +496,19 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
     if snapshot.policy.guarantee_first:
         for _priority, level in groupby(queue, key=attrgetter("priority")):
             # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
-            # and so does the rest of that team (a team's own order is kept: no small job jumps its big one).
-            deferred, borrowing_teams = [], set()
+            # and so does the rest of that team that wants the same models (a team's own order is kept
+            # per model: no small job jumps its big one; work on other models is not held back).
+            deferred, borrowing = [], set()  # (team, model) pairs a deferred job of the team wants
             for job in level:
-                if job.team not in borrowing_teams and cycle.within_guarantee(job):
-                    cycle.try_job(job)
+                looked = cycle.look(job)
+                models = cycle.models_wanted(looked)
+                if all((job.team, m) not in borrowing for m in models) and cycle.within_guarantee(job, looked):
+                    cycle.try_job(job, looked)
                 else:
-                    borrowing_teams.add(job.team)
-                    deferred.append(job)
-            for job in deferred:
-                cycle.try_job(job)
+                    borrowing.update((job.team, m) for m in models)
+                    deferred.append((job, looked))
+            for job, looked in deferred:
+                cycle.try_job(job, looked)
     else:
         for job in queue:
             cycle.try_job(job)

@@ -7,8 +7,10 @@ Two rules decide who may be a victim (DESIGN: priority classes and quota):
     is within its own guarantee after the start; a lender is never pushed below its guarantee.
 Victims must be preemptible, not already terminating, and past their class's minimum runtime. The plan is
 the smallest victim set on one node (or per gang member), preferring borrowed work, then lower priority,
-most recently started, least work since the last checkpoint. No plan is made when the job still would not
-fit after the victims are gone. Victims keep their devices this cycle; the preemptor waits (Preempting).
+most recently started, least work since the last checkpoint. A plan looks at the first ``PLAN_LIMIT``
+candidates in that preference order, plus those on the nodes with the most free devices and the jobs
+holding the most devices (where small victim sets are). No plan is made when the job still would not fit
+after the victims are gone. Victims keep their devices this cycle; the preemptor waits (Preempting).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassIn
 
 PRIORITY = "Priority"
 RECLAIM = "Reclaim"
-PLAN_LIMIT = 64  # victim candidates a plan looks at
+PLAN_LIMIT = 64  # victim candidates a plan looks at by preference
+NEAR_NODES = 8  # and the nodes with the most free devices whose candidates it looks at too
+BIG_JOBS = 8  # and the jobs holding the most devices (for requests of more than one device)
 
 
 @dataclass(slots=True)
@@ -63,6 +67,11 @@ def index_running(cluster: Cluster) -> tuple[dict, dict]:
         by_team[(job.team, rec.model)].append(rec)
         by_model[rec.model].append(rec)
     return by_team, by_model
+
+
+def req_devices(job: JobInfo) -> int:
+    """Whole devices the job asks for (0 for a fraction of one)."""
+    return 0 if job.gpu_fraction else job.gpus
 
 
 def victim_order(rec: Running, borrowed: bool, now: float) -> tuple:
@@ -371,15 +380,29 @@ class Preempting:
             by_scope = {(None, model): recs for model, recs in self.running_by_model.items()}
         else:
             by_scope = self.running_by_team
+        # Each eligible job's preference keys (as a priority and as a reclaim victim), and the eligible
+        # jobs per node, for the nodes closest to fitting (see ``_near_candidates``).
+        self.team_key: dict[int, tuple] = {}
+        self.model_key: dict[int, tuple] = {}
+        self.on_node: dict[str, list[Running]] = defaultdict(list)
         for key, recs in by_scope.items():
             borrowing = key[0] is not None and quota.borrowed(key[0], key[1]) > EPS
             ok = [(victim_order(r, borrowing, self.now), r) for r in recs
                   if eligible(r, self.classes, self.now, self.victims)]
             self.pref_team[key] = sorted(ok, key=lambda kr: kr[0])
+            for k, r in ok:
+                self.team_key[r.job.id] = k
+        self.biggest: dict[str, list] = {}  # per model: eligible jobs holding the most devices first
         for model, recs in self.running_by_model.items():
             ok = [(victim_order(r, True, self.now), r) for r in recs
                   if eligible(r, self.classes, self.now, self.victims)]
             self.pref_model[model] = sorted(ok, key=lambda kr: kr[0])
+            self.biggest[model] = [r for _k, r in sorted(ok, key=lambda kr: (-len(kr[1].shares), kr[0]))
+                                   if len(r.shares) > 1]
+            for k, r in ok:
+                self.model_key[r.job.id] = k
+                for name in r.nodes:
+                    self.on_node[name].append(r)
         # Per (model, pool): how many possible reclaim victims each team still has (victims leave it).
         self.lenders: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.lender_ids: set[int] = set()
@@ -424,7 +447,8 @@ class Preempting:
             if rec.pool == pool and rec.job.id not in taken:
                 out.append((key, rec, PRIORITY))
         if not reclaim:
-            return out
+            near = self._extra_candidates(job, group, False, set(), {c[1].job.id for c in out})
+            return sorted(out + near, key=_first) if near else out
         for team in self.lenders[(group.model, pool)]:
             if team != job.team:
                 room[team] = self.quota.lendable(team, group.model)
@@ -442,10 +466,53 @@ class Preempting:
                     reclaim_out.append((key, rec, RECLAIM))
                     if len(reclaim_out) >= limit:
                         break
-        if not out:
-            return reclaim_out
         # Keys are unique (they end with the job id), so sorting merges the two ordered lists.
-        return sorted(out + reclaim_out, key=_first)[:limit]
+        merged = sorted(out + reclaim_out, key=_first)[:limit] if out else reclaim_out
+        near = self._extra_candidates(job, group, reclaim, lenders, {c[1].job.id for c in merged})
+        return sorted(merged + near, key=_first) if near else merged
+
+    def _extra_candidates(self, job: JobInfo, group: Group, reclaim: bool, lenders: set[str],
+                          seen: set[int]) -> list[tuple[tuple, Running, str]]:
+        """Victim candidates beyond the first ``PLAN_LIMIT`` by preference, where the smallest victim set
+        often is: on the group's nodes with the most free devices (a nearly free node whose one job is
+        old, so preferred last), and the jobs holding the most devices (one victim can free a whole
+        node). Without them a team under its guarantee could wait for hours behind a spread of recent
+        small jobs it cannot combine into a node."""
+        out: list[tuple[tuple, Running, str]] = []
+        scope = self._scope_of(job)
+        taken = self.victims
+        team_key, model_key = self.team_key, self.model_key
+        pool = group.pool
+
+        def consider(rec: Running) -> None:
+            jid = rec.job.id
+            if jid in seen or jid in taken or rec.pool != pool:
+                return
+            team = rec.job.team
+            if (scope is None or team == scope) and rec.job.priority < job.priority and jid in team_key:
+                out.append((team_key[jid], rec, PRIORITY))
+                seen.add(jid)
+            elif reclaim and team in lenders and team != job.team and jid in model_key:
+                out.append((model_key[jid], rec, RECLAIM))
+                seen.add(jid)
+
+        buckets = group.buckets
+        nodes = self.cluster.node_by_order
+        looked = 0
+        for k in range(len(buckets) - 1, 0, -1):
+            for order in buckets[k]:
+                if looked >= NEAR_NODES:
+                    break
+                looked += 1
+                for rec in self.on_node.get(nodes[order].name, ()):
+                    consider(rec)
+        if req_devices(job) > 1:
+            found = len(out)
+            for n, rec in enumerate(self.biggest.get(group.model, ())):
+                if n >= 4 * BIG_JOBS or len(out) - found >= BIG_JOBS:
+                    break
+                consider(rec)
+        return out
 
     def _plan(self, job: JobInfo, req: Request, group: Group) -> Plan | None:
         quota = self.quota
@@ -459,7 +526,8 @@ class Preempting:
         reclaim = under_guarantee and self.policy.borrowing and self.policy.reclaim
         if not self._has_candidates(job, group, reclaim):
             return None
-        plan = plan_on_nodes(self.cluster, group, req, self._candidates(job, group, reclaim, room), room)
+        cands = self._candidates(job, group, reclaim, room)
+        plan = plan_on_nodes(self.cluster, group, req, cands, room, limit=len(cands))
         if plan is None:
             return None
         # Only the team's own victims give quota back to it (with cluster scope, others' do not).

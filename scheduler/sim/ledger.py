@@ -19,6 +19,9 @@ class TeamLedger:
       a job counts as waiting once a scheduling cycle has left it in the queue.
     starved_s: seconds during which the team had a pending job that would fit in what is left of its
       guarantee (guaranteed - held >= request) and yet did not run.
+    longest_starved_s: the longest such stretch without a break (see ``longest_starved``): how long the
+      team waited, at worst, to reach its guarantee (cycle interval, victims' minimum runtime and grace
+      period included).
     """
 
     def __init__(self, teams: list[str], guaranteed: dict[str, float], half_life_s: float) -> None:
@@ -31,6 +34,8 @@ class TeamLedger:
         self.starved_s = dict.fromkeys(self.teams, 0.0)
         self.pending_requests: dict[str, dict[float, int]] = {t: {} for t in self.teams}
         self.starving = dict.fromkeys(self.teams, False)
+        self.starved_since: dict[str, float] = {}
+        self.longest_starved_s = dict.fromkeys(self.teams, 0.0)
         self.last = dict.fromkeys(self.teams, 0.0)
         self.contended = False
         self.waiting = 0
@@ -84,7 +89,21 @@ class TeamLedger:
         """Starving: a waiting job would fit in the unused part of the team's guarantee."""
         requests = self.pending_requests[team]
         headroom = self.guaranteed[team] - self.held[team]
-        self.starving[team] = bool(requests) and min(requests) <= headroom + _EPS
+        starving = bool(requests) and min(requests) <= headroom + _EPS
+        if starving != self.starving[team]:
+            now = self.last[team]  # the caller has just advanced the team to now
+            if starving:
+                self.starved_since[team] = now
+            else:
+                since = self.starved_since.pop(team)
+                self.longest_starved_s[team] = max(self.longest_starved_s[team], now - since)
+        self.starving[team] = starving
+
+    def longest_starved(self, team: str, end: float) -> float:
+        """The team's longest stretch of starvation, a stretch still open at ``end`` included."""
+        since = self.starved_since.get(team)
+        open_s = end - since if since is not None else 0.0
+        return max(self.longest_starved_s[team], open_s)
 
     def usage_at(self, now: float) -> dict[str, float]:
         """Decayed GPU-seconds per team at ``now`` (for ``Snapshot.usage``)."""

@@ -11,7 +11,9 @@ Definitions (all over jobs that finished unless said otherwise):
 * ``jain_slowdown``: Jain's index over teams of 1 / mean bounded slowdown (JCT / max(duration, 10 s),
   at least 1); 1.0 means every team waits in the same proportion to its work.
   ``jain_share``: Jain's index over teams with a guarantee of received share / entitlement share.
-* starvation: seconds a team had a waiting job that fit in the unused part of its guarantee.
+* starvation: seconds a team had a waiting job that fit in the unused part of its guarantee (in total,
+  and its longest unbroken stretch: how long reaching the guarantee took at worst); ``worst_starved_s``
+  and ``longest_starved_s`` are the largest over teams.
 """
 
 from __future__ import annotations
@@ -71,12 +73,12 @@ def _teams(
         by_team.setdefault(job.team, []).append(job)
     total_offered = sum(offered.values()) or 1.0
     total_guaranteed = sum(result.guaranteed.values())
-    total_contended = sum(held for held, _ in result.teams.values()) or 1.0
+    total_contended = sum(figures[0] for figures in result.teams.values()) or 1.0
     teams: dict[str, dict[str, float]] = {}
     slowdown_x: list[float] = []
     share_x: list[float] = []
     for team in sorted(set(offered) | set(result.teams)):
-        contended, starved = result.teams.get(team, (0.0, 0.0))
+        contended, starved, longest = result.teams.get(team, (0.0, 0.0, 0.0))
         jobs = by_team.get(team, [])
         entitlement = result.guaranteed.get(team, 0.0) / total_guaranteed if total_guaranteed else 0.0
         slowdown = _mean([_slowdown(j) for j in jobs])
@@ -90,6 +92,7 @@ def _teams(
             "offered_share": offered.get(team, 0.0) / total_offered,
             "received_share": contended / total_contended,
             "starved_s": starved,
+            "longest_starved_s": longest,
             "preemptions": sum(j.preemptions for j in jobs),
         }
         if jobs:
@@ -127,6 +130,8 @@ def summarize(result: SimResult, *, packing: bool = False) -> dict[str, object]:
         "gpu_hours_lost": result.lost_gpu_s / 3600.0,
         "jain_slowdown": jain_index(slowdown_x),
         "jain_share": jain_index(share_x),
+        "worst_starved_s": max((t["starved_s"] for t in teams.values()), default=0.0),
+        "longest_starved_s": max((t["longest_starved_s"] for t in teams.values()), default=0.0),
         "quota_violations": result.quota_violations,
         "invariant_violations": result.invariant_violations,
         "apply_errors": result.apply_errors,

@@ -51,6 +51,8 @@ ROWS: tuple[tuple[str, str, Callable[[object], str]], ...] = (
     ("gpu_hours_lost", "GPU-hours lost", _gpu_hours),
     ("jain_slowdown", "Jain index (team slowdown)", _ratio),
     ("jain_share", "Jain index (share/entitlement)", _ratio),
+    ("worst_starved_s", "starved below guarantee (worst team)", _hours),
+    ("longest_starved_s", "  longest stretch", _hours),
     ("quota_violations", "quota violations", _count),
     ("invariant_violations", "invariant violations", _count),
     ("apply_errors", "decision errors", _count),
@@ -95,11 +97,11 @@ def format_table(summaries: Sequence[Summary], title: str = "") -> str:
         lines += [
             "",
             "per team: guarantee, entitlement and offered share; then per policy received share "
-            "(while jobs waited), avg JCT, hours starved below guarantee",
+            "(while jobs waited), avg JCT, hours starved below guarantee and the longest stretch in minutes",
         ]
         header = ["team", "guar.", "entitled", "offered"]
         for name in names:
-            header += [f"{name} recv", f"{name} JCT", f"{name} starved"]
+            header += [f"{name} recv", f"{name} JCT", f"{name} starved", f"{name} longest"]
         team_rows = []
         first = summaries[0]["teams"]  # type: ignore[index]
         for team in teams:
@@ -116,6 +118,7 @@ def format_table(summaries: Sequence[Summary], title: str = "") -> str:
                     f"{t.get('received_share', 0.0):.1%}",
                     _hours(t.get("avg_jct_s", 0.0)),
                     f"{t.get('starved_s', 0.0) / _HOUR:.1f}",
+                    f"{t.get('longest_starved_s', 0.0) / 60:.0f} min",
                 ]
             team_rows.append(row)
         lines += _grid(header, team_rows)

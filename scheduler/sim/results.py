@@ -41,7 +41,8 @@ class SimResult:
     allocated_gpu_s / useful_gpu_s: GPU-seconds held by jobs / spent on their trace work (not on restart
       costs, grace periods or rolled-back work), both inside the measurement window ``[0, span_s)``.
     lost_gpu_s: GPU-seconds held without progress because of preemptions (grace, restart, rollback).
-    teams: per team (GPU-seconds held while jobs waited, seconds starved below its guarantee).
+    teams: per team (GPU-seconds held while jobs waited, seconds starved below its guarantee, the longest
+      starved stretch in seconds).
     free_gpus_while_pending: free GPUs after the last cycle that left jobs waiting (packing traces).
     """
 
@@ -69,5 +70,5 @@ class SimResult:
     peak_allocated: float = 0.0
     free_gpus_while_pending: float | None = None
     unarrived: int = 0
-    teams: dict[str, tuple[float, float]] = field(default_factory=dict)
+    teams: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     guaranteed: dict[str, float] = field(default_factory=dict)

@@ -430,7 +430,8 @@ class Simulator:
         """Fill the result with per-job records and per-team integrals."""
         result = self.result
         ledger = self.ledger
-        result.teams = {team: (ledger.contended_gpu_s[team], ledger.starved_s[team]) for team in ledger.teams}
+        result.teams = {team: (ledger.contended_gpu_s[team], ledger.starved_s[team], ledger.longest_starved(team, end))
+                        for team in ledger.teams}
         result.guaranteed = dict(ledger.guaranteed)
         result.end_s = end
         for job in self.running.values():  # still running when the replay stopped (--until)

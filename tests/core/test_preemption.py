@@ -218,3 +218,44 @@ def test_other_teams_victims_give_no_quota_back_to_the_preemptor():
 def test_an_unknown_preemption_scope_is_refused():
     with pytest.raises(ValueError, match="preemption_scope"):
         schedule(snap([N1], [JobInfo(1, "a")], [quota("a")], policy=_las(preemption_scope="everyone")))
+
+
+def test_reclaim_finds_the_nearly_free_node_beyond_the_preferred_candidates():
+    # 16 full nodes each hold 4 recent 1-GPU jobs of the borrowing team and 4 of a team within its
+    # guarantee: 64 preferred reclaim candidates, none of which can free a whole node. The 17th node has 7
+    # free devices and one old job of the borrower: taking it is the one-victim plan that gives the owner
+    # its guaranteed 8 (it used to wait on Resources, as the plan looked at the first 64 candidates only).
+    nodes = [node(f"n{i:02d}", first_id=i * 8) for i in range(17)]
+    jobs, jid = [], 1
+    for i in range(16):
+        for d in range(8):
+            team = "lender" if d < 4 else "steady"
+            jobs.append(running(jid, team, (i * 8 + d,), started_at=500.0 + jid))
+            jid += 1
+    jobs.append(running(jid, "lender", (16 * 8,), started_at=0.0))
+    old = jid
+    jobs.append(JobInfo(jid + 1, "owner", gpus=8))
+    s = snap(nodes, jobs, [quota("owner", guaranteed=8), quota("lender"), quota("steady", guaranteed=64)],
+             now=5000.0)  # every job is past its minimum runtime
+    d = schedule(s)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(old, "Reclaim")]
+    assert d.pending[0].reason.code == R.PREEMPTING
+    assert check_invariants(s, d) == []
+
+
+def test_reclaim_takes_one_big_old_job_rather_than_waiting_behind_spread_small_ones():
+    # As above, but the 17th node is full with one old 8-GPU job of the borrower (no free device there).
+    nodes = [node(f"n{i:02d}", first_id=i * 8) for i in range(17)]
+    jobs, jid = [], 1
+    for i in range(16):
+        for d in range(8):
+            jobs.append(running(jid, "lender" if d < 4 else "steady", (i * 8 + d,), started_at=1000.0 + jid))
+            jid += 1
+    jobs.append(running(jid, "lender", tuple(range(16 * 8, 17 * 8)), started_at=0.0))
+    big = jid
+    jobs.append(JobInfo(jid + 1, "owner", gpus=8))
+    s = snap(nodes, jobs, [quota("owner", guaranteed=8), quota("lender"), quota("steady", guaranteed=64)],
+             now=5000.0)
+    d = schedule(s)
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(big, "Reclaim")]
+    assert check_invariants(s, d) == []

@@ -115,3 +115,22 @@ def test_a_teams_own_order_is_kept_when_its_head_would_borrow():
     started, pending = by_id(d)
     assert list(started) == [1]
     assert pending[2].reason.code == R.QUOTA_EXCEEDED
+
+
+def test_a_teams_head_on_another_model_does_not_hold_back_its_work_inside_the_guarantee():
+    """b's head wants an a100 it would borrow; b's next job wants an h100 inside b's guarantee. It goes in
+    the first pass, before c's borrowing 2-GPU job reserves the free h100 (it used to wait behind that
+    reservation while c borrowed: the team's order was kept across models)."""
+    h100 = node("h", gpus=2, first_id=0)
+    a100 = node("a", model="a100-40gb", gpus=1, first_id=10)
+    jobs = [running(10, "c", (0,), time_limit_s=100.0), running(11, "c", (10,), time_limit_s=100.0),
+            JobInfo(1, "c", gpus=2, gpu_models=("h100-80gb",), submitted_at=1),
+            JobInfo(2, "b", gpus=1, gpu_models=("a100-40gb",), submitted_at=2),
+            JobInfo(3, "b", gpus=1, gpu_models=("h100-80gb",), submitted_at=3)]
+    quotas = [quota("b", guaranteed=1), quota("b", "a100-40gb"), quota("c"), quota("c", "a100-40gb")]
+    s = snap([h100, a100], jobs, quotas)
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {3}
+    assert pending[2].reason.code == R.RESOURCES
+    assert check_invariants(s, d) == []

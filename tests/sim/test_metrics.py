@@ -31,7 +31,7 @@ def hand_result() -> SimResult:
         ),
     ]
     result.useful_gpu_s, result.allocated_gpu_s, result.lost_gpu_s = 290.0, 300.0, 20.0
-    result.teams = {"a": (150.0, 0.0), "b": (50.0, 30.0)}
+    result.teams = {"a": (150.0, 0.0, 0.0), "b": (50.0, 30.0, 20.0)}
     result.guaranteed = {"a": 3.0, "b": 1.0}
     return result
 
@@ -53,6 +53,7 @@ def test_it_summarizes_jct_queueing_utilization_and_teams_of_a_hand_made_result(
         0.75,
     )
     assert (b["starved_s"], b["preemptions"], b["avg_slowdown"]) == (30.0, 1, 1.0)
+    assert (b["longest_starved_s"], s["worst_starved_s"], s["longest_starved_s"]) == (20.0, 30.0, 20.0)
     assert a["avg_slowdown"] == pytest.approx(1.5)  # JCTs 50 and 100 for 50 s of work each
     assert s["jain_slowdown"] == pytest.approx(jain_index([1 / 1.5, 1.0]))
     assert s["jain_share"] == pytest.approx(1.0)  # both received exactly their entitlement

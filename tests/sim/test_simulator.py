@@ -164,3 +164,15 @@ def test_the_ledger_decays_usage_with_the_fair_share_half_life():
     assert ledger.usage_at(100.0)["a"] == pytest.approx(0.5 / rate)
     ledger.change_held("a", 100.0, -1.0)
     assert ledger.usage_at(200.0)["a"] == pytest.approx(0.25 / rate)
+
+
+def test_the_ledger_keeps_the_longest_unbroken_starvation_stretch():
+    ledger = TeamLedger(["a"], {"a": 2.0}, half_life_s=100.0)
+    ledger.change_pending("a", 10.0, 1.0, +1)  # waits for 1 of its 2 guaranteed: starving from 10
+    ledger.change_held("a", 40.0, 1.0)  # still has room for another 1-GPU job: keeps starving
+    ledger.change_pending("a", 50.0, 1.0, -1)  # the job starts: stretch 10..50
+    ledger.change_pending("a", 100.0, 1.0, +1)  # a new one at 100, still waiting when the replay ends
+    ledger.advance_all(120.0)
+    assert ledger.starved_s["a"] == pytest.approx(40 + 20)
+    assert ledger.longest_starved("a", 120.0) == pytest.approx(40)
+    assert ledger.longest_starved("a", 200.0) == pytest.approx(100)  # the open stretch counts to the end
