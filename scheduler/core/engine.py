@@ -238,19 +238,13 @@ class Cycle(Preempting):
         return blocked
 
     @staticmethod
-    def models_wanted(looked: tuple | None) -> tuple[str, ...]:
-        """The GPU models of the groups a looked-up job could run in (none when it only waits)."""
-        if looked is None:
-            return ()
-        return tuple({g.model: None for g in looked[1][1].groups})
-
-    def look(self, job: JobInfo) -> tuple | None:
-        """The job's ``_profile_of``, or None when it is held (it only waits)."""
-        return None if job.state == HELD else self._profile_of(job)
+    def models_wanted(looked: tuple | None) -> frozenset[str]:
+        """The GPU models of the groups a looked-up job (``_profile_of``; None: held) could run in."""
+        return looked[1][1].models if looked is not None else frozenset()
 
     def try_job(self, job: JobInfo, looked: tuple | None = None) -> None:
-        """Start ``job``, plan preemptions for it, or record why it waits (``looked``: ``look(job)``, when
-        the caller has it)."""
+        """Start ``job``, plan preemptions for it, or record why it waits (``looked``: its ``_profile_of``,
+        when the caller has it)."""
         if job.state == HELD:
             self.wait(job, _HELD_REASON)
             return
@@ -498,14 +492,16 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
             # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
             # and so does the rest of that team that wants the same models (a team's own order is kept
             # per model: no small job jumps its big one; work on other models is not held back).
-            deferred, borrowing = [], set()  # (team, model) pairs a deferred job of the team wants
+            deferred: list = []
+            held_back: dict[str, set[str]] = {}  # team -> models its deferred jobs want
             for job in level:
-                looked = cycle.look(job)
-                models = cycle.models_wanted(looked)
-                if all((job.team, m) not in borrowing for m in models) and cycle.within_guarantee(job, looked):
+                looked = None if job.state == HELD else cycle._profile_of(job)
+                models = held_back.get(job.team)
+                if (not models or models.isdisjoint(cycle.models_wanted(looked))) and cycle.within_guarantee(
+                        job, looked):
                     cycle.try_job(job, looked)
                 else:
-                    borrowing.update((job.team, m) for m in models)
+                    held_back.setdefault(job.team, set()).update(cycle.models_wanted(looked))
                     deferred.append((job, looked))
             for job, looked in deferred:
                 cycle.try_job(job, looked)

@@ -9,7 +9,7 @@ host CPUs/RAM -> health (schedulable nodes, healthy devices).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import Cluster, Group, Node
@@ -23,6 +23,10 @@ class Feasibility:
 
     groups: tuple[Group, ...]
     reason: Reason | None
+    models: frozenset[str] = field(init=False)  # the models of ``groups``
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", frozenset(g.model for g in self.groups))
 
 
 def shape_text(req: Request) -> str:

@@ -307,9 +307,9 @@ class Preempting:
         if not job.preemptible and (quota.non_preemptible.get((job.team, model), 0.0) + req.amount
                                     > quota.guaranteed.get((job.team, model), 0.0) + EPS):
             return False
-        if not hasattr(self, "pref_team"):
-            self._prepare_victims()
-        return self._has_candidates(job, group, reclaim=False)
+        pool, now, classes, taken = group.pool, self.now, self.classes, self.victims
+        return any(r.job.priority < job.priority and r.pool == pool and eligible(r, classes, now, taken)
+                   for r in self.running_by_team.get((job.team, model), ()))
 
     def _claim_stopping(self, job: JobInfo, req: Request, group: Group) -> bool:
         """If devices of terminating jobs (e.g. earlier victims) make the job fit, hold them for it.
@@ -370,46 +370,44 @@ class Preempting:
         return True
 
     def _prepare_victims(self) -> None:
-        """Sort possible victims once per cycle: per (team, model) for priority preemption and per model
-        for reclaim, each in victim preference order (ineligible jobs left out)."""
-        quota = self.quota
+        """Sort possible victims once per cycle: per model for reclaim and per (team, model) (or per
+        model, with cluster scope) for priority preemption, each in victim preference order (ineligible
+        jobs left out). A team's list is its part of the model's list with the team's "borrowed" flag,
+        which is one value per list, so the order carries over."""
+        quota, now, classes, taken = self.quota, self.now, self.classes, self.victims
+        cluster_scope = self.policy.preemption_scope == "cluster"
         self.pref_team: dict[tuple[str | None, str], list] = {}
         self.pref_model: dict[str, list] = {}
         self.pref_start: dict[str, int] = defaultdict(int)
-        if self.policy.preemption_scope == "cluster":  # one list per model, key (None, model)
-            by_scope = {(None, model): recs for model, recs in self.running_by_model.items()}
-        else:
-            by_scope = self.running_by_team
-        # Each eligible job's preference keys (as a priority and as a reclaim victim), and the eligible
-        # jobs per node, for the nodes closest to fitting (see ``_near_candidates``).
-        self.team_key: dict[int, tuple] = {}
-        self.model_key: dict[int, tuple] = {}
-        self.on_node: dict[str, list[Running]] = defaultdict(list)
-        for key, recs in by_scope.items():
-            borrowing = key[0] is not None and quota.borrowed(key[0], key[1]) > EPS
-            ok = [(victim_order(r, borrowing, self.now), r) for r in recs
-                  if eligible(r, self.classes, self.now, self.victims)]
-            self.pref_team[key] = sorted(ok, key=lambda kr: kr[0])
-            for k, r in ok:
-                self.team_key[r.job.id] = k
-        self.biggest: dict[str, list] = {}  # per model: eligible jobs holding the most devices first
-        for model, recs in self.running_by_model.items():
-            ok = [(victim_order(r, True, self.now), r) for r in recs
-                  if eligible(r, self.classes, self.now, self.victims)]
-            self.pref_model[model] = sorted(ok, key=lambda kr: kr[0])
-            self.biggest[model] = [r for _k, r in sorted(ok, key=lambda kr: (-len(kr[1].shares), kr[0]))
-                                   if len(r.shares) > 1]
-            for k, r in ok:
-                self.model_key[r.job.id] = k
-                for name in r.nodes:
-                    self.on_node[name].append(r)
+        self.team_key: dict[int, tuple] = {}  # job id -> its key in its priority list
+        self.model_key: dict[int, tuple] = {}  # job id -> its key in its model's (reclaim) list
+        self.on_node: dict[str, list[Running]] | None = None  # built on first use (see _extra_candidates)
+        self.biggest: dict[str, list[Running]] = {}  # likewise, per model
         # Per (model, pool): how many possible reclaim victims each team still has (victims leave it).
         self.lenders: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.lender_ids: set[int] = set()
-        for model, order in self.pref_model.items():
-            for _key, rec in order:
-                self.lenders[(model, rec.pool)][rec.job.team] += 1
-                self.lender_ids.add(rec.job.id)
+        team_key, model_key, lenders, lender_ids = self.team_key, self.model_key, self.lenders, self.lender_ids
+        for model, recs in self.running_by_model.items():
+            ok = []
+            for r in recs:
+                if eligible(r, classes, now, taken):
+                    ok.append((victim_order(r, True, now), r))
+            ok.sort(key=_first)
+            self.pref_model[model] = ok
+            by_team: dict[str | None, list] = defaultdict(list)
+            for k, r in ok:
+                jid = r.job.id
+                model_key[jid] = k
+                lenders[(model, r.pool)][r.job.team] += 1
+                lender_ids.add(jid)
+                by_team[None if cluster_scope else r.job.team].append((k, r))
+            for team, items in by_team.items():
+                flag = 0 if team is not None and quota.borrowed(team, model) > EPS else 1
+                if flag:  # the model's keys say "borrowed" (0); this list's jobs are not
+                    items = [((1,) + k[1:], r) for k, r in items]
+                self.pref_team[(team, model)] = items
+                for k, r in items:
+                    team_key[r.job.id] = k
 
     def _has_candidates(self, job: JobInfo, group: Group, reclaim: bool) -> bool:
         """Whether ``_candidates`` would yield anything (most waiting jobs have no victim at all: answer
@@ -496,6 +494,13 @@ class Preempting:
                 out.append((model_key[jid], rec, RECLAIM))
                 seen.add(jid)
 
+        on_node = self.on_node
+        if on_node is None:
+            on_node = self.on_node = defaultdict(list)
+            for order in self.pref_model.values():
+                for _k, rec in order:
+                    for name in rec.nodes:
+                        on_node[name].append(rec)
         buckets = group.buckets
         nodes = self.cluster.node_by_order
         looked = 0
@@ -504,11 +509,16 @@ class Preempting:
                 if looked >= NEAR_NODES:
                     break
                 looked += 1
-                for rec in self.on_node.get(nodes[order].name, ()):
+                for rec in on_node.get(nodes[order].name, ()):
                     consider(rec)
         if req_devices(job) > 1:
+            biggest = self.biggest.get(group.model)
+            if biggest is None:
+                ranked = sorted((kr for kr in self.pref_model.get(group.model, ()) if len(kr[1].shares) > 1),
+                                key=lambda kr: (-len(kr[1].shares), kr[0]))
+                biggest = self.biggest[group.model] = [r for _k, r in ranked]
             found = len(out)
-            for n, rec in enumerate(self.biggest.get(group.model, ())):
+            for n, rec in enumerate(biggest):
                 if n >= 4 * BIG_JOBS or len(out) - found >= BIG_JOBS:
                     break
                 consider(rec)
