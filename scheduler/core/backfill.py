@@ -29,6 +29,7 @@ class Reservation:
     job_id: int
     start: float
     slack: dict[int, float] = field(default_factory=dict)  # node order -> devices spare at ``start``
+    borrowing: bool = False  # the job would hold more than its team's guarantee (see Cycle._vetoed)
 
 
 def end_time(job: JobInfo, now: float, classes: dict[str, PriorityClassInfo]) -> float | None:

@@ -260,7 +260,7 @@ class Cycle(Preempting):
             vetoes = []
             for group in groups:
                 res = self.reservations.get((group.pool, group.model))
-                vetoes.append(res is not None and (end is None or end > res.start + EPS))
+                vetoes.append(res is not None and self._vetoed(job, group, res, end, amount))
             mkey = (pkey, tuple(vetoes))
         else:
             mkey = pkey
@@ -313,7 +313,7 @@ class Cycle(Preempting):
                 continue
             self.stats["placement_searches"] += 1
             res = self.reservations.get(gkey)
-            vetoed = res is not None and (end is None or end > res.start + EPS)
+            vetoed = res is not None and self._vetoed(job, group, res, end, amount)
             placements = self._place(group, req, spread, vetoed)
             if placements is None and vetoed:
                 if self._place(group, req, spread, False) is not None:
@@ -333,6 +333,19 @@ class Cycle(Preempting):
             self.wait(job, reserved_reason, first_ok, req)
             return
         self._block(job, req, first_ok)
+
+    def _vetoed(self, job: JobInfo, group: Group, res: Reservation, end: float | None, amount: float) -> bool:
+        """Whether the group's reservation keeps ``job`` off its reserved devices: the job would run past
+        the reserved start, and it is not work inside its team's guarantee facing a borrower's reservation
+        (a borrower never keeps an owner from its guaranteed capacity)."""
+        if end is not None and end <= res.start + EPS:
+            return False
+        if res.borrowing:
+            quota = self.quota
+            if quota.team_used(job.team, group.model) + amount <= quota.guaranteed.get((job.team, group.model),
+                                                                                      0.0) + EPS:
+                return False
+        return True
 
     def _place(self, group: Group, req: Request, spread: bool, vetoed: bool) -> tuple[Placement, ...] | None:
         """``placement.place`` (with the reservation veto when ``vetoed``), remembered until the group changes."""
@@ -403,6 +416,9 @@ class Cycle(Preempting):
         elif gkey not in self.reservations:
             res = self.timeline.reserve(group, req, job.id)
             if res is not None:
+                quota = self.quota
+                res.borrowing = quota.team_used(job.team, group.model) + req.amount > quota.guaranteed.get(
+                    (job.team, group.model), 0.0) + EPS
                 self.reservations[gkey] = res
                 for order in res.slack:
                     self.reserved_nodes.setdefault(order, res)

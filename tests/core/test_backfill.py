@@ -1,5 +1,7 @@
 """EASY backfill with reservations from running jobs' time limits, and estimated starts."""
 
+from dataclasses import replace
+
 from scheduler.core import check_invariants, schedule
 from scheduler.core import reasons as R
 from scheduler.core.types import JobInfo
@@ -108,3 +110,23 @@ def test_the_reserved_reason_says_when_the_reserved_job_starts_in_words():
 def test_durations_read_as_words():
     assert [R.fmt_duration(s) for s in (0, 45, 720, 3600, 12000, 90000, 2 * 86400)] == [
         "now", "45 s", "12 min", "1 h", "3 h 20 min", "1 d 1 h", "2 d"]
+
+
+def test_a_borrowers_reservation_never_keeps_an_owner_from_its_guarantee():
+    # gamma (no guarantee) borrows 3 GPUs and reserves the node for its next 4-GPU job; beta's 1-GPU job
+    # without a time limit would run past the reserved start, but it is inside beta's guarantee: it takes
+    # the free GPU (it used to wait on the borrower's reservation, with nothing to reclaim since it "fit").
+    n = node("n1", gpus=4, first_id=0)
+    jobs = [running(10, "gamma", (0, 1, 2), priority=800, started_at=0.0, time_limit_s=100.0),
+            JobInfo(1, "gamma", gpus=4, priority=800, submitted_at=1),
+            JobInfo(2, "beta", gpus=1, priority=100, submitted_at=2)]
+    s = snap([n], jobs, [quota("gamma"), quota("beta", guaranteed=1)], now=50.0)
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {2}
+    assert d.stats["reservations"] == 1 and pending[1].estimated_start is not None
+    assert check_invariants(s, d) == []
+    # An owner's reservation still holds: the same with gamma owning its GPUs keeps beta's job off them.
+    owned = replace(s, quotas=(quota("gamma", guaranteed=8), quota("beta", guaranteed=1)))
+    d = schedule(owned)
+    assert d.starts == () and by_id(d)[1][2].reason.code == R.PRIORITY
