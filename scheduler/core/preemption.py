@@ -280,7 +280,7 @@ class Preempting:
                 if self._claim_stopping(job, req, group):
                     return True
         for group in groups:
-            key = (job.team, job.priority, id(group), id(req))
+            key = (job.team, job.priority, job.preemptible, id(group), id(req))
             if key in self._no_plan:
                 continue
             if group not in allowed and not self._credit_may_admit(job, req, group):
@@ -402,12 +402,19 @@ class Preempting:
                 lender_ids.add(jid)
                 by_team[None if cluster_scope else r.job.team].append((k, r))
             for team, items in by_team.items():
-                flag = 0 if team is not None and quota.borrowed(team, model) > EPS else 1
-                if flag:  # the model's keys say "borrowed" (0); this list's jobs are not
+                if team is None:  # cluster scope: each job with its own team's flag, in ascending
+                    # priority (the early stops in _candidates rely on it), borrowed first within one
+                    items = sorted(((self._flagged(k, r.job.team, model), r) for k, r in items),
+                                   key=lambda kr: (kr[0][1], kr[0]))
+                elif quota.borrowed(team, model) <= EPS:  # the model's keys say "borrowed" (0)
                     items = [((1,) + k[1:], r) for k, r in items]
                 self.pref_team[(team, model)] = items
                 for k, r in items:
                     team_key[r.job.id] = k
+
+    def _flagged(self, key: tuple, team: str, model: str) -> tuple:
+        """A model-list key (flagged "borrowed") with the team's real flag."""
+        return key if self.quota.borrowed(team, model) > EPS else (1,) + key[1:]
 
     def _has_candidates(self, job: JobInfo, group: Group, reclaim: bool) -> bool:
         """Whether ``_candidates`` would yield anything (most waiting jobs have no victim at all: answer
@@ -457,10 +464,13 @@ class Preempting:
             start += 1
         self.pref_start[group.model] = start
         reclaim_out = []
+        # With cluster scope a lower-priority job of a lender may already be a priority candidate.
+        as_priority = {c[1].job.id for c in out} if out else ()
         if lenders:
             for i in range(start, len(order)):
                 key, rec = order[i]
-                if rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken:
+                if (rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken
+                        and rec.job.id not in as_priority):
                     reclaim_out.append((key, rec, RECLAIM))
                     if len(reclaim_out) >= limit:
                         break
@@ -564,6 +574,9 @@ class Preempting:
                 msg = (f"reclaim: team {job.team} takes back guaranteed {group.model} for job {job.id}; "
                        f"team {victim.team} borrows {R.fmt_gpus(self.quota.borrowed(victim.team, group.model))} "
                        "above its guarantee")
+            elif self.policy.ordering == "las" and self.policy.las_thresholds_gpu_s:
+                msg = (f"preempted by job {job.id} of team {job.team}, which has received less GPU time "
+                       f"(least-attained-service rank {job.priority} > {victim.priority})")
             else:
                 msg = (f"preempted by job {job.id} of team {job.team} (priority {job.priority} > "
                        f"{victim.priority})")

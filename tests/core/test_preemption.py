@@ -177,6 +177,7 @@ def test_las_levels_let_a_fresh_job_preempt_a_long_served_job_of_another_team():
     s = snap([N1], jobs, [quota("vision", limit=8), quota("nlp", limit=8)], policy=_las())
     d = schedule(s)
     assert [(p.job_id, p.by_job_id, p.reason) for p in d.preemptions] == [(1, 2, "Priority")]
+    assert "received less GPU time" in d.preemptions[0].message
     assert d.pending[0].reason.code == R.PREEMPTING
     assert check_invariants(s, d) == []
     # The same cluster under team-scoped preemption (Rota's default) leaves nlp's job alone.
@@ -259,3 +260,30 @@ def test_reclaim_takes_one_big_old_job_rather_than_waiting_behind_spread_small_o
     d = schedule(s)
     assert [(p.job_id, p.reason) for p in d.preemptions] == [(big, "Reclaim")]
     assert check_invariants(s, d) == []
+
+
+def test_cluster_scope_prefers_a_borrowers_job_as_its_victim():
+    # Equal priorities; a borrows, b runs inside its guarantee and started later (otherwise preferred).
+    n = node("n1", gpus=2, first_id=0)
+    jobs = [running(1, "a", (0,), priority=100, priority_class="best-effort", started_at=10.0),
+            running(2, "b", (1,), priority=100, priority_class="best-effort", started_at=500.0),
+            JobInfo(3, "c", gpus=1, priority=500)]
+    q = [quota("a"), quota("b", guaranteed=1), quota("c")]
+    for policy in (_las(), replace(PRESETS["rota"], preemption_scope="cluster", reclaim=False)):
+        d = schedule(snap([n], jobs, q, policy=policy))
+        assert [(p.job_id, p.reason) for p in d.preemptions] == [(1, "Priority")], policy
+
+
+def test_cluster_scope_with_reclaim_counts_a_victim_once():
+    # The borrower's half share is both a priority and a reclaim candidate; counting it twice made the
+    # device look free and preempted it for a job that still would not fit beside the other half.
+    n = node("n1", gpus=1, first_id=0)
+    jobs = [running(1, "lender", (0,), share=0.5, gpu_fraction=0.5, priority=100, priority_class="best-effort"),
+            running(2, "steady", (0,), share=0.5, gpu_fraction=0.5, priority=1000,
+                    priority_class="production-inference", preemptible=False),
+            JobInfo(3, "owner", gpus=1, priority=500)]
+    q = [quota("owner", guaranteed=1), quota("lender"), quota("steady", guaranteed=1)]
+    s = snap([n], jobs, q, policy=replace(PRESETS["rota"], preemption_scope="cluster"))
+    d = schedule(s)
+    assert d.preemptions == ()
+    assert d.pending[0].reason.code == R.RESOURCES
