@@ -114,13 +114,15 @@ class Timeline:
         count = sum(1 for f in devs.values() if f > 1.0 - EPS)
         if count >= need:
             return self.now, float(count)
-        for t, shares in events:
+        last = len(events) - 1
+        for i, (t, shares) in enumerate(events):
             for dev_id, share in shares.items():
                 old = devs.get(dev_id)
                 if old is not None:
                     new = devs[dev_id] = old + share
                     count += (new > 1.0 - EPS) - (old > 1.0 - EPS)  # keep the count of free devices current
-            if count >= need:
+            # Every release at ``t`` counts (jobs ending at the same moment come in snapshot order).
+            if count >= need and (i == last or events[i + 1][0] > t):
                 return t, float(count)
         return None
 

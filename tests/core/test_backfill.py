@@ -130,3 +130,20 @@ def test_a_borrowers_reservation_never_keeps_an_owner_from_its_guarantee():
     owned = replace(s, quotas=(quota("gamma", guaranteed=8), quota("beta", guaranteed=1)))
     d = schedule(owned)
     assert d.starts == () and by_id(d)[1][2].reason.code == R.PRIORITY
+
+
+def test_jobs_ending_at_the_same_moment_all_count_for_a_reservation_whatever_their_order():
+    # At t=100 three jobs end together and free 5 devices beside the free one: the 4-GPU job's reservation
+    # leaves 2 spare, so a small job without a time limit fits beside it. The reservation used to stop at
+    # the first release that made the count reach 4, so the snapshot's job order decided the slack.
+    n = node("n1", gpus=6, first_id=0)
+    ending = [running(10, "a", (0, 1, 2), time_limit_s=100.0), running(11, "a", (3,), time_limit_s=100.0),
+              running(12, "a", (4,), time_limit_s=100.0)]
+    pending = [JobInfo(1, "a", gpus=4, priority=800, submitted_at=1),
+               JobInfo(2, "a", gpu_fraction=0.25, priority=100, submitted_at=2)]
+    outcomes = set()
+    for order in (ending, list(reversed(ending))):
+        s = snap([n], order + pending, [quota("a")], now=50.0)
+        d = schedule(s)
+        outcomes.add(tuple(st.job_id for st in d.starts))
+    assert outcomes == {(2,)}
