@@ -260,7 +260,8 @@ class Cycle(Preempting):
             vetoes = []
             for group in groups:
                 res = self.reservations.get((group.pool, group.model))
-                vetoes.append(res is not None and self._vetoed(job, group, res, end, amount))
+                vetoes.append(res is not None and (end is None or end > res.start + EPS)
+                              and (not res.borrowing or self._vetoed(job, group, res, end, amount)))
             mkey = (pkey, tuple(vetoes))
         else:
             mkey = pkey
@@ -313,7 +314,8 @@ class Cycle(Preempting):
                 continue
             self.stats["placement_searches"] += 1
             res = self.reservations.get(gkey)
-            vetoed = res is not None and self._vetoed(job, group, res, end, amount)
+            vetoed = (res is not None and (end is None or end > res.start + EPS)
+                      and (not res.borrowing or self._vetoed(job, group, res, end, amount)))
             placements = self._place(group, req, spread, vetoed)
             if placements is None and vetoed:
                 if self._place(group, req, spread, False) is not None:
