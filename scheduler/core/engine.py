@@ -425,6 +425,11 @@ class Cycle(Preempting):
                 for order in res.slack:
                     self.reserved_nodes.setdefault(order, res)
                     self.cluster.touch(self.cluster.node_by_order[order])
+        if self.policy.preemption and self.policy.reclaim and self.policy.borrowing and self._may_preempt(job):
+            waiting = self._reclaim_wait(job, req, group)
+            if waiting is not None:
+                self.wait(job, waiting)
+                return
         key = (id(group), id(req))
         hit = self._waits.get(key)
         if hit is None or hit[0] != group.version:

@@ -46,6 +46,9 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
                     est = res.start
             else:
                 est = estimate(req.amount, job.time_limit_s, None)
+        elif code == R.WAITING_FOR_RECLAIM:
+            at = reason.details.get("reclaimable_at")
+            est = float(at) if isinstance(at, (int, float)) else None
         elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
             key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
             if key not in quota_eta:

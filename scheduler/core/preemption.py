@@ -24,7 +24,7 @@ from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request, best_node, fits_host, part_sizes
-from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo
+from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo, Reason
 
 PRIORITY = "Priority"
 RECLAIM = "Reclaim"
@@ -411,6 +411,48 @@ class Preempting:
                 self.pref_team[(team, model)] = items
                 for k, r in items:
                     team_key[r.job.id] = k
+
+    def _reclaim_wait(self, job: JobInfo, req: Request, group: Group) -> Reason | None:
+        """For a job inside its team's guarantee that nothing could be planned for: if borrowers' jobs in
+        the group are only protected by their minimum runtime, say when the first becomes reclaimable."""
+        quota = self.quota
+        model = group.model
+        used = quota.team_used(job.team, model)
+        guaranteed = quota.guaranteed.get((job.team, model), 0.0)
+        if used + req.amount > guaranteed + EPS:
+            return None
+        young = self._young.get((model, group.pool)) if hasattr(self, "_young") else None
+        if young is None:
+            young = self._young_in(model, group.pool)
+        taken = self.victims
+        for (at, _jid), rec in young:
+            team = rec.job.team
+            if team != job.team and rec.job.id not in taken and quota.lendable(team, model) > EPS:
+                return R.reason(
+                    R.WAITING_FOR_RECLAIM,
+                    f"team {job.team} holds {R.fmt_gpus(used)} of its {R.fmt_gpus(guaranteed)} guaranteed {model}; "
+                    f"borrowed GPUs in pool {group.pool} can be reclaimed in {R.fmt_duration(at - self.now)}, "
+                    f"when team {team}'s job {rec.job.id} has run its minimum time",
+                    gpu_model=model, pool=group.pool, reclaimable_at=at, borrower=team, in_use=R.num(used),
+                    guaranteed=R.num(guaranteed))
+        return None
+
+    def _young_in(self, model: str, pool: str) -> list:
+        """Running preemptible jobs of the model in the pool still inside their class's minimum runtime,
+        by when they leave it (built once per cycle and group)."""
+        if not hasattr(self, "_young"):
+            self._young: dict[tuple[str, str], list] = {}
+        out = []
+        for rec in self.running_by_model.get(model, ()):
+            job = rec.job
+            if rec.pool != pool or not job.preemptible or job.terminating or job.started_at is None:
+                continue
+            cls = self.classes.get(job.priority_class)
+            if cls is not None and cls.min_runtime_s > 0 and job.started_at + cls.min_runtime_s > self.now + EPS:
+                out.append(((job.started_at + cls.min_runtime_s, job.id), rec))
+        out.sort(key=_first)
+        self._young[(model, pool)] = out
+        return out
 
     def _flagged(self, key: tuple, team: str, model: str) -> tuple:
         """A model-list key (flagged "borrowed") with the team's real flag."""

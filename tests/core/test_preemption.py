@@ -287,3 +287,23 @@ def test_cluster_scope_with_reclaim_counts_a_victim_once():
     d = schedule(s)
     assert d.preemptions == ()
     assert d.pending[0].reason.code == R.RESOURCES
+
+
+def test_an_owner_waits_for_reclaim_while_the_borrowers_jobs_are_in_their_minimum_runtime():
+    # nlp borrows the whole node with a training job started 100 s ago (minimum runtime 600 s): vision,
+    # inside its guarantee, is told when the GPUs can be taken back instead of a bare "no free GPUs".
+    jobs = [running(1, "nlp", gpu_ids(N1, 8), started_at=900.0), JobInfo(2, "vision", gpus=4)]
+    s = snap([N1], jobs, [quota("vision", guaranteed=4), quota("nlp", guaranteed=4)], now=1000.0)
+    d = schedule(s)
+    assert d.preemptions == ()
+    info = d.pending[0]
+    assert info.reason.code == R.WAITING_FOR_RECLAIM
+    assert info.reason.details["reclaimable_at"] == 1500.0 and info.estimated_start == 1500.0
+    assert "can be reclaimed in 8 min, when team nlp's job 1 has run its minimum time" in info.reason.message
+    assert check_invariants(s, d) == []
+    # Past the minimum runtime the reclaim happens.
+    d = schedule(replace(s, now=1500.0))
+    assert [(p.job_id, p.reason) for p in d.preemptions] == [(1, "Reclaim")]
+    # A team beyond its guarantee has nothing to reclaim: it just waits for room.
+    over = snap([N1], jobs, [quota("vision", guaranteed=2), quota("nlp", guaranteed=4)], now=1000.0)
+    assert schedule(over).pending[0].reason.code == R.RESOURCES
