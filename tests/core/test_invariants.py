@@ -124,6 +124,10 @@ def run_cycles(world, cycles: int = 8, check_reach: bool = True) -> None:
         decisions = schedule(snapshot)
         assert check_invariants(snapshot, decisions) == []
         assert schedule_fresh(snapshot) == decisions  # reusing the last cycle's static index changes nothing
+        shuffled = list(snapshot.jobs)
+        random.Random(now).shuffle(shuffled)  # the same state in another input order decides the same
+        other = schedule(replace(snapshot, jobs=tuple(shuffled), quotas=tuple(reversed(quotas))))
+        assert (other.starts, other.preemptions) == (decisions.starts, decisions.preemptions)
         if check_reach and policy.preemption and policy.borrowing and policy.reclaim:
             assert_guarantee_reachable(snapshot, decisions)
         # Apply the decisions the way the live cycle and the node agents do; users cancel hopeless jobs.
