@@ -87,15 +87,18 @@ class Group:
 
 
 class Held:
-    """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle."""
+    """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle (and
+    reused by the next cycle over the same static index for the very same, immutable, job object).
+    Never changed once built; ``rec`` caches what preemption derives from it."""
 
-    __slots__ = ("amounts", "job", "nodes", "shares")
+    __slots__ = ("amounts", "job", "nodes", "rec", "shares")
 
     def __init__(self, job: JobInfo):
         self.job = job
         self.shares: dict[int, float] = {}  # device id -> share
         self.nodes: list[Node] = []  # in placement order, each once
         self.amounts: dict[tuple[str, str], float] = {}  # (pool, model) -> GPUs held there
+        self.rec = None  # preemption.Running, built on first use
 
 
 class Cluster:
@@ -112,8 +115,9 @@ class Cluster:
         self._lease = snapshot.nodes if REUSE_STATIC else None
         if static is None:
             self._build_static(snapshot.nodes)
+            last_held: dict[int, Held] = {}
         else:
-            self.nodes, self.devices, self.groups, self.node_by_order, self._sched = static
+            self.nodes, self.devices, self.groups, self.node_by_order, self._sched, last_held = static
             for dev in self.devices.values():
                 dev.free = 1.0
             for node in self.node_by_order:
@@ -121,15 +125,27 @@ class Cluster:
                 node.cpus_free = float(info.cpus) if info.cpus else None
                 node.mem_free = float(info.memory_mb) if info.memory_mb else None
         self.held: list[Held] = []
+        self._held_by_id: dict[int, Held] = {}  # id(job) -> its Held, for the next cycle (see Held)
+        devices = self.devices
         for job in snapshot.jobs:
             if job.placements:
-                self._hold_running(job)
+                held = last_held.get(id(job))
+                if held is not None and held.job is job:
+                    for gpu_id, share in held.shares.items():
+                        devices[gpu_id].free -= share
+                    self.held.append(held)
+                    self._held_by_id[id(job)] = held
+                    if job.cpus or job.memory_mb:
+                        _charge_host(self, job, {n.name for n in held.nodes}, sign=-1.0)
+                else:
+                    self._hold_running(job)
         self._index_live()
 
     def close(self) -> None:
         """The cycle is over: hand the static part back for the next cycle (see the class docstring)."""
         if self._lease is not None:
-            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self._sched))
+            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self._sched,
+                                         self._held_by_id))
             self._lease = None
 
     def _build_static(self, node_infos: tuple[NodeInfo, ...]) -> None:
@@ -203,6 +219,7 @@ class Cluster:
                 amounts[key] = amounts.get(key, 0.0) + p.share
         if shares:
             self.held.append(held)
+            self._held_by_id[id(job)] = held
             _charge_host(self, job, {n.name for n in nodes}, sign=-1.0)
 
     def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:

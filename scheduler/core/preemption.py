@@ -62,8 +62,10 @@ def index_running(cluster: Cluster) -> tuple[dict, dict]:
         job = h.job
         if job.terminating:
             continue
-        first = devices[next(iter(h.shares))]
-        rec = Running(job, h.shares, first.model, tuple(n.name for n in h.nodes), first.node.pool)
+        rec = h.rec
+        if rec is None:
+            first = devices[next(iter(h.shares))]
+            rec = h.rec = Running(job, h.shares, first.model, tuple(n.name for n in h.nodes), first.node.pool)
         by_team[(job.team, rec.model)].append(rec)
         by_model[rec.model].append(rec)
     return by_team, by_model

@@ -49,12 +49,15 @@ class QuotaBook:
         self.unmet_total: dict[str, float] = defaultdict(float)
         self.leaving: dict[tuple[str, str], float] = defaultdict(float)
         self._limits: dict[QuotaKey, tuple] = {}  # (team, model, pool) -> _limit_rows(...)
+        totals: dict[tuple[str, str, str], float] = defaultdict(float)  # one charge per team, model, pool
         for h in held:
             job = h.job
             for (pool, model), amount in h.amounts.items():
-                self.charge(job.team, model, pool, amount)
+                totals[(job.team, model, pool)] += amount
                 if not job.preemptible:
                     self.non_preemptible[(job.team, model)] += amount
+        for (team, model, pool), amount in totals.items():
+            self.charge(team, model, pool, amount)
 
     def lineage(self, team: str) -> tuple[str, ...]:
         """The team followed by its ancestors, nearest first."""
