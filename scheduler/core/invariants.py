@@ -39,12 +39,15 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
 
     share: dict[int, float] = defaultdict(float)
     used_before: dict[tuple, float] = defaultdict(float)
+    held: dict[tuple, float] = defaultdict(float)  # (team, model, pool) -> GPUs held before the cycle
     for job in snapshot.jobs:
         for p in job.placements:
             share[p.gpu_id] += p.share
-            if p.gpu_id in devices:
-                node, gpu = devices[p.gpu_id]
-                _charge(used_before, job.team, gpu.model, node.pool, p.share, parent)
+            dev = devices.get(p.gpu_id)
+            if dev is not None:
+                held[(job.team, dev[1].model, dev[0].pool)] += p.share
+    for (team, model, pool), amount in held.items():
+        _charge(used_before, team, model, pool, amount, parent)
     used_after = defaultdict(float, used_before)
     started: set[int] = set()
     touched_rows: set[tuple] = set()
