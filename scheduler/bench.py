@@ -126,6 +126,9 @@ def measure(snapshot: Snapshot, repeat: int = 3) -> dict:
     runs = []
     decisions = None
     for _ in range(repeat):
+        # New job objects each time, as the live cycle reads them from the database: the engine's
+        # per-object reuse between cycles (a simulator's running jobs) must not flatter the figure.
+        snapshot = replace(snapshot, jobs=tuple(replace(j) for j in snapshot.jobs))
         phases: dict[str, float] = {}
         last = [time.perf_counter()]
 

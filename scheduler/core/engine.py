@@ -258,10 +258,17 @@ class Cycle(Preempting):
         groups = feas.groups
         if self.reservations:
             vetoes = []
-            for group in groups:
+            used, guaranteed, team = self.quota.used, self.quota.guaranteed, job.team
+            for group in groups:  # as _vetoed, inline: this runs for every waiting job
                 res = self.reservations.get((group.pool, group.model))
-                vetoes.append(res is not None and (end is None or end > res.start + EPS)
-                              and (not res.borrowing or self._vetoed(job, group, res, end, amount)))
+                if res is None or (end is not None and end <= res.start + EPS):
+                    vetoes.append(False)
+                elif res.borrowing:
+                    model = group.model
+                    within = used.get((team, model, None), 0.0) + amount <= guaranteed.get((team, model), 0.0) + EPS
+                    vetoes.append(not within)
+                else:
+                    vetoes.append(True)
             mkey = (pkey, tuple(vetoes))
         else:
             mkey = pkey
