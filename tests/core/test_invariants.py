@@ -37,10 +37,18 @@ CLASSES = (
     PriorityClassInfo("low", 100, grace_period_s=5),
 )
 # Derandomized: CI runs the same examples every time (a new counterexample must not make a landing flaky).
-# ROTA_HYPOTHESIS_SEARCH=N searches N fresh random examples instead (run it after changing the engine).
+# ROTA_HYPOTHESIS_SEARCH=N searches N fresh random examples per test instead (run it after changing the engine).
 _SEARCH = int(os.environ.get("ROTA_HYPOTHESIS_SEARCH", "0"))
 SETTINGS = settings(max_examples=_SEARCH or 40, deadline=None, derandomize=not _SEARCH,
                     suppress_health_check=[HealthCheck.too_slow])
+
+
+# The presets, and Rota's policy with the knobs the presets do not combine: priority preemption across
+# teams with reclaim on, and least-attained-service levels ranking jobs within each priority.
+POLICIES = {**PRESETS,
+            "rota-cluster-scope": replace(PRESETS["rota"], name="rota-cluster-scope", preemption_scope="cluster"),
+            "rota-las-levels": replace(PRESETS["rota"], name="rota-las-levels", ordering="las",
+                                       las_thresholds_gpu_s=(100.0, 1000.0))}
 
 
 @st.composite
@@ -71,7 +79,7 @@ def worlds(draw):
     teams = [TeamInfo("dept")] + [TeamInfo(t, parent="dept" if parent else None) for t in TEAMS]
     if parent and draw(st.booleans()):
         quotas.append(QuotaInfo("dept", MODELS[0], limit=draw(st.integers(2, 16))))
-    policy = PRESETS[draw(st.sampled_from(sorted(PRESETS)))]
+    policy = POLICIES[draw(st.sampled_from(sorted(POLICIES)))]
     return tuple(nodes), tuple(quotas), tuple(teams), policy, draw(st.integers(0, 2**32))
 
 
@@ -95,7 +103,8 @@ def random_job(rng: random.Random, job_id: int, now: float) -> JobInfo:
     return JobInfo(
         id=job_id, team=rng.choice(TEAMS), priority_class=cls.name, priority=cls.value, preemptible=cls.preemptible,
         gpus=gpus, submitted_at=now, time_limit_s=rng.choice((None, 50.0, 200.0)),
-        kind=rng.choice(("training", "inference")), state=HELD if rng.random() < 0.05 else PENDING, **kw)
+        kind=rng.choice(("training", "inference")), state=HELD if rng.random() < 0.05 else PENDING,
+        attained_gpu_s=rng.choice((0.0, 50.0, 500.0, 5000.0)), **kw)
 
 
 def schedule_fresh(snapshot: Snapshot):
@@ -203,7 +212,7 @@ def test_it_keeps_every_invariant_over_many_cycles(world):
     run_cycles(world)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=_SEARCH or 15, deadline=None, derandomize=not _SEARCH)
 @given(worlds(), st.integers(0, 1000))
 def test_it_decides_the_same_whatever_the_input_order(world, salt):
     nodes, quotas, teams, policy, seed = world
@@ -222,7 +231,8 @@ def test_it_decides_the_same_whatever_the_input_order(world, salt):
     assert sorted(a.pending, key=lambda p: p.job_id) == sorted(b.pending, key=lambda p: p.job_id)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_SEARCH or 25, deadline=None, derandomize=not _SEARCH,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(worlds(), st.integers(10, 60))
 def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     """The walk's shortcut for look-alike waiting jobs is an optimisation only: same decisions, stats too."""
