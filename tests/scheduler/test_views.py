@@ -141,3 +141,17 @@ def test_the_cluster_page_shows_each_gpus_latest_utilization(alice, cluster, bro
                                                  temperature_c=64)
     body = browser(alice).get("/cluster/").content.decode()
     assert "83% · 40/80 GiB · 64°C" in body
+
+
+def test_the_detail_page_says_when_a_waiting_job_should_start_in_the_reasons_words(alice, browser):
+    from datetime import timedelta
+
+    from scheduler.templatetags.rota_time import from_now
+
+    job = submit(alice)
+    Job.objects.filter(pk=job.pk).update(queue_position=1, estimated_start=db_now() + timedelta(hours=3))
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "Queue position 1 · estimated start" in body and "(in 3 h)" in body
+    # Under a minute it says seconds (Django's timeuntil said "0 minutes"); once passed, "now".
+    assert from_now(db_now() + timedelta(seconds=50.2)) in ("in 50 s", "in 49 s")
+    assert from_now(db_now() - timedelta(seconds=5)) == "now" and from_now(None) == ""
