@@ -133,10 +133,7 @@ class Cluster:
                 if held is not None and held.job is job:
                     for gpu_id, share in held.shares.items():
                         devices[gpu_id].free -= share
-                    self.held.append(held)
-                    self._held_by_id[id(job)] = held
-                    if job.cpus or job.memory_mb:
-                        _charge_host(self, job, {n.name for n in held.nodes}, sign=-1.0)
+                    self._keep(held)
                 else:
                     self._hold_running(job)
         self._index_live()
@@ -218,9 +215,16 @@ class Cluster:
                 key = (node.pool, dev.model)
                 amounts[key] = amounts.get(key, 0.0) + p.share
         if shares:
-            self.held.append(held)
-            self._held_by_id[id(job)] = held
-            _charge_host(self, job, {n.name for n in nodes}, sign=-1.0)
+            self._keep(held)
+
+    def _keep(self, held: Held) -> None:
+        """Count a running job's hold (its devices already taken): the list, the next cycle's reuse, and
+        its CPU/RAM share."""
+        job = held.job
+        self.held.append(held)
+        self._held_by_id[id(job)] = held
+        if job.cpus or job.memory_mb:
+            _charge_host(self, job, {n.name for n in held.nodes}, sign=-1.0)
 
     def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
         """Hold ``placements`` for ``job`` in the working copy, keeping the indexes in step."""

@@ -83,6 +83,7 @@ class Cycle(Preempting):
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.victims: set[int] = set()
+        self._young: dict[tuple[str, str], list] = {}  # see Preempting._young_in
         self.waiting: list[tuple[JobInfo, Reason, Group | None, Request | None]] = []
         self.preempting_eta: dict[int, float] = {}
         self.stats: dict[str, int] = defaultdict(int)
@@ -129,9 +130,8 @@ class Cycle(Preempting):
         _pkey, (_req, feas, amount) = looked
         if feas.reason is not None:
             return True
-        quota = self.quota
-        return any(quota.team_used(job.team, g.model) + amount <= quota.guaranteed.get((job.team, g.model), 0.0)
-                   + EPS for g in feas.groups)
+        within = self.quota.within_guarantee
+        return any(within(job.team, g.model, amount) for g in feas.groups)
 
     def _profile_of(self, job: JobInfo) -> tuple[tuple, tuple[Request, Feasibility, float]]:
         """The job's look-alike key (see ``_LOOK``) and its (cached) profile."""
@@ -257,19 +257,10 @@ class Cycle(Preempting):
         # vetoes) while nothing they read has changed end the same way: reuse the last one's wait.
         groups = feas.groups
         if self.reservations:
-            vetoes = []
-            used, guaranteed, team = self.quota.used, self.quota.guaranteed, job.team
-            for group in groups:  # as _vetoed, inline: this runs for every waiting job
-                res = self.reservations.get((group.pool, group.model))
-                if res is None or (end is not None and end <= res.start + EPS):
-                    vetoes.append(False)
-                elif res.borrowing:
-                    model = group.model
-                    within = used.get((team, model, None), 0.0) + amount <= guaranteed.get((team, model), 0.0) + EPS
-                    vetoes.append(not within)
-                else:
-                    vetoes.append(True)
-            mkey = (pkey, tuple(vetoes))
+            reservations = self.reservations
+            vetoes = tuple(self._vetoed(job, group, reservations.get((group.pool, group.model)), end, amount)
+                           for group in groups)
+            mkey = (pkey, vetoes)
         else:
             mkey = pkey
         state = self._state(groups)
@@ -321,8 +312,7 @@ class Cycle(Preempting):
                 continue
             self.stats["placement_searches"] += 1
             res = self.reservations.get(gkey)
-            vetoed = (res is not None and (end is None or end > res.start + EPS)
-                      and (not res.borrowing or self._vetoed(job, group, res, end, amount)))
+            vetoed = self._vetoed(job, group, res, end, amount)
             placements = self._place(group, req, spread, vetoed)
             if placements is None and vetoed:
                 if self._place(group, req, spread, False) is not None:
@@ -343,18 +333,14 @@ class Cycle(Preempting):
             return
         self._block(job, req, first_ok)
 
-    def _vetoed(self, job: JobInfo, group: Group, res: Reservation, end: float | None, amount: float) -> bool:
-        """Whether the group's reservation keeps ``job`` off its reserved devices: the job would run past
-        the reserved start, and it is not work inside its team's guarantee facing a borrower's reservation
-        (a borrower never keeps an owner from its guaranteed capacity)."""
-        if end is not None and end <= res.start + EPS:
+    def _vetoed(self, job: JobInfo, group: Group, res: Reservation | None, end: float | None,
+                amount: float) -> bool:
+        """Whether the group's reservation (if any) keeps ``job`` off its reserved devices: the job would
+        run past the reserved start, and it is not work inside its team's guarantee facing a borrower's
+        reservation (a borrower never keeps an owner from its guaranteed capacity)."""
+        if res is None or (end is not None and end <= res.start + EPS):
             return False
-        if res.borrowing:
-            quota = self.quota
-            if quota.team_used(job.team, group.model) + amount <= quota.guaranteed.get((job.team, group.model),
-                                                                                      0.0) + EPS:
-                return False
-        return True
+        return not (res.borrowing and self.quota.within_guarantee(job.team, group.model, amount))
 
     def _place(self, group: Group, req: Request, spread: bool, vetoed: bool) -> tuple[Placement, ...] | None:
         """``placement.place`` (with the reservation veto when ``vetoed``), remembered until the group changes."""
@@ -425,9 +411,7 @@ class Cycle(Preempting):
         elif gkey not in self.reservations:
             res = self.timeline.reserve(group, req, job.id)
             if res is not None:
-                quota = self.quota
-                res.borrowing = quota.team_used(job.team, group.model) + req.amount > quota.guaranteed.get(
-                    (job.team, group.model), 0.0) + EPS
+                res.borrowing = not self.quota.within_guarantee(job.team, group.model, req.amount)
                 self.reservations[gkey] = res
                 for order in res.slack:
                     self.reserved_nodes.setdefault(order, res)

@@ -419,15 +419,12 @@ class Preempting:
         the group are only protected by their minimum runtime, say when the first becomes reclaimable."""
         quota = self.quota
         model = group.model
+        if not quota.within_guarantee(job.team, model, req.amount):
+            return None
         used = quota.team_used(job.team, model)
         guaranteed = quota.guaranteed.get((job.team, model), 0.0)
-        if used + req.amount > guaranteed + EPS:
-            return None
-        young = self._young.get((model, group.pool)) if hasattr(self, "_young") else None
-        if young is None:
-            young = self._young_in(model, group.pool)
         taken = self.victims
-        for (at, _jid), rec in young:
+        for (at, _jid), rec in self._young_in(model, group.pool):
             team = rec.job.team
             if team != job.team and rec.job.id not in taken and quota.lendable(team, model) > EPS:
                 return R.reason(
@@ -442,8 +439,9 @@ class Preempting:
     def _young_in(self, model: str, pool: str) -> list:
         """Running preemptible jobs of the model in the pool still inside their class's minimum runtime,
         by when they leave it (built once per cycle and group)."""
-        if not hasattr(self, "_young"):
-            self._young: dict[tuple[str, str], list] = {}
+        out = self._young.get((model, pool))
+        if out is not None:
+            return out
         out = []
         for rec in self.running_by_model.get(model, ()):
             job = rec.job
@@ -584,8 +582,7 @@ class Preempting:
         amount = req.amount
         if not hasattr(self, "pref_team"):
             self._prepare_victims()
-        guaranteed = quota.guaranteed.get((job.team, model), 0.0)
-        under_guarantee = quota.team_used(job.team, model) + amount <= guaranteed + EPS
+        under_guarantee = quota.within_guarantee(job.team, model, amount)
         room: dict[str, float] = {}
         reclaim = under_guarantee and self.policy.borrowing and self.policy.reclaim
         if not self._has_candidates(job, group, reclaim):

@@ -96,6 +96,10 @@ class QuotaBook:
         g = self.guaranteed.get((team, model), 0.0)
         return max(0.0, self.team_used(team, model) - self.leaving.get((team, model), 0.0) - g)
 
+    def within_guarantee(self, team: str, model: str, amount: float) -> bool:
+        """Whether ``amount`` more of ``model`` keeps ``team`` inside its guarantee."""
+        return self.used.get((team, model, None), 0.0) + amount <= self.guaranteed.get((team, model), 0.0) + EPS
+
     def team_used(self, team: str, model: str) -> float:
         """GPUs of ``model`` the team (with its subtree) holds in all pools."""
         return self.used.get((team, model, None), 0.0)
