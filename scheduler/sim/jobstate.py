@@ -57,6 +57,10 @@ class SimJob:
         self.info: JobInfo | None = None
         self.waiting = False
 
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds received: finished attempts, plus the running one up to ``now``."""
+        return self.attained + (now - self.started_at) * self.request
+
 
 class JobViews:
     """Builds the ``JobInfo`` the engine sees: priority and preemptibility come from the job's priority
@@ -111,9 +115,10 @@ class JobViews:
             attained_gpu_s=job.attained,
         )
 
-    def running(self, job: SimJob, now: float, terminating: bool = False) -> JobInfo:
-        """The job holding its devices; attained service counts the current attempt up to ``now``."""
+    def running(self, job: SimJob, now: float) -> JobInfo:
+        """The job holding its devices (terminating once preempted); attained service counts the current
+        attempt up to ``now``."""
         return replace(
             self.pending(job), state=RUNNING, started_at=job.started_at, placements=job.placements,
-            terminating=terminating, attained_gpu_s=job.attained + (now - job.started_at) * job.request,
+            terminating=job.preempted_at is not None, attained_gpu_s=job.attained_at(now),
         )

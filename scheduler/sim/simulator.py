@@ -308,16 +308,13 @@ class Simulator:
         """Run one scheduling cycle at ``now``; return True when it started or preempted something."""
         result = self.result
         jobs = [job.info for job in self.pending.values()]
-        if self.levels:  # the engine reads a running job's service only through its level
+        if self.policy.ordering == "las":
+            # With service levels the engine reads a running job's service only through its level.
             levels = self.levels
             for job in self.running.values():
-                info = job.info
-                if las_level(job.attained + (now - job.started_at) * job.request, levels) != las_level(
-                        info.attained_gpu_s, levels):
-                    job.info = self.views.running(job, now, terminating=job.preempted_at is not None)
-        elif self.policy.ordering == "las":
-            for job in self.running.values():
-                job.info = self.views.running(job, now, terminating=job.preempted_at is not None)
+                if not levels or las_level(job.attained_at(now), levels) != las_level(job.info.attained_gpu_s,
+                                                                                      levels):
+                    job.info = self.views.running(job, now)
         jobs.extend(job.info for job in self.running.values())
         snapshot = Snapshot(
             now=now,
@@ -414,7 +411,7 @@ class Simulator:
         job.preemptions += 1
         job.attempt += 1  # cancels its completion event
         self.result.preemptions += 1
-        job.info = self.views.running(job, now, terminating=True)
+        job.info = self.views.running(job, now)
         self._push(now + max(0.0, grace_s), _STOP, job)
         if grace_s <= 0:
             self.dirty = True
