@@ -41,6 +41,31 @@ from scheduler.core.types import (
 Timer = Callable[[str], None]
 
 
+class Look:
+    """What every waiting job that looks alike to the walk shares (see ``_LOOK``): its team, request,
+    feasibility and the GPUs it charges, plus what the cycle remembers for all of them: whether they would
+    start inside the team's guarantee (until the next quota charge), their reservation vetoes (per time
+    limit, until a reservation is added or quota moves) and, per vetoes, the last one's wait (see
+    ``Cycle.try_job``)."""
+
+    __slots__ = ("amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes", "vetoes_at",
+                 "within", "within_at")
+
+    def __init__(self, team: str, req: Request, feas: Feasibility, amount: float):
+        self.team = team
+        self.req = req
+        self.feas = feas
+        self.groups = feas.groups
+        self.models = feas.models
+        self.reason = feas.reason
+        self.amount = amount
+        self.within_at = -1
+        self.within = True
+        self.vetoes_at: tuple[int, int] = (-1, -1)
+        self.vetoes: dict[float | None, tuple] = {}  # time limit -> reservation vetoes (see Cycle._vetoes)
+        self.memo: dict[tuple, tuple] = {}  # reservation vetoes -> (state, wait record, searches)
+
+
 class Cycle(Preempting):
     """The working state of one cycle (a session, in Volcano's words)."""
 
@@ -95,12 +120,11 @@ class Cycle(Preempting):
         self._models_of: dict[str, tuple[str, ...]] = {}
         self._quota_blocked: dict[tuple, Reason] = {}
         self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
-        self._same_wait: dict[tuple, tuple] = {}  # see try_job: look-alike key -> (state, wait record, searches)
         self.claims = 0  # devices of stopping jobs claimed so far
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
-        self._profiles: dict[tuple, tuple[Request, Feasibility, float]] = {}  # see _profile
+        self._looks: dict[tuple, Look] = {}  # look-alike key -> its Look (see look_of)
         self._spread = self.policy.placement == "spread"
         self._request_values: dict[Request, Request] = {}
         # (id(group), id(req), spread, vetoed) -> (group.version, placements or None)
@@ -121,36 +145,35 @@ class Cycle(Preempting):
             req = self._requests[key] = self._request_values.setdefault(req, req)
         return req
 
-    def within_guarantee(self, job: JobInfo, looked: tuple | None) -> bool:
-        """Whether ``job`` would start inside its team's guarantee of some model it accepts (jobs that only
-        wait — held or unsatisfiable — count as inside: their place in the walk changes nothing).
-        ``looked``: the job's ``_profile_of`` (None for a held job)."""
-        if looked is None:
-            return True
-        _pkey, (_req, feas, amount) = looked
-        if feas.reason is not None:
-            return True
-        within = self.quota.within_guarantee
-        return any(within(job.team, g.model, amount) for g in feas.groups)
+    def within_guarantee(self, look: Look) -> bool:
+        """Whether a job of ``look`` would start inside its team's guarantee of some model it accepts (jobs
+        that only wait, being unsatisfiable, count as inside: their place in the walk changes nothing).
+        Remembered until the next charge of quota."""
+        charges = self.quota.charges
+        if look.within_at != charges:
+            within = self.quota.within_guarantee
+            look.within = look.reason is not None or any(within(look.team, g.model, look.amount)
+                                                           for g in look.groups)
+            look.within_at = charges
+        return look.within
 
-    def _profile_of(self, job: JobInfo) -> tuple[tuple, tuple[Request, Feasibility, float]]:
-        """The job's look-alike key (see ``_LOOK``) and its (cached) profile."""
+    def look_of(self, job: JobInfo) -> Look:
+        """The job's ``Look``: what it shares with every job that looks alike to the walk (see ``_LOOK``)."""
         key = _LOOK(job)
         if job.node_labels:
             key = (key, tuple(job.node_labels.items()))
-        hit = self._profiles.get(key)
-        if hit is None:
-            hit = self._profiles[key] = self._profile(job)
-        return key, hit
+        look = self._looks.get(key)
+        if look is None:
+            look = self._looks[key] = self._look(job)
+        return look
 
-    def _profile(self, job: JobInfo) -> tuple[Request, Feasibility, float]:
-        """The job's request, its feasibility and the GPUs it charges (shared by jobs of the same team,
-        pool, models and request)."""
+    def _look(self, job: JobInfo) -> Look:
+        """A new ``Look`` for ``job``: its request, feasibility and the GPUs it charges."""
         req = self.request(job)
         if req.gpus <= 0:
-            return req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs", constraint="gpus",
-                                                 requested=job.gpus)), 0.0
-        return req, self.feasibility(job, req), req.amount
+            return Look(job.team, req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs",
+                                                                constraint="gpus", requested=job.gpus)), 0.0)
+        return Look(job.team, req, self.feasibility(job, req), req.amount)
 
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
         """Groups that could ever hold the job (cached per pools/models/request shape)."""
@@ -237,34 +260,28 @@ class Cycle(Preempting):
             self._quota_ok[key] = version
         return blocked
 
-    @staticmethod
-    def models_wanted(looked: tuple | None) -> frozenset[str]:
-        """The GPU models of the groups a looked-up job (``_profile_of``; None: held) could run in."""
-        return looked[1][1].models if looked is not None else frozenset()
-
-    def try_job(self, job: JobInfo, looked: tuple | None = None) -> None:
-        """Start ``job``, plan preemptions for it, or record why it waits (``looked``: its ``_profile_of``,
-        when the caller has it)."""
+    def try_job(self, job: JobInfo, look: Look | None = None) -> None:
+        """Start ``job``, plan preemptions for it, or record why it waits (``look``: its ``look_of``, when
+        the caller has it)."""
         if job.state == HELD:
-            self.wait(job, _HELD_REASON)
+            self.waiting.append((job, _HELD_REASON, None, None))
             return
-        pkey, (req, feas, amount) = looked or self._profile_of(job)
-        if feas.reason is not None:
-            self.wait(job, feas.reason)
+        if look is None:
+            look = self.look_of(job)
+        if look.reason is not None:
+            self.waiting.append((job, look.reason, None, None))
             return
         end = self.now + job.time_limit_s if job.time_limit_s is not None else None
-        # Jobs that look the same to the walk (same profile, priority, class, kind and reservation
-        # vetoes) while nothing they read has changed end the same way: reuse the last one's wait.
-        groups = feas.groups
+        # Jobs that look the same to the walk (same Look and reservation vetoes) while nothing they read
+        # has changed end the same way: reuse the last one's wait.
+        groups = look.groups
+        vetoes: tuple = ()
         if self.reservations:
-            reservations = self.reservations
-            vetoes = tuple(self._vetoed(job, group, reservations.get((group.pool, group.model)), end, amount)
-                           for group in groups)
-            mkey = (pkey, vetoes)
-        else:
-            mkey = pkey
+            vetoes = look.vetoes.get(job.time_limit_s) if look.vetoes_at == self._veto_stamp() else None
+            if vetoes is None:
+                vetoes = self._vetoes(job, look, end)
         state = self._state(groups)
-        memo = self._same_wait.get(mkey) if self.reuse_waits else None
+        memo = look.memo.get(vetoes) if self.reuse_waits else None
         if memo is not None and memo[0] == state:
             self.waiting.append((job,) + memo[1])
             if memo[2]:
@@ -273,11 +290,31 @@ class Cycle(Preempting):
         stats = self.stats
         searches, full, waits, starts = stats.get("placement_searches", 0), len(self._full), len(self.waiting), len(
             self.starts)
-        self._walk(job, req, feas, amount, self._spread or job.kind == "inference", end)
+        self._walk(job, look.req, look.feas, look.amount, self._spread or job.kind == "inference", end)
         if len(self.waiting) == waits + 1 and len(self.starts) == starts and self._state(groups) == state:
             # The next look-alike skips the groups this walk found full, so it searches that many fewer.
             searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
-            self._same_wait[mkey] = (state, self.waiting[-1][1:], searches)
+            look.memo[vetoes] = (state, self.waiting[-1][1:], searches)
+
+    def _veto_stamp(self) -> tuple[int, int]:
+        """What reservation vetoes read besides the job's time limit: the reservations (only ever added
+        during a cycle) and quota usage (whether work is inside its team's guarantee)."""
+        return len(self.reservations), self.quota.charges
+
+    def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
+        """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
+        group has one. Remembered per time limit until the stamp moves."""
+        stamp = self._veto_stamp()
+        if look.vetoes_at != stamp:
+            look.vetoes = {}
+            look.vetoes_at = stamp
+        reservations = self.reservations
+        vetoes: tuple = ()
+        if any((g.pool, g.model) in reservations for g in look.groups):
+            vetoes = tuple(self._vetoed(job, g, reservations.get((g.pool, g.model)), end, look.amount)
+                           for g in look.groups)
+        look.vetoes[job.time_limit_s] = vetoes
+        return vetoes
 
     def _state(self, groups: tuple[Group, ...]) -> int:
         """A number that moves whenever anything a job's walk over ``groups`` reads changes: the groups'
@@ -501,6 +538,7 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
     cycle.plan_borrowing(queue)
     if timer:
         timer("order")
+    try_job, look_of, within = cycle.try_job, cycle.look_of, cycle.within_guarantee
     if snapshot.policy.guarantee_first:
         for _priority, level in groupby(queue, key=attrgetter("priority")):
             # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
@@ -509,19 +547,21 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
             deferred: list = []
             held_back: dict[str, set[str]] = {}  # team -> models its deferred jobs want
             for job in level:
-                looked = None if job.state == HELD else cycle._profile_of(job)
+                if job.state == HELD:
+                    try_job(job)
+                    continue
+                look = look_of(job)
                 models = held_back.get(job.team)
-                if (not models or models.isdisjoint(cycle.models_wanted(looked))) and cycle.within_guarantee(
-                        job, looked):
-                    cycle.try_job(job, looked)
+                if (not models or models.isdisjoint(look.models)) and within(look):
+                    try_job(job, look)
                 else:
-                    held_back.setdefault(job.team, set()).update(cycle.models_wanted(looked))
-                    deferred.append((job, looked))
-            for job, looked in deferred:
-                cycle.try_job(job, looked)
+                    held_back.setdefault(job.team, set()).update(look.models)
+                    deferred.append((job, look))
+            for job, look in deferred:
+                try_job(job, look)
     else:
         for job in queue:
-            cycle.try_job(job)
+            try_job(job)
     if timer:
         timer("place")
     pending = pending_infos(cycle)

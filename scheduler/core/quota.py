@@ -32,6 +32,7 @@ class QuotaBook:
             self.ancestors[name] = _ancestors(name, parent)
         self.used: dict[QuotaKey, float] = defaultdict(float)
         self.version: dict[str, int] = defaultdict(int)  # per model: bumped on every charge of it
+        self.charges = 0  # bumped on every charge (of any model)
         self.models_of_team: dict[str, set[str]] = defaultdict(set)
         # Guarantees, never-lent parts and weights per (team, model), summed over the team's rows.
         self.guaranteed: dict[tuple[str, str], float] = defaultdict(float)
@@ -75,6 +76,7 @@ class QuotaBook:
         """Add ``amount`` GPUs held by ``team`` (and its ancestors) of ``model`` in ``pool``."""
         used = self.used
         self.version[model] += 1
+        self.charges += 1
         for t in self.lineage(team):
             used[(t, model, None)] += amount
             used[(t, model, pool)] += amount
