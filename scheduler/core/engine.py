@@ -83,10 +83,9 @@ class Cycle(Preempting):
         self.pools = sorted({n.pool for n in snapshot.nodes})
         self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
         self.models_in_cluster = tuple(sorted({m for (_p, m) in cluster.groups}))
-        self.free_of_model: dict[str, float] = defaultdict(float)
-        for dev in cluster.devices.values():
-            if dev.healthy and dev.node.schedulable:
-                self.free_of_model[dev.model] += max(dev.free, 0.0)
+        self.free_of_model: dict[str, float] = defaultdict(float)  # idle healthy capacity on schedulable nodes
+        for (_pool, model), group in cluster.groups.items():
+            self.free_of_model[model] += group.total_free() + sum(free for free, _gpu in group.partial)
         self.nl_teams: dict[str, list[str]] = defaultdict(list)
         for (team, model), nl in sorted(self.quota.non_lendable.items()):
             if nl > 0:

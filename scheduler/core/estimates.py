@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
     """Queue positions and estimated starts for every waiting job, in queue order."""
     if not cycle.snapshot.estimate_starts:
-        return tuple(PendingInfo(job.id, reason, pos, None)
+        new = tuple.__new__  # PendingInfo(job.id, reason, pos, None), without the keyword-argument layer
+        return tuple(new(PendingInfo, (job.id, reason, pos, None))
                      for pos, (job, reason, _group, _req) in enumerate(cycle.waiting, start=1))
     out = []
     append = out.append

@@ -15,6 +15,7 @@ from scheduler.core.ordering import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
 EPS = 1e-6
+_CODES = frozenset(R.ALL_CODES)
 
 
 def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
@@ -31,21 +32,26 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     """
     snapshot = ranked(snapshot)
     out: list[str] = []
-    jobs = {j.id: j for j in snapshot.jobs}
-    devices = {g.id: (n, g) for n in snapshot.nodes for g in n.gpus}
-    team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
-    parent = {t.name: t.parent for t in snapshot.teams}
-    rows = {(q.team, q.gpu_model, q.pool): q for q in snapshot.quotas}
-
+    devices, team_pools, parent, rows = _static(snapshot)
+    jobs: dict[int, JobInfo] = {}
+    waiting: list[JobInfo] = []
     share: dict[int, float] = defaultdict(float)
     used_before: dict[tuple, float] = defaultdict(float)
     held: dict[tuple, float] = defaultdict(float)  # (team, model, pool) -> GPUs held before the cycle
-    for job in snapshot.jobs:
-        for p in job.placements:
-            share[p.gpu_id] += p.share
-            dev = devices.get(p.gpu_id)
-            if dev is not None:
-                held[(job.team, dev[1].model, dev[0].pool)] += p.share
+    held_np: dict[tuple, float] = defaultdict(float)  # the same, of non-preemptible jobs
+    for job in snapshot.jobs:  # one pass: the snapshot may hold tens of thousands of jobs
+        jobs[job.id] = job
+        if job.placements:
+            for p in job.placements:
+                share[p.gpu_id] += p.share
+                dev = devices.get(p.gpu_id)
+                if dev is not None:
+                    key = (job.team, dev[1].model, dev[0].pool)
+                    held[key] += p.share
+                    if not job.preemptible:
+                        held_np[key] += p.share
+        if job.state == PENDING or job.state == HELD:
+            waiting.append(job)
     for (team, model, pool), amount in held.items():
         _charge(used_before, team, model, pool, amount, parent)
     used_after = defaultdict(float, used_before)
@@ -70,9 +76,8 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
                 for key in _charge(used_after, job.team, gpu.model, node.pool, p.share, parent):
                     touched_rows.add(key)
 
-    for gpu_id, s in sorted(share.items()):
-        if s > 1.0 + EPS:
-            out.append(f"device {gpu_id} is over-committed: share {s:.3f} > 1")
+    for gpu_id, s in sorted((gpu_id, s) for gpu_id, s in share.items() if s > 1.0 + EPS):
+        out.append(f"device {gpu_id} is over-committed: share {s:.3f} > 1")
     for key in sorted(touched_rows, key=str):
         row = rows.get(key)
         if row is None or row.limit is None:
@@ -82,10 +87,30 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             where = f" in pool {pool}" if pool else ""
             out.append(f"team {team} holds {used_after[key]:g} {model}{where} above its limit {row.limit:g}")
 
-    out.extend(_check_non_preemptible(snapshot, decisions, jobs, devices, rows))
-    out.extend(_check_pending(snapshot, decisions, started))
-    out.extend(_check_preemptions(snapshot, decisions, jobs))
+    out.extend(_check_non_preemptible(decisions, jobs, devices, rows, held_np))
+    out.extend(_check_pending(decisions, waiting, started))
+    out.extend(_check_preemptions(snapshot, decisions, jobs, started))
     return out
+
+
+def _static(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
+    """Devices by id (with their node), team pools, parents and quota rows of ``snapshot``; kept for the
+    next check over the same nodes, teams and quotas (the simulator checks every cycle)."""
+    key = (snapshot.nodes, snapshot.teams, snapshot.quotas)
+    last = _last_static
+    if last and all(a is b or a == b for a, b in zip(last[0], key, strict=True)):
+        return last[1]
+    parts = (
+        {g.id: (n, g) for n in snapshot.nodes for g in n.gpus},
+        {t.name: t.pools for t in snapshot.teams if t.pools is not None},
+        {t.name: t.parent for t in snapshot.teams},
+        {(q.team, q.gpu_model, q.pool): q for q in snapshot.quotas},
+    )
+    _last_static[:] = [key, parts]
+    return parts
+
+
+_last_static: list = []  # [key, parts] of the last _static call (read-only parts)
 
 
 def _charge(used, team, model, pool, amount, parent) -> list[tuple]:
@@ -150,22 +175,23 @@ def _check_start(job: JobInfo, placements, devices, team_pools, rows) -> list[st
     return out
 
 
-def _check_non_preemptible(snapshot, decisions, jobs, devices, rows) -> list[str]:
-    """Non-preemptible work of a team may not exceed its guaranteed quota of a model."""
-    held: dict[tuple, float] = defaultdict(float)
+def _check_non_preemptible(decisions, jobs, devices, rows, held_np) -> list[str]:
+    """Non-preemptible work of a team may not exceed its guaranteed quota of a model (``held_np``: what
+    non-preemptible jobs held before the cycle, per team, model and pool)."""
     new: set[tuple] = set()
-    pairs = [(j, j.placements) for j in snapshot.jobs if not j.preemptible]
-    pairs += [(jobs[s.job_id], s.placements) for s in decisions.starts
-              if s.job_id in jobs and not jobs[s.job_id].preemptible]
-    started = {s.job_id for s in decisions.starts}
-    for job, placements in pairs:
-        for p in placements:
+    held = None
+    for s in decisions.starts:
+        job = jobs.get(s.job_id)
+        if job is None or job.preemptible:
+            continue
+        if held is None:
+            held = defaultdict(float, held_np)
+        for p in s.placements:
             if p.gpu_id in devices:
                 node, gpu = devices[p.gpu_id]
                 key = (job.team, gpu.model, node.pool)
                 held[key] += p.share
-                if job.id in started:
-                    new.add(key)
+                new.add(key)
     out = []
     for team, model, pool in sorted(new):
         row = rows.get((team, model, pool)) or rows.get((team, model, None))
@@ -179,35 +205,47 @@ def _check_non_preemptible(snapshot, decisions, jobs, devices, rows) -> list[str
     return out
 
 
-def _check_pending(snapshot, decisions, started) -> list[str]:
+def _check_pending(decisions, waiting, started) -> list[str]:
+    """Every waiting job (``waiting``: the snapshot's pending and held jobs) not started has exactly one
+    pending entry with a known reason code (held jobs: Held)."""
     out = []
-    seen: dict[int, int] = defaultdict(int)
+    seen: dict[int, int] = {}
+    codes = _CODES
     for info in decisions.pending:
-        seen[info.job_id] += 1
-        if not info.reason.code:
-            out.append(f"job {info.job_id} waits without a reason code")
-        elif info.reason.code not in R.ALL_CODES:
-            out.append(f"job {info.job_id} waits with unknown reason code {info.reason.code}")
-        if info.job_id in started:
-            out.append(f"job {info.job_id} is both started and pending")
-    for job in snapshot.jobs:
-        if job.state in (PENDING, HELD) and job.id not in started and seen.get(job.id, 0) != 1:
+        jid = info.job_id
+        seen[jid] = seen.get(jid, 0) + 1
+        code = info.reason.code
+        if code not in codes:
+            if not code:
+                out.append(f"job {jid} waits without a reason code")
+            else:
+                out.append(f"job {jid} waits with unknown reason code {code}")
+        if jid in started:
+            out.append(f"job {jid} is both started and pending")
+    first_code: dict[int, str] | None = None
+    for job in waiting:
+        if job.id not in started and seen.get(job.id, 0) != 1:
             out.append(f"job {job.id} ({job.state}) has {seen.get(job.id, 0)} pending entries, expected 1")
         if job.state == HELD:
             if job.id in started:
                 out.append(f"held job {job.id} was started")
-            else:
-                codes = [i.reason.code for i in decisions.pending if i.job_id == job.id]
-                if codes and codes[0] != R.HELD:
-                    out.append(f"held job {job.id} has reason {codes[0]}, expected Held")
+                continue
+            if first_code is None:
+                first_code = {}
+                for info in decisions.pending:
+                    first_code.setdefault(info.job_id, info.reason.code)
+            code = first_code.get(job.id)
+            if code is not None and code != R.HELD:
+                out.append(f"held job {job.id} has reason {code}, expected Held")
     return out
 
 
-def _check_preemptions(snapshot: Snapshot, decisions: Decisions, jobs) -> list[str]:
+def _check_preemptions(snapshot: Snapshot, decisions: Decisions, jobs, started) -> list[str]:
     out = []
+    if not decisions.preemptions:
+        return out
     classes = {c.name: c for c in snapshot.priority_classes}
     pending_codes = {i.job_id: i.reason.code for i in decisions.pending}
-    started = {s.job_id for s in decisions.starts}
     victims: set[int] = set()
     for pre in decisions.preemptions:
         victim, by = jobs.get(pre.job_id), jobs.get(pre.by_job_id)

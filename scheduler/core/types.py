@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 # Job states as the engine sees them. The live system has more (admitted, starting, ...); the snapshot
 # builder maps every state that holds resources to RUNNING and every waiting one to PENDING or HELD.
@@ -222,9 +223,11 @@ class Preemption:
     grace_period_s: float = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class PendingInfo:
-    """A job that stays pending this cycle: why, where it stands, and when it may start (None: unknown)."""
+class PendingInfo(NamedTuple):
+    """A job that stays pending this cycle: why, where it stands, and when it may start (None: unknown).
+
+    A named tuple rather than a frozen dataclass: a cycle makes one per waiting job (tens of thousands),
+    and a tuple is built in a third of the time."""
 
     job_id: int
     reason: Reason
