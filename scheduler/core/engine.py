@@ -12,9 +12,8 @@ from __future__ import annotations
 import gc
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from itertools import groupby
 from operator import attrgetter
 
 from scheduler.core import reasons as R
@@ -48,8 +47,8 @@ class Look:
     limit, until a reservation is added or quota moves) and, per vetoes, the last one's wait (see
     ``Cycle.try_job``)."""
 
-    __slots__ = ("amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes", "vetoes_at",
-                 "within", "within_at")
+    __slots__ = ("accepted", "amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes",
+                 "vetoes_charges", "vetoes_res", "wants", "within", "within_at")
 
     def __init__(self, team: str, req: Request, feas: Feasibility, amount: float):
         self.team = team
@@ -61,9 +60,11 @@ class Look:
         self.amount = amount
         self.within_at = -1
         self.within = True
-        self.vetoes_at: tuple[int, int] = (-1, -1)
+        self.vetoes_res = self.vetoes_charges = -1
         self.vetoes: dict[float | None, tuple] = {}  # time limit -> reservation vetoes (see Cycle._vetoes)
         self.memo: dict[tuple, tuple] = {}  # reservation vetoes -> (state, wait record, searches)
+        self.accepted: tuple[str, ...] = ()  # the jobs' gpu_models (empty: any of the team's)
+        self.wants = 0.0  # GPUs each job asks for, as borrowing plans count them
 
 
 class Cycle(Preempting):
@@ -164,6 +165,8 @@ class Cycle(Preempting):
         look = self._looks.get(key)
         if look is None:
             look = self._looks[key] = self._look(job)
+            look.accepted = job.gpu_models
+            look.wants = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
         return look
 
     def _look(self, job: JobInfo) -> Look:
@@ -207,8 +210,9 @@ class Cycle(Preempting):
             hit = self._feasible[key] = analyse(self.cluster, job, req, pools, models)
         return hit
 
-    def plan_borrowing(self, queue: list[JobInfo]) -> None:
-        """Find, per model, the teams that borrow or would borrow, and split borrowable capacity by weight."""
+    def plan_borrowing(self, looks: Iterable[Look]) -> None:
+        """Find, per model, the teams that borrow or would borrow, and split borrowable capacity by weight
+        (``looks``: those of the waiting jobs, each once)."""
         if not self.policy.borrowing:
             return
         quota = self.quota
@@ -218,13 +222,10 @@ class Cycle(Preempting):
                 borrowers[model].add(team)
         # A team would borrow a model when its largest waiting request of it passes its guarantee.
         largest: dict[tuple, float] = {}  # (team, accepted models) -> largest amount
-        for job in queue:
-            if job.state != PENDING:
-                continue
-            amount = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
-            key = (job.team, job.gpu_models)
-            if amount > largest.get(key, -math.inf):
-                largest[key] = amount
+        for look in looks:
+            key = (look.team, look.accepted)
+            if look.wants > largest.get(key, -math.inf):
+                largest[key] = look.wants
         for (team, accepted), amount in largest.items():
             for model in accepted or tuple(quota.models_of_team.get(team, ())):
                 key = (team, model)
@@ -276,7 +277,8 @@ class Cycle(Preempting):
         groups = look.groups
         vetoes: tuple = ()
         if self.reservations:
-            vetoes = look.vetoes.get(job.time_limit_s) if look.vetoes_at == self._veto_stamp() else None
+            vetoes = (look.vetoes.get(job.time_limit_s) if look.vetoes_res == len(self.reservations)
+                      and look.vetoes_charges == self.quota.charges else None)
             if vetoes is None:
                 vetoes = self._vetoes(job, look, end)
         state = self._state(groups)
@@ -295,18 +297,14 @@ class Cycle(Preempting):
             searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
             look.memo[vetoes] = (state, self.waiting[-1][1:], searches)
 
-    def _veto_stamp(self) -> tuple[int, int]:
-        """What reservation vetoes read besides the job's time limit: the reservations (only ever added
-        during a cycle) and quota usage (whether work is inside its team's guarantee)."""
-        return len(self.reservations), self.quota.charges
-
     def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
         """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
-        group has one. Remembered per time limit until the stamp moves."""
-        stamp = self._veto_stamp()
-        if look.vetoes_at != stamp:
+        group has one. Remembered per time limit."""
+        # What vetoes read besides the time limit: the reservations (only ever added during a cycle) and
+        # quota usage (whether work is inside its team's guarantee).
+        if look.vetoes_res != len(self.reservations) or look.vetoes_charges != self.quota.charges:
             look.vetoes = {}
-            look.vetoes_at = stamp
+            look.vetoes_res, look.vetoes_charges = len(self.reservations), self.quota.charges
         reservations = self.reservations
         vetoes: tuple = ()
         if any((g.pool, g.model) in reservations for g in look.groups):
@@ -534,22 +532,27 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
         timer("index")
     key = sort_key(snapshot)
     queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=key)
-    cycle.plan_borrowing(queue)
+    look_of = cycle.look_of
+    looks = [None if job.state == HELD else look_of(job) for job in queue]
+    cycle.plan_borrowing(look for look in dict.fromkeys(looks) if look is not None)
     if timer:
         timer("order")
-    try_job, look_of, within = cycle.try_job, cycle.look_of, cycle.within_guarantee
+    try_job, within = cycle.try_job, cycle.within_guarantee
     if snapshot.policy.guarantee_first:
-        for _priority, level in groupby(queue, key=attrgetter("priority")):
+        n, i = len(queue), 0
+        while i < n:  # one priority level at a time
+            priority = queue[i].priority
             # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
             # and so does the rest of that team that wants the same models (a team's own order is kept
             # per model: no small job jumps its big one; work on other models is not held back).
             deferred: list = []
             held_back: dict[str, set[str]] = {}  # team -> models its deferred jobs want
-            for job in level:
-                if job.state == HELD:
+            while i < n and queue[i].priority == priority:
+                job, look = queue[i], looks[i]
+                i += 1
+                if look is None:  # held
                     try_job(job)
                     continue
-                look = look_of(job)
                 models = held_back.get(job.team)
                 if (not models or models.isdisjoint(look.models)) and within(look):
                     try_job(job, look)
@@ -559,8 +562,8 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
             for job, look in deferred:
                 try_job(job, look)
     else:
-        for job in queue:
-            try_job(job)
+        for job, look in zip(queue, looks, strict=True):
+            try_job(job, look)
     if timer:
         timer("place")
     pending = pending_infos(cycle)

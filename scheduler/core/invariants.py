@@ -7,7 +7,8 @@ hidden by the same bug in the other.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from operator import attrgetter
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
@@ -16,6 +17,8 @@ from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Sna
 
 EPS = 1e-6
 _CODES = frozenset(R.ALL_CODES)
+_job_id_of = attrgetter("job_id")
+_code_of = attrgetter("reason.code")
 
 
 def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
@@ -34,7 +37,8 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     out: list[str] = []
     devices, team_pools, parent, rows = _static(snapshot)
     jobs: dict[int, JobInfo] = {}
-    waiting: list[JobInfo] = []
+    waiting: list[JobInfo] = []  # pending and held
+    held_jobs: list[JobInfo] = []
     share: dict[int, float] = defaultdict(float)
     used_before: dict[tuple, float] = defaultdict(float)
     held: dict[tuple, float] = defaultdict(float)  # (team, model, pool) -> GPUs held before the cycle
@@ -50,8 +54,11 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
                     held[key] += p.share
                     if not job.preemptible:
                         held_np[key] += p.share
-        if job.state == PENDING or job.state == HELD:
+        if job.state == PENDING:
             waiting.append(job)
+        elif job.state == HELD:
+            waiting.append(job)
+            held_jobs.append(job)
     for (team, model, pool), amount in held.items():
         _charge(used_before, team, model, pool, amount, parent)
     used_after = defaultdict(float, used_before)
@@ -88,7 +95,7 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             out.append(f"team {team} holds {used_after[key]:g} {model}{where} above its limit {row.limit:g}")
 
     out.extend(_check_non_preemptible(decisions, jobs, devices, rows, held_np))
-    out.extend(_check_pending(decisions, waiting, started))
+    out.extend(_check_pending(decisions, waiting, held_jobs, started))
     out.extend(_check_preemptions(snapshot, decisions, jobs, started))
     return out
 
@@ -205,38 +212,39 @@ def _check_non_preemptible(decisions, jobs, devices, rows, held_np) -> list[str]
     return out
 
 
-def _check_pending(decisions, waiting, started) -> list[str]:
+def _check_pending(decisions, waiting, held_jobs, started) -> list[str]:
     """Every waiting job (``waiting``: the snapshot's pending and held jobs) not started has exactly one
-    pending entry with a known reason code (held jobs: Held)."""
+    pending entry with a known reason code (``held_jobs``: Held)."""
     out = []
-    seen: dict[int, int] = {}
-    codes = _CODES
-    for info in decisions.pending:
-        jid = info.job_id
-        seen[jid] = seen.get(jid, 0) + 1
-        code = info.reason.code
-        if code not in codes:
+    pending = decisions.pending
+    seen = Counter(map(_job_id_of, pending))  # C-level passes: this runs on every simulated cycle
+    if not _CODES.issuperset(map(_code_of, pending)) or not started.isdisjoint(seen):
+        for info in pending:
+            code = info.reason.code
             if not code:
-                out.append(f"job {jid} waits without a reason code")
-            else:
-                out.append(f"job {jid} waits with unknown reason code {code}")
-        if jid in started:
-            out.append(f"job {jid} is both started and pending")
+                out.append(f"job {info.job_id} waits without a reason code")
+            elif code not in _CODES:
+                out.append(f"job {info.job_id} waits with unknown reason code {code}")
+            if info.job_id in started:
+                out.append(f"job {info.job_id} is both started and pending")
     first_code: dict[int, str] | None = None
-    for job in waiting:
-        if job.id not in started and seen.get(job.id, 0) != 1:
-            out.append(f"job {job.id} ({job.state}) has {seen.get(job.id, 0)} pending entries, expected 1")
-        if job.state == HELD:
-            if job.id in started:
-                out.append(f"held job {job.id} was started")
-                continue
-            if first_code is None:
-                first_code = {}
-                for info in decisions.pending:
-                    first_code.setdefault(info.job_id, info.reason.code)
-            code = first_code.get(job.id)
-            if code is not None and code != R.HELD:
-                out.append(f"held job {job.id} has reason {code}, expected Held")
+    expected = {job.id for job in waiting}.difference(started)
+    once = len(seen) == len(pending)  # no job has two entries
+    if not (once and expected.issubset(seen)):
+        for job in waiting:
+            if job.id in expected and seen.get(job.id, 0) != 1:
+                out.append(f"job {job.id} ({job.state}) has {seen.get(job.id, 0)} pending entries, expected 1")
+    for job in held_jobs:
+        if job.id in started:
+            out.append(f"held job {job.id} was started")
+            continue
+        if first_code is None:
+            first_code = {}
+            for info in pending:
+                first_code.setdefault(info.job_id, info.reason.code)
+        code = first_code.get(job.id)
+        if code is not None and code != R.HELD:
+            out.append(f"held job {job.id} has reason {code}, expected Held")
     return out
 
 

@@ -31,12 +31,12 @@ def entitlements(snapshot: Snapshot) -> dict[str, float]:
 def fair_share_factors(snapshot: Snapshot) -> dict[str, float]:
     """Decayed usage (GPU-seconds, from ``snapshot.usage``) divided by entitlement; lower runs first.
 
-    A team without entitlement but with usage sorts after every entitled team of equal usage.
+    A team without entitlement but with usage sorts after every entitled team of equal usage. Teams with
+    neither are left out: their factor is 0, the sort key's default.
     """
     ent = entitlements(snapshot)
-    teams = set(ent) | set(snapshot.usage) | {j.team for j in snapshot.jobs}
     out = {}
-    for team in teams:
+    for team in set(ent) | set(snapshot.usage):
         usage = max(float(snapshot.usage.get(team, 0.0)), 0.0)
         e = ent.get(team, 0.0)
         out[team] = usage / e if e > 0 else (usage * 1e6 if usage else 0.0)
