@@ -39,26 +39,35 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     jobs: dict[int, JobInfo] = {}
     waiting: list[JobInfo] = []  # pending and held
     held_jobs: list[JobInfo] = []
-    share: dict[int, float] = defaultdict(float)
     used_before: dict[tuple, float] = defaultdict(float)
     held: dict[tuple, float] = defaultdict(float)  # (team, model, pool) -> GPUs held before the cycle
     held_np: dict[tuple, float] = defaultdict(float)  # the same, of non-preemptible jobs
+    whole: list[int] = []  # devices held whole (share 1), once per holder
+    shared = False  # some placement holds a share other than 1
+    global _last_holdings
+    last = _last_holdings  # never changed once published: each check publishes a new one
+    if last.get(None) is not devices:
+        last = {}
+    holdings: dict = {None: devices}
     for job in snapshot.jobs:  # one pass: the snapshot may hold tens of thousands of jobs
         jobs[job.id] = job
         if job.placements:
-            for p in job.placements:
-                share[p.gpu_id] += p.share
-                dev = devices.get(p.gpu_id)
-                if dev is not None:
-                    key = (job.team, dev[1].model, dev[0].pool)
-                    held[key] += p.share
-                    if not job.preemptible:
-                        held_np[key] += p.share
+            hit = last.get(id(job))
+            if hit is None or hit[0] is not job:
+                hit = _holding(job, devices)
+            holdings[id(job)] = hit
+            whole.extend(hit[1])
+            shared = shared or hit[2]
+            for key, amount in hit[3]:
+                held[key] += amount
+                if not job.preemptible:
+                    held_np[key] += amount
         if job.state == PENDING:
             waiting.append(job)
         elif job.state == HELD:
             waiting.append(job)
             held_jobs.append(job)
+    _last_holdings = holdings
     for (team, model, pool), amount in held.items():
         _charge(used_before, team, model, pool, amount, parent)
     used_after = defaultdict(float, used_before)
@@ -77,14 +86,22 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             out.append(f"job {job.id} started but its state is {job.state}")
         out.extend(_check_start(job, start.placements, devices, team_pools, rows))
         for p in start.placements:
-            share[p.gpu_id] += p.share
+            if p.share == 1.0:
+                whole.append(p.gpu_id)
+            else:
+                shared = True
             if p.gpu_id in devices:
                 node, gpu = devices[p.gpu_id]
                 for key in _charge(used_after, job.team, gpu.model, node.pool, p.share, parent):
                     touched_rows.add(key)
 
-    for gpu_id, s in sorted((gpu_id, s) for gpu_id, s in share.items() if s > 1.0 + EPS):
-        out.append(f"device {gpu_id} is over-committed: share {s:.3f} > 1")
+    if shared or len(set(whole)) != len(whole):  # else every device is held once, whole
+        share: dict[int, float] = defaultdict(float)
+        for placements in [j.placements for j in snapshot.jobs] + [s.placements for s in decisions.starts]:
+            for p in placements:
+                share[p.gpu_id] += p.share
+        for gpu_id, s in sorted((gpu_id, s) for gpu_id, s in share.items() if s > 1.0 + EPS):
+            out.append(f"device {gpu_id} is over-committed: share {s:.3f} > 1")
     for key in sorted(touched_rows, key=str):
         row = rows.get(key)
         if row is None or row.limit is None:
@@ -98,6 +115,23 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     out.extend(_check_pending(decisions, waiting, held_jobs, started))
     out.extend(_check_preemptions(snapshot, decisions, jobs, started))
     return out
+
+
+def _holding(job: JobInfo, devices: dict) -> tuple:
+    """What a job's placements hold: (the job, devices it holds whole, whether it holds any other share,
+    ((team, model, pool), GPUs) per quota scope). Kept for the next check of the same job object."""
+    whole = []
+    shared = False
+    amounts: dict[tuple, float] = defaultdict(float)
+    for p in job.placements:
+        if p.share == 1.0:
+            whole.append(p.gpu_id)
+        else:
+            shared = True
+        dev = devices.get(p.gpu_id)
+        if dev is not None:
+            amounts[(job.team, dev[1].model, dev[0].pool)] += p.share
+    return job, tuple(whole), shared, tuple(amounts.items())
 
 
 def _static(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
@@ -118,6 +152,9 @@ def _static(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
 
 
 _last_static: list = []  # [key, parts] of the last _static call (read-only parts)
+# The last check's holdings by id() of the job (None: the devices map they were derived from). Entries
+# keep their jobs alive, so an id seen here is never a new object's.
+_last_holdings: dict = {}
 
 
 def _charge(used, team, model, pool, amount, parent) -> list[tuple]:
