@@ -260,17 +260,19 @@ class Cycle(Preempting):
             self._quota_ok[key] = version
         return blocked
 
-    def try_job(self, job: JobInfo, look: Look | None = None) -> None:
+    def try_job(self, job: JobInfo, look: Look | None = None) -> tuple | None:
         """Start ``job``, plan preemptions for it, or record why it waits (``look``: its ``look_of``, when
-        the caller has it)."""
+        the caller has it). Returns, when the job waits and nothing changed, what each look-alike with the
+        same time limit that comes right after it gets (see ``follow``): (wait record, searches)."""
         if job.state == HELD:
             self.waiting.append((job, _HELD_REASON, None, None))
-            return
+            return None
         if look is None:
             look = self.look_of(job)
         if look.reason is not None:
-            self.waiting.append((job, look.reason, None, None))
-            return
+            rec = (look.reason, None, None)
+            self.waiting.append((job,) + rec)
+            return rec, 0
         end = self.now + job.time_limit_s if job.time_limit_s is not None else None
         # Jobs that look the same to the walk (same Look and reservation vetoes) while nothing they read
         # has changed end the same way: reuse the last one's wait.
@@ -282,12 +284,15 @@ class Cycle(Preempting):
             if vetoes is None:
                 vetoes = self._vetoes(job, look, end)
         state = self._state(groups)
-        memo = look.memo.get(vetoes) if self.reuse_waits else None
+        if not self.reuse_waits:
+            self._walk(job, look.req, look.feas, look.amount, self._spread or job.kind == "inference", end)
+            return None
+        memo = look.memo.get(vetoes)
         if memo is not None and memo[0] == state:
             self.waiting.append((job,) + memo[1])
             if memo[2]:
                 self.stats["placement_searches"] += memo[2]
-            return
+            return memo[1], memo[2]
         stats = self.stats
         searches, full, waits, starts = stats.get("placement_searches", 0), len(self._full), len(self.waiting), len(
             self.starts)
@@ -295,7 +300,29 @@ class Cycle(Preempting):
         if len(self.waiting) == waits + 1 and len(self.starts) == starts and self._state(groups) == state:
             # The next look-alike skips the groups this walk found full, so it searches that many fewer.
             searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
-            look.memo[vetoes] = (state, self.waiting[-1][1:], searches)
+            memo = look.memo[vetoes] = (state, self.waiting[-1][1:], searches)
+            return memo[1], memo[2]
+        return None
+
+    def follow(self, pairs: list[tuple[JobInfo, Look | None]], i: int, look: Look, time_limit: float | None,
+               got: tuple) -> int:
+        """After a job of ``look`` waited with nothing changed (``got``: what ``try_job`` returned), give
+        the look-alikes that follow it from ``pairs[i]`` on the same wait, as ``try_job`` would one by one
+        (same look, state and, when reservations exist, time limit: the same vetoes); return where the
+        next different job is. A backlog is mostly runs of such jobs (a team's jobs of one shape)."""
+        rec, searches = got
+        append = self.waiting.append
+        any_limit = not self.reservations
+        n, j = len(pairs), i
+        while j < n:
+            job, other = pairs[j]
+            if other is not look or not (any_limit or job.time_limit_s == time_limit):
+                break
+            append((job,) + rec)
+            j += 1
+        if searches and j > i:
+            self.stats["placement_searches"] += searches * (j - i)
+        return j
 
     def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
         """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
@@ -533,37 +560,51 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
     key = sort_key(snapshot)
     queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=key)
     look_of = cycle.look_of
-    looks = [None if job.state == HELD else look_of(job) for job in queue]
-    cycle.plan_borrowing(look for look in dict.fromkeys(looks) if look is not None)
+    pairs = [(job, None if job.state == HELD else look_of(job)) for job in queue]
+    cycle.plan_borrowing(look for look in dict.fromkeys(look for _job, look in pairs) if look is not None)
     if timer:
         timer("order")
-    try_job, within = cycle.try_job, cycle.within_guarantee
+    try_job, within, follow = cycle.try_job, cycle.within_guarantee, cycle.follow
+    n, i = len(pairs), 0
     if snapshot.policy.guarantee_first:
-        n, i = len(queue), 0
         while i < n:  # one priority level at a time
-            priority = queue[i].priority
+            priority = pairs[i][0].priority
             # Like Kueue's non-borrowing-first: a team's head that would borrow waits for the second pass,
             # and so does the rest of that team that wants the same models (a team's own order is kept
             # per model: no small job jumps its big one; work on other models is not held back).
             deferred: list = []
             held_back: dict[str, set[str]] = {}  # team -> models its deferred jobs want
-            while i < n and queue[i].priority == priority:
-                job, look = queue[i], looks[i]
+            while i < n and pairs[i][0].priority == priority:
+                job, look = pairs[i]
                 i += 1
                 if look is None:  # held
                     try_job(job)
                     continue
                 models = held_back.get(job.team)
                 if (not models or models.isdisjoint(look.models)) and within(look):
-                    try_job(job, look)
+                    got = try_job(job, look)
+                    if got is not None:  # its look-alikes right behind it pass the same tests and wait alike
+                        i = follow(pairs, i, look, job.time_limit_s, got)
                 else:
                     held_back.setdefault(job.team, set()).update(look.models)
                     deferred.append((job, look))
-            for job, look in deferred:
-                try_job(job, look)
+                    while i < n and pairs[i][1] is look:  # its look-alikes right behind it: deferred too
+                        deferred.append(pairs[i])
+                        i += 1
+            k, m = 0, len(deferred)
+            while k < m:
+                job, look = deferred[k]
+                k += 1
+                got = try_job(job, look)
+                if got is not None:
+                    k = follow(deferred, k, look, job.time_limit_s, got)
     else:
-        for job, look in zip(queue, looks, strict=True):
-            try_job(job, look)
+        while i < n:
+            job, look = pairs[i]
+            i += 1
+            got = try_job(job, look)
+            if got is not None:
+                i = follow(pairs, i, look, job.time_limit_s, got)
     if timer:
         timer("place")
     pending = pending_infos(cycle)
