@@ -107,13 +107,16 @@ class Timeline:
 
     def _when(self, node: Node, model: str, need: int, req: Request) -> tuple[float, float] | None:
         """(time when ``need`` devices of the node are free, devices free then), or None (never known)."""
-        devs = {d.id: d.free for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb}
-        if len(devs) < need:
+        usable = [d for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb]
+        if len(usable) < need:
             return None
-        events = self.by_node().get(node.name, ())
-        count = sum(1 for f in devs.values() if f > 1.0 - EPS)
+        count = sum(1 for d in usable if d.free > 1.0 - EPS)
         if count >= need:
             return self.now, float(count)
+        events = self.by_node().get(node.name)
+        if not events:  # nothing on it is known to end
+            return None
+        devs = {d.id: d.free for d in usable}
         last = len(events) - 1
         for i, (t, shares) in enumerate(events):
             for dev_id, share in shares.items():

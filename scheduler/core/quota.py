@@ -23,26 +23,13 @@ class QuotaBook:
     """Rows, usage and limit checks. ``used`` counts running jobs plus this cycle's starts."""
 
     def __init__(self, snapshot: Snapshot, held: Iterable[Held]):
-        self.rows: dict[QuotaKey, QuotaInfo] = {}
-        for q in snapshot.quotas:
-            self.rows[(q.team, q.gpu_model, q.pool)] = q
-        parent = {t.name: t.parent for t in snapshot.teams}
-        self.ancestors: dict[str, tuple[str, ...]] = {}
-        for name in parent:
-            self.ancestors[name] = _ancestors(name, parent)
+        # Rows, the team tree and per (team, model) sums of guarantees, never-lent parts and weights: the
+        # same for every cycle over the same quotas and teams, so shared with the last such cycle (read only).
+        (self.rows, self.ancestors, self.models_of_team, self.guaranteed, self.non_lendable,
+         self.weight) = _static(snapshot.quotas, snapshot.teams)
         self.used: dict[QuotaKey, float] = defaultdict(float)
         self.version: dict[str, int] = defaultdict(int)  # per model: bumped on every charge of it
         self.charges = 0  # bumped on every charge (of any model)
-        self.models_of_team: dict[str, set[str]] = defaultdict(set)
-        # Guarantees, never-lent parts and weights per (team, model), summed over the team's rows.
-        self.guaranteed: dict[tuple[str, str], float] = defaultdict(float)
-        self.non_lendable: dict[tuple[str, str], float] = defaultdict(float)
-        self.weight: dict[tuple[str, str], float] = {}
-        for (team, model, _pool), q in sorted(self.rows.items(), key=lambda kv: str(kv[0])):
-            self.models_of_team[team].add(model)
-            self.guaranteed[(team, model)] += max(q.guaranteed, 0.0)
-            self.non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
-            self.weight[(team, model)] = max(self.weight.get((team, model), 0.0), q.weight)
         self.non_preemptible: dict[tuple[str, str], float] = defaultdict(float)
         self.borrow_cap: dict[tuple[str, str], float] = {}  # set by plan_borrowing
         self.borrowable: dict[str, float] = {}
@@ -232,6 +219,35 @@ class QuotaBook:
                 if row is not None and row.limit is not None:
                     rows.append(((t, model, scope), row.limit + EPS, row))
         return self.row(team, model, pool) is not None, tuple(rows)
+
+
+def _static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
+    """``QuotaBook``'s read-only part for these quotas and teams (kept for the next call with the same)."""
+    global _last_static
+    last = _last_static
+    if last is not None and (last[0] is quotas or last[0] == quotas) and (last[1] is teams or last[1] == teams):
+        return last[2]
+    rows: dict[QuotaKey, QuotaInfo] = {}
+    for q in quotas:
+        rows[(q.team, q.gpu_model, q.pool)] = q
+    parent = {t.name: t.parent for t in teams}
+    ancestors = {name: _ancestors(name, parent) for name in parent}
+    models_of_team: dict[str, set[str]] = defaultdict(set)
+    guaranteed: dict[tuple[str, str], float] = defaultdict(float)
+    non_lendable: dict[tuple[str, str], float] = defaultdict(float)
+    weight: dict[tuple[str, str], float] = {}
+    for (team, model, _pool), q in sorted(rows.items(), key=lambda kv: str(kv[0])):
+        models_of_team[team].add(model)
+        guaranteed[(team, model)] += max(q.guaranteed, 0.0)
+        non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
+        weight[(team, model)] = max(weight.get((team, model), 0.0), q.weight)
+    # Plain dicts from here on: readers use .get, and nothing may add keys to a shared part.
+    parts = (rows, ancestors, dict(models_of_team), dict(guaranteed), dict(non_lendable), weight)
+    _last_static = (quotas, teams, parts)
+    return parts
+
+
+_last_static: tuple | None = None  # (quotas, teams, parts) of the last _static call
 
 
 def _ancestors(name: str, parent: dict[str, str | None]) -> tuple[str, ...]:
