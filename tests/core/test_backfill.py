@@ -147,3 +147,21 @@ def test_jobs_ending_at_the_same_moment_all_count_for_a_reservation_whatever_the
         d = schedule(s)
         outcomes.add(tuple(st.job_id for st in d.starts))
     assert outcomes == {(2,)}
+
+
+def test_look_alikes_in_a_row_are_judged_by_their_own_time_limits():
+    """Jobs of one shape right behind each other share a wait only with the same time limit when a
+    reservation exists: here the long ones are kept off the reserved GPUs and the short one between them
+    backfills."""
+    jobs = _cluster_with_two_free() + [
+        JobInfo(3, "vision", gpus=6, submitted_at=1),
+        JobInfo(4, "vision", gpus=1, submitted_at=2, time_limit_s=5000),
+        JobInfo(5, "vision", gpus=1, submitted_at=3, time_limit_s=5000),
+        JobInfo(6, "vision", gpus=1, submitted_at=4, time_limit_s=500),
+        JobInfo(7, "vision", gpus=1, submitted_at=5, time_limit_s=5000)]
+    s = snap([N1], jobs, QS, policy="slurm")
+    d = schedule(s)
+    started, pending = by_id(d)
+    assert started == {6}
+    assert {pending[j].reason.code for j in (4, 5, 7)} == {R.PRIORITY}
+    assert check_invariants(s, d) == []
