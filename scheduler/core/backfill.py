@@ -86,14 +86,15 @@ class Timeline:
         if not parts:
             return None
         options: dict[int, list[tuple[float, int, float]]] = {}
+        nodes = self.cluster.node_by_order
+        # Every device of the model is large enough: the group's index already counts each node's free ones.
+        counted = group.count if req.min_memory_mb <= group.min_memory_mb else None
         for need in sorted(set(parts)):
             found = []
-            for node in group.nodes:
-                if not node.schedulable:
-                    continue
-                got = self._when(node, group.model, need, req)
+            for order, healthy in self.cluster.sched[(group.pool, group.model)]:  # schedulable nodes
+                got = self._when(nodes[order], healthy, need, req, counted.get(order) if counted else None)
                 if got is not None:
-                    found.append((got[0], node.order, got[1]))
+                    found.append((got[0], order, got[1]))
             found.sort()
             options[need] = found
         res = Reservation(job_id, self.now)
@@ -105,12 +106,14 @@ class Timeline:
             res.slack[pick[1]] = max(pick[2] - need, 0.0)
         return res
 
-    def _when(self, node: Node, model: str, need: int, req: Request) -> tuple[float, float] | None:
-        """(time when ``need`` devices of the node are free, devices free then), or None (never known)."""
-        usable = [d for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb]
+    def _when(self, node: Node, healthy: list, need: int, req: Request,
+              free: int | None) -> tuple[float, float] | None:
+        """(time when ``need`` of the node's ``healthy`` devices are free, devices free then), or None (never
+        known). ``free``: how many of them are free now, when the caller knows and none is too small."""
+        usable = healthy if free is not None else [d for d in healthy if d.memory_mb >= req.min_memory_mb]
         if len(usable) < need:
             return None
-        count = sum(1 for d in usable if d.free > 1.0 - EPS)
+        count = free if free is not None else sum(1 for d in usable if d.free > 1.0 - EPS)
         if count >= need:
             return self.now, float(count)
         events = self.by_node().get(node.name)

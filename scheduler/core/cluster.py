@@ -117,7 +117,7 @@ class Cluster:
             self._build_static(snapshot.nodes)
             last_held: dict[int, Held] = {}
         else:
-            self.nodes, self.devices, self.groups, self.node_by_order, self._sched, last_held = static
+            self.nodes, self.devices, self.groups, self.node_by_order, self.sched, last_held = static
             for dev in self.devices.values():
                 dev.free = 1.0
             for node in self.node_by_order:
@@ -141,7 +141,7 @@ class Cluster:
     def close(self) -> None:
         """The cycle is over: hand the static part back for the next cycle (see the class docstring)."""
         if self._lease is not None:
-            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self._sched,
+            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self.sched,
                                          self._held_by_id))
             self._lease = None
 
@@ -151,7 +151,7 @@ class Cluster:
         self.groups: dict[tuple[str, str], Group] = {}
         self.node_by_order: list[Node] = []
         # Per group: (node order, its healthy devices of the model) for each schedulable node, in order.
-        self._sched: dict[tuple[str, str], list[tuple[int, list[Device]]]] = {}
+        self.sched: dict[tuple[str, str], list[tuple[int, list[Device]]]] = {}
         for order, info in enumerate(sorted(node_infos, key=lambda n: n.name)):
             node = Node(info, order)
             self.nodes[info.name] = node
@@ -166,7 +166,7 @@ class Cluster:
                 group = self.groups.get(key)
                 if group is None:
                     group = self.groups[key] = Group(node.pool, model)
-                    self._sched[key] = []
+                    self.sched[key] = []
                 group.nodes.append(node)
                 group.all_counts.append(len(devs))
                 least = min(d.memory_mb for d in devs)
@@ -177,7 +177,7 @@ class Cluster:
                 group.healthy_counts.append(len(healthy))
                 group.max_devices = max(group.max_devices, len(healthy))
                 group.capacity += len(healthy)
-                self._sched[key].append((node.order, healthy))
+                self.sched[key].append((node.order, healthy))
 
     def _index_live(self) -> None:
         """Buckets by whole free devices, and partly used devices, from the devices' current state."""
@@ -186,7 +186,7 @@ class Cluster:
             buckets: list[list[int]] = [[] for _ in range(group.max_devices + 1)]
             count: dict[int, int] = {}
             partial: list[tuple[float, int]] = []
-            for order, healthy in self._sched[key]:
+            for order, healthy in self.sched[key]:
                 k = 0
                 for d in healthy:
                     free = d.free
