@@ -124,7 +124,8 @@ class Cycle(Preempting):
         self._full: set[tuple] = set()
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
-        self._looks: dict[tuple, Look] = {}  # look-alike key -> its Look (see look_of)
+        self._looks: dict[_Token, Look] = {}  # look-alike token -> its Look (see look_of)
+        self._tokens: dict[int, tuple[JobInfo, _Token]] = {}  # id(job) -> (job, token), for the next cycle
         self._spread = self.policy.placement == "spread"
         self._request_values: dict[Request, Request] = {}
         # (id(group), id(req), spread, vetoed) -> (group.version, placements or None)
@@ -158,13 +159,27 @@ class Cycle(Preempting):
         return look.within
 
     def look_of(self, job: JobInfo) -> Look:
-        """The job's ``Look``: what it shares with every job that looks alike to the walk (see ``_LOOK``)."""
-        key = _LOOK(job)
-        if job.node_labels:
-            key = (key, tuple(job.node_labels.items()))
-        look = self._looks.get(key)
+        """The job's ``Look``: what it shares with every job that looks alike to the walk (see ``_LOOK``).
+
+        Looks are found by a token per look-alike key, and the token of a job object is remembered for
+        the next cycle (the simulator, and a steady backlog, hand the same waiting jobs in again): the
+        key's fourteen fields are then neither read nor hashed again."""
+        jid = id(job)
+        hit = _last_tokens.get(jid)
+        if hit is None or hit[0] is not job:
+            key = _LOOK(job)
+            if job.node_labels:
+                key = (key, tuple(job.node_labels.items()))
+            token = _TOKENS.get(key)
+            if token is None:
+                if len(_TOKENS) >= _MAX_TOKENS:  # a new registry; jobs holding old tokens still work (their
+                    _TOKENS.clear()  # look-alikes may then get two looks, which only costs a walk)
+                token = _TOKENS.setdefault(key, _Token())
+            hit = (job, token)
+        self._tokens[jid] = hit
+        look = self._looks.get(hit[1])
         if look is None:
-            look = self._looks[key] = self._look(job)
+            look = self._looks[hit[1]] = self._look(job)
             look.accepted = job.gpu_models
             look.wants = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
         return look
@@ -515,6 +530,20 @@ class Cycle(Preempting):
 _LOOK = attrgetter("team", "pool", "gpu_models", "gpus", "gpu_fraction", "nodes", "gpu_memory_mb", "cpus",
                    "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind")
 
+
+
+class _Token:
+    """Stands for one look-alike key (hashed by identity: cheaper than hashing the key's fields)."""
+
+    __slots__ = ()
+
+
+_TOKENS: dict[tuple, _Token] = {}  # look-alike key -> its token, shared by every cycle
+_MAX_TOKENS = 200_000
+# The last cycle's job tokens by id() of the job object. Entries keep their jobs alive, so an id found
+# here is never a new object's; each cycle publishes a new dict and never changes a published one.
+_last_tokens: dict[int, tuple[JobInfo, _Token]] = {}
+
 _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
 
 
@@ -546,12 +575,15 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
+    global _last_tokens
     snapshot = ranked(snapshot)
     cycle = Cycle(snapshot)
     try:
-        return _run(cycle, snapshot, timer)
+        decisions = _run(cycle, snapshot, timer)
     finally:
         cycle.cluster.close()
+    _last_tokens = cycle._tokens
+    return decisions
 
 
 def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
