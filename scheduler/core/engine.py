@@ -50,8 +50,8 @@ class Look:
     __slots__ = ("accepted", "amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes",
                  "vetoes_charges", "vetoes_res", "wants", "within", "within_at")
 
-    def __init__(self, team: str, req: Request, feas: Feasibility, amount: float):
-        self.team = team
+    def __init__(self, job: JobInfo, req: Request, feas: Feasibility, amount: float):
+        self.team = job.team
         self.req = req
         self.feas = feas
         self.groups = feas.groups
@@ -63,8 +63,9 @@ class Look:
         self.vetoes_res = self.vetoes_charges = -1
         self.vetoes: dict[float | None, tuple] = {}  # time limit -> reservation vetoes (see Cycle._vetoes)
         self.memo: dict[tuple, tuple] = {}  # reservation vetoes -> (state, wait record, searches)
-        self.accepted: tuple[str, ...] = ()  # the jobs' gpu_models (empty: any of the team's)
-        self.wants = 0.0  # GPUs each job asks for, as borrowing plans count them
+        self.accepted = job.gpu_models  # empty: any of the team's models
+        # GPUs each job asks for, as borrowing plans count them
+        self.wants = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
 
 
 class Cycle(Preempting):
@@ -180,17 +181,15 @@ class Cycle(Preempting):
         look = self._looks.get(hit[1])
         if look is None:
             look = self._looks[hit[1]] = self._look(job)
-            look.accepted = job.gpu_models
-            look.wants = job.gpu_fraction if job.gpu_fraction and job.gpu_fraction < 1 else float(job.gpus)
         return look
 
     def _look(self, job: JobInfo) -> Look:
         """A new ``Look`` for ``job``: its request, feasibility and the GPUs it charges."""
         req = self.request(job)
         if req.gpus <= 0:
-            return Look(job.team, req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs",
-                                                                constraint="gpus", requested=job.gpus)), 0.0)
-        return Look(job.team, req, self.feasibility(job, req), req.amount)
+            return Look(job, req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs",
+                                                           constraint="gpus", requested=job.gpus)), 0.0)
+        return Look(job, req, self.feasibility(job, req), req.amount)
 
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
         """Groups that could ever hold the job (cached per pools/models/request shape)."""
@@ -299,10 +298,7 @@ class Cycle(Preempting):
             if vetoes is None:
                 vetoes = self._vetoes(job, look, end)
         state = self._state(groups)
-        if not self.reuse_waits:
-            self._walk(job, look.req, look.feas, look.amount, self._spread or job.kind == "inference", end)
-            return None
-        memo = look.memo.get(vetoes)
+        memo = look.memo.get(vetoes) if self.reuse_waits else None
         if memo is not None and memo[0] == state:
             self.waiting.append((job,) + memo[1])
             if memo[2]:
@@ -312,7 +308,8 @@ class Cycle(Preempting):
         searches, full, waits, starts = stats.get("placement_searches", 0), len(self._full), len(self.waiting), len(
             self.starts)
         self._walk(job, look.req, look.feas, look.amount, self._spread or job.kind == "inference", end)
-        if len(self.waiting) == waits + 1 and len(self.starts) == starts and self._state(groups) == state:
+        if (self.reuse_waits and len(self.waiting) == waits + 1 and len(self.starts) == starts
+                and self._state(groups) == state):
             # The next look-alike skips the groups this walk found full, so it searches that many fewer.
             searches = stats.get("placement_searches", 0) - searches - (len(self._full) - full)
             memo = look.memo[vetoes] = (state, self.waiting[-1][1:], searches)
@@ -338,6 +335,16 @@ class Cycle(Preempting):
         if searches and j > i:
             self.stats["placement_searches"] += searches * (j - i)
         return j
+
+    def try_in_order(self, pairs: list[tuple[JobInfo, Look | None]]) -> None:
+        """``try_job`` for each (job, look) of ``pairs`` in order, runs of waiting look-alikes in one step."""
+        i, n = 0, len(pairs)
+        while i < n:
+            job, look = pairs[i]
+            i += 1
+            got = self.try_job(job, look)
+            if got is not None:
+                i = self.follow(pairs, i, look, job.time_limit_s, got)
 
     def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
         """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
@@ -531,7 +538,6 @@ _LOOK = attrgetter("team", "pool", "gpu_models", "gpus", "gpu_fraction", "nodes"
                    "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind")
 
 
-
 class _Token:
     """Stands for one look-alike key (hashed by identity: cheaper than hashing the key's fields)."""
 
@@ -623,20 +629,9 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
                     while i < n and pairs[i][1] is look:  # its look-alikes right behind it: deferred too
                         deferred.append(pairs[i])
                         i += 1
-            k, m = 0, len(deferred)
-            while k < m:
-                job, look = deferred[k]
-                k += 1
-                got = try_job(job, look)
-                if got is not None:
-                    k = follow(deferred, k, look, job.time_limit_s, got)
+            cycle.try_in_order(deferred)
     else:
-        while i < n:
-            job, look = pairs[i]
-            i += 1
-            got = try_job(job, look)
-            if got is not None:
-                i = follow(pairs, i, look, job.time_limit_s, got)
+        cycle.try_in_order(pairs)
     if timer:
         timer("place")
     pending = pending_infos(cycle)
