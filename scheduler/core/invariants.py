@@ -12,6 +12,7 @@ from operator import attrgetter
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
+from scheduler.core.kept import KeptForNext
 from scheduler.core.ordering import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
@@ -137,21 +138,15 @@ def _holding(job: JobInfo, devices: dict) -> tuple:
 def _static(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
     """Devices by id (with their node), team pools, parents and quota rows of ``snapshot``; kept for the
     next check over the same nodes, teams and quotas (the simulator checks every cycle)."""
-    key = (snapshot.nodes, snapshot.teams, snapshot.quotas)
-    last = _last_static
-    if last and all(a is b or a == b for a, b in zip(last[0], key, strict=True)):
-        return last[1]
-    parts = (
+    return _KEPT.get((snapshot.nodes, snapshot.teams, snapshot.quotas), lambda: (
         {g.id: (n, g) for n in snapshot.nodes for g in n.gpus},
         {t.name: t.pools for t in snapshot.teams if t.pools is not None},
         {t.name: t.parent for t in snapshot.teams},
         {(q.team, q.gpu_model, q.pool): q for q in snapshot.quotas},
-    )
-    _last_static[:] = [key, parts]
-    return parts
+    ))
 
 
-_last_static: list = []  # [key, parts] of the last _static call (read-only parts)
+_KEPT: KeptForNext[tuple] = KeptForNext()  # the last check's static parts (read only)
 # The last check's holdings by id() of the job (None: the devices map they were derived from). Entries
 # keep their jobs alive, so an id seen here is never a new object's.
 _last_holdings: dict = {}

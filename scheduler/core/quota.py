@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Held
+from scheduler.core.kept import KeptForNext
 from scheduler.core.types import QuotaInfo, Reason, Snapshot
 
 QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "any pool")
@@ -223,10 +224,10 @@ class QuotaBook:
 
 def _static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
     """``QuotaBook``'s read-only part for these quotas and teams (kept for the next call with the same)."""
-    global _last_static
-    last = _last_static
-    if last is not None and (last[0] is quotas or last[0] == quotas) and (last[1] is teams or last[1] == teams):
-        return last[2]
+    return _KEPT.get((quotas, teams), lambda: _build_static(quotas, teams))
+
+
+def _build_static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
     rows: dict[QuotaKey, QuotaInfo] = {}
     for q in quotas:
         rows[(q.team, q.gpu_model, q.pool)] = q
@@ -242,12 +243,10 @@ def _static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
         non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
         weight[(team, model)] = max(weight.get((team, model), 0.0), q.weight)
     # Plain dicts from here on: readers use .get, and nothing may add keys to a shared part.
-    parts = (rows, ancestors, dict(models_of_team), dict(guaranteed), dict(non_lendable), weight)
-    _last_static = (quotas, teams, parts)
-    return parts
+    return rows, ancestors, dict(models_of_team), dict(guaranteed), dict(non_lendable), weight
 
 
-_last_static: tuple | None = None  # (quotas, teams, parts) of the last _static call
+_KEPT: KeptForNext[tuple] = KeptForNext()
 
 
 def _ancestors(name: str, parent: dict[str, str | None]) -> tuple[str, ...]:
