@@ -123,6 +123,9 @@ class Cycle(Preempting):
         self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
         self.claims = 0  # devices of stopping jobs claimed so far
         self._full: set[tuple] = set()
+        self._no_claim: dict[tuple, tuple[int, int]] = {}  # see Preempting._claim_stopping
+        self._stopping_nodes: dict[int, list] = {}  # see Preempting._stopping_in
+        self._stopping_most: dict[int, int] = {}
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
         self._looks: dict[_Token, Look] = {}  # look-alike token -> its Look (see look_of)

@@ -319,6 +319,19 @@ class Preempting:
         Each part of the job (see ``part_sizes``) takes a node whose idle devices plus those being
         released are enough, nodes with releases first (in name order), then already free nodes; at
         least one part must use released devices (else it fits now, or not at all)."""
+        # Remembered when it fails, until a claim or a change in the group (nothing else it reads moves): with
+        # many jobs stopping (a preemption wave), every waiting job would scan every stopping node again.
+        key = (id(group), id(req))
+        stamp = (self.claims, group.version)
+        if self._no_claim.get(key) == stamp:
+            return False
+        if not self._claim(job, req, group):
+            self._no_claim[key] = stamp
+            return False
+        return True
+
+    def _claim(self, job: JobInfo, req: Request, group: Group) -> bool:
+        """``_claim_stopping`` itself."""
         parts = part_sizes(req, group)
         if not parts:
             return False
@@ -328,12 +341,18 @@ class Preempting:
         used: set[str] = set()
         n_parts = len(parts)
         unfilled = []
+        candidates = self._stopping_in(group)
+        count = group.count if want == 1.0 else None  # whole free devices per node order
+        if count is not None and min(parts) > self._stopping_most[id(group)]:  # no part fits one
+            return False
         for need in parts:
-            for name in sorted(self.stopping):
-                node = self.cluster.nodes[name]
-                if name in used or node.pool != group.pool or not node.schedulable or not fits_host(node, req, n_parts):
+            for name, node, ids in candidates:
+                # At most its free devices and its stopping ones of the model qualify (a cheap bound first).
+                if name in used or (count is not None and count.get(node.order, 0) + len(ids) < need):
                     continue
-                stopping = self.stopping[name]
+                stopping = self.stopping.get(name)
+                if not stopping or not fits_host(node, req, n_parts):
+                    continue
                 ok = [d.id for d in node.by_model.get(group.model, ())
                       if d.healthy and d.memory_mb >= req.min_memory_mb
                       and d.free + stopping.get(d.id, 0.0) >= want - EPS][:need]
@@ -361,6 +380,11 @@ class Preempting:
                 stopping.pop(i, None)
             if name in self.stopping and not stopping:
                 del self.stopping[name]
+        # Nodes whose released devices of the model are all claimed now leave the group's list.
+        spent = {name for name, _ok in chosen
+                 if not any(i in self.stopping.get(name, ()) for i in self._stopping_ids(group, name))}
+        if spent:
+            self._stopping_nodes[id(group)] = [c for c in candidates if c[0] not in spent]
         if idle:
             self.cluster.take(job, tuple(idle))
         self.quota.charge(job.team, group.model, group.pool, req.amount)
@@ -370,6 +394,29 @@ class Preempting:
             R.PREEMPTING, f"waits for stopping jobs to release {shape_text(req)} of {group.model} on {names}",
             node=chosen[0][0], nodes=[name for name, _ok in chosen], gpu_model=group.model), group, req)
         return True
+
+    def _stopping_ids(self, group: Group, name: str) -> tuple[int, ...]:
+        """The devices of the group's model that were being released on node ``name`` (see ``_stopping_in``)."""
+        return next((ids for n, _node, ids in self._stopping_nodes[id(group)] if n == name), ())
+
+    def _stopping_in(self, group: Group) -> list[tuple[str, Node, tuple[int, ...]]]:
+        """The group's schedulable nodes with devices of its model being released, in name order, each with
+        those devices (built once per cycle and group: claims only ever remove such devices)."""
+        out = self._stopping_nodes.get(id(group))
+        if out is None:
+            nodes, devices, model = self.cluster.nodes, self.cluster.devices, group.model
+            out = []
+            for name in sorted(self.stopping):
+                node = nodes[name]
+                ids = tuple(i for i in self.stopping[name] if devices[i].model == model)
+                if ids and node.pool == group.pool and node.schedulable:
+                    out.append((name, node, ids))
+            self._stopping_nodes[id(group)] = out
+            # The most whole devices a claim could find on one of them, now and so for the rest of the cycle
+            # (free devices only get taken, and claims only remove released ones).
+            self._stopping_most[id(group)] = max((group.count.get(node.order, 0) + len(ids)
+                                                  for _name, node, ids in out), default=0)
+        return out
 
     def _prepare_victims(self) -> None:
         """Sort possible victims once per cycle: per model for reclaim and per (team, model) (or per

@@ -163,6 +163,33 @@ def test_it_never_reclaims_a_team_below_its_guarantee_counting_jobs_already_stop
     assert check_invariants(s, d) == []
 
 
+def test_a_job_larger_than_a_node_claims_released_devices_for_its_smaller_part():
+    """12 GPUs on 8-GPU nodes: 8 on the idle n0, 4 on n1 where 2 are free and 2 are being released. n1 could
+    never take the 8-GPU part, but its 4 claimable devices take the 4-GPU part."""
+    n0, n1 = node("n0", first_id=0), node("n1", first_id=100)
+    jobs = [running(1, "nlp", gpu_ids(n1, 4), preemptible=False),
+            replace(running(2, "nlp", gpu_ids(n1, 2, start=4)), terminating=True),
+            JobInfo(3, "vision", gpus=12, priority=500)]
+    s = snap([n0, n1], jobs, [quota("vision", guaranteed=16, limit=16), quota("nlp", limit=16)])
+    d = schedule(s)
+    assert d.starts == () and d.preemptions == ()
+    assert d.pending[0].reason.code == R.PREEMPTING
+    assert d.pending[0].reason.details["nodes"] == ["n1", "n0"]
+    assert check_invariants(s, d) == []
+
+
+def test_released_devices_left_on_a_node_serve_the_next_job_and_claimed_ones_no_other():
+    """n1 releases 4 devices (the rest is busy): two 2-GPU jobs each claim two of them, a third finds none."""
+    jobs = [running(1, "nlp", gpu_ids(N1, 4), preemptible=False),
+            replace(running(2, "nlp", gpu_ids(N1, 4, start=4)), terminating=True)]
+    jobs += [JobInfo(10 + i, "vision", gpus=2, priority=500, submitted_at=float(i)) for i in range(3)]
+    s = snap([N1], jobs, [quota("vision", guaranteed=8, limit=8), quota("nlp", limit=8)])
+    d = schedule(s)
+    _started, pending = by_id(d)
+    assert [pending[j].reason.code for j in (10, 11, 12)] == [R.PREEMPTING, R.PREEMPTING, R.RESOURCES]
+    assert check_invariants(s, d) == []
+
+
 # -- Tiresias-like discretized LAS: service levels rank jobs; preemption across teams by level ---------
 
 def _las(**kw):
