@@ -5,11 +5,13 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
-from scheduler.core.types import Decisions
-from scheduler.models import Allocation, Gpu, Job, Preemption
+from scheduler.core.types import Decisions, PendingInfo
+from scheduler.core.types import Preemption as PreemptionDecision
+from scheduler.models import Allocation, Job, Preemption
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
 from scheduler.services.common import job_transition
 
@@ -32,10 +34,11 @@ def _from_ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, tz=UTC)
 
 
-def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime) -> DispatchResult:
+def persist_decisions(decisions: Decisions, gpu_nodes: dict[int, int], now: datetime) -> DispatchResult:
     """Apply starts (pending -> admitted + allocations), preemptions (ask the victim to stop, record who
-    preempted whom) and pending reasons/positions/estimates. Each start is all-or-nothing in a savepoint:
-    a start whose job is no longer pending, or whose GPUs the database refuses, changes nothing."""
+    preempted whom) and pending reasons/positions/estimates (``gpu_nodes``: each GPU's node id, from
+    ``build_snapshot``). Each start is all-or-nothing in a savepoint: a start whose job is no longer pending,
+    or whose GPUs the database refuses, changes nothing."""
     result = DispatchResult()
     jobs_by_id = {
         j.pk: j for j in Job.objects.filter(pk__in=[s.job_id for s in decisions.starts]).only("pk", "attempt", "kind")
@@ -61,65 +64,94 @@ def persist_decisions(decisions: Decisions, gpus: dict[int, Gpu], now: datetime)
                     continue
                 Allocation.objects.bulk_create(
                     Allocation(
-                        job_id=start.job_id, attempt=job.attempt, gpu_id=p.gpu_id, node_id=gpus[p.gpu_id].node_id,
+                        job_id=start.job_id, attempt=job.attempt, gpu_id=p.gpu_id, node_id=gpu_nodes[p.gpu_id],
                         share_milli=max(1, round(p.share * 1000)), started_at=now,
                     )
                     for p in start.placements
                 )
                 if job.kind in SERVICE_KINDS:
-                    _assign_port(start.job_id, gpus[start.placements[0].gpu_id].node_id)
+                    _assign_port(start.job_id, gpu_nodes[start.placements[0].gpu_id])
                 result.started += 1
         except IntegrityError:
             log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
             result.refused += 1
 
-    for pre in sorted(decisions.preemptions, key=lambda p: p.job_id):  # row locks in id order: no deadlocks
-        updated = Job.objects.filter(pk=pre.job_id, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).update(
-            stop_reason=StopReason.PREEMPT
-        )
-        if updated:
-            attempt = Job.objects.filter(pk=pre.job_id).values_list("attempt", flat=True).first()
-            Preemption.objects.create(
-                job_id=pre.job_id, attempt=attempt, by_job_id=pre.by_job_id, reason=pre.reason,
-                message=pre.message[:500], gpu_seconds_lost=pre.gpu_seconds_lost, at=now,
-            )
-            result.preempted += 1
+    if decisions.preemptions:
+        result.preempted = _ask_victims_to_stop(decisions.preemptions, now)
 
-    pending = {p.job_id: p for p in decisions.pending}
-    if pending:
-        ids = list(Job.objects.filter(pk__in=pending, state__in=(JobState.PENDING, JobState.HELD))
-                   .values_list("pk", flat=True))
-        _store_pending(ids, pending)
-        result.pending_updated = len(ids)
+    if decisions.pending:
+        result.pending_updated = _store_pending(decisions.pending)
     return result
 
 
-def _store_pending(ids: list[int], pending: dict) -> None:
-    """Write the pending reasons, positions and estimates of ``ids`` (still waiting) in one statement on
-    PostgreSQL: Django's bulk_update builds a CASE WHEN per row and costs seconds per thousand jobs."""
-    infos = [pending[pk] for pk in ids]
+def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datetime) -> int:
+    """Mark each victim that still holds its GPUs and is not already stopping as preempted, and record who
+    preempted it; return how many. Three statements for any number of victims: the victims' rows are
+    locked first, in id order (no deadlock with another writer), so none moves on in between."""
+    by_victim = {p.job_id: p for p in preemptions}
+    victims = list(Job.objects.select_for_update().filter(
+        pk__in=by_victim, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).order_by("pk")
+        .values_list("pk", "attempt"))
+    if not victims:
+        return 0
+    Job.objects.filter(pk__in=[pk for pk, _attempt in victims]).update(stop_reason=StopReason.PREEMPT)
+    Preemption.objects.bulk_create(
+        Preemption(job_id=pk, attempt=attempt, by_job_id=by_victim[pk].by_job_id, reason=by_victim[pk].reason,
+                   message=by_victim[pk].message[:500], gpu_seconds_lost=by_victim[pk].gpu_seconds_lost, at=now)
+        for pk, attempt in victims
+    )
+    return len(victims)
+
+
+def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
+    """Write the pending reasons, positions and estimates of the jobs of ``infos`` that still wait; return
+    how many still wait.
+
+    On PostgreSQL this is one statement with the values as arrays, sent in binary (Django's bulk_update
+    builds a CASE WHEN per row, and its client-side parameter quoting costs ~50 us per array element). Rows
+    already holding those values are left alone: in a steady queue most are, and each rewritten row is a
+    new row version for PostgreSQL to write and vacuum."""
     columns = (
-        ids, [i.reason.code for i in infos], [i.reason.message[:500] for i in infos],
+        [i.job_id for i in infos], [i.reason.code for i in infos], [i.reason.message[:500] for i in infos],
         [json.dumps(dict(i.reason.details)) for i in infos], [i.queue_position for i in infos],
         [_from_ts(i.estimated_start) for i in infos],
     )
     if connection.vendor != "postgresql":
+        waiting = set(Job.objects.filter(pk__in=columns[0], state__in=(JobState.PENDING, JobState.HELD))
+                      .values_list("pk", flat=True))
         for pk, code, message, details, position, estimate in zip(*columns, strict=True):
-            Job.objects.filter(pk=pk).update(
-                pending_reason_code=code, pending_reason_message=message, pending_reason_details=json.loads(details),
-                queue_position=position, estimated_start=estimate)
-        return
-    with connection.cursor() as cursor:
+            if pk in waiting:
+                Job.objects.filter(pk=pk).update(
+                    pending_reason_code=code, pending_reason_message=message,
+                    pending_reason_details=json.loads(details), queue_position=position, estimated_start=estimate)
+        return len(waiting)
+    connection.ensure_connection()
+    # A plain psycopg cursor on Django's connection (same transaction): Django's cursors bind on the client.
+    with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             """
-            UPDATE scheduler_job j SET pending_reason_code = v.code, pending_reason_message = v.message,
-                   pending_reason_details = v.details::jsonb, queue_position = v.position, estimated_start = v.estimate
-              FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::integer[], %s::timestamptz[])
-                   AS v(id, code, message, details, position, estimate)
-             WHERE j.id = v.id AND j.state IN ('pending', 'held')
+            WITH v AS (
+                SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::integer[],
+                                     %b::timestamptz[]) AS v(id, code, message, details, position, estimate)
+            ), waiting AS (
+                SELECT v.* FROM v JOIN scheduler_job j ON j.id = v.id WHERE j.state IN ('pending', 'held')
+            ), changed AS (
+                UPDATE scheduler_job j SET pending_reason_code = w.code, pending_reason_message = w.message,
+                       pending_reason_details = w.details::jsonb, queue_position = w.position,
+                       estimated_start = w.estimate
+                  FROM waiting w
+                 WHERE j.id = w.id AND j.state IN ('pending', 'held')
+                   AND (j.pending_reason_code, j.pending_reason_message, j.pending_reason_details, j.queue_position,
+                        j.estimated_start)
+                       IS DISTINCT FROM (w.code, w.message, w.details::jsonb, w.position, w.estimate)
+                RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM waiting), (SELECT count(*) FROM changed)
             """,
             list(columns),
         )
+        waiting, _changed = cursor.fetchone()
+    return waiting
 
 
 SERVICE_KINDS = ("notebook", "inference")

@@ -1,8 +1,9 @@
 """ORM -> core: build the engine's Snapshot from the database in a fixed number of queries."""
 
 from datetime import datetime, timedelta
+from operator import attrgetter
 
-from django.db.models import Prefetch, Q
+from django.db.models import FloatField, Func, Prefetch, Q
 
 from portal.models import Team
 from scheduler.core.types import (
@@ -35,42 +36,79 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
+class Epoch(Func):
+    """A datetime column as seconds since 1970 (a float, computed by the database: building datetime objects
+    for every row would cost more than the rest of reading it)."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(julianday(%(expressions)s) - 2440587.5) * 86400.0",
+                           **extra)
+
+
 def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     """Each team's GPU-seconds over the last four half-lives, each allocation weighted by
     0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1."""
     since = now - timedelta(seconds=4 * half_life_s)
+    now_s, since_s = now.timestamp(), since.timestamp()
     rows = Allocation.objects.filter(started_at__lt=now).exclude(ended_at__lt=since).values_list(
-        "job__team__name", "share_milli", "started_at", "ended_at"
+        "job__team__name", "share_milli", Epoch("started_at"), Epoch("ended_at")
     )
     usage: dict[str, float] = {}
-    for team, share_milli, started, ended in rows.iterator(chunk_size=5000):
-        end = ended or now
-        start = max(started, since)
-        seconds = max(0.0, (end - start).total_seconds()) * share_milli / 1000
-        age = max(0.0, (now - end).total_seconds())
-        usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (age / half_life_s)
+    for team, share_milli, started, ended in rows:
+        end = ended if ended is not None else now_s
+        seconds = max(0.0, end - max(started, since_s)) * share_milli / 1000
+        usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (max(0.0, now_s - end) / half_life_s)
     return usage
+
+
+_GPU_ID = attrgetter("gpu_id")
+# The columns of a job the engine reads, in the order ``_info`` takes them (the snapshot reads them with one
+# query: model instances would cost ~100 us per job, most of a 10,000-job cycle).
+_JOB_COLUMNS = (
+    "id", "team__name", "submitted_by__username", "kind", "priority_class__name", "priority_class__value",
+    "preemptible", "gpus", "gpu_fraction", "gpu_model__name", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
+    "pool__name", "node_labels", "min_driver_version", "created_s", "time_limit_minutes", "state", "started_s",
+    "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds",
+)
+_JOB_EPOCHS = {"created_s": Epoch("created_at"), "started_s": Epoch("started_at"), "admitted_s": Epoch("admitted_at"),
+               "checkpoint_s": Epoch("last_checkpoint_at")}
+
+
+def _info(row: tuple, placements: tuple[Placement, ...]) -> JobInfo:
+    """A ``JobInfo`` from a job's ``_JOB_COLUMNS`` values (times in seconds since 1970)."""
+    (pk, team, user, kind, class_name, class_value, preemptible, gpus, fraction, model, memory_gb, cpus, ram_gb,
+     nodes, pool, labels, driver, created, limit_minutes, state, started, admitted, stop_reason, checkpoint,
+     attained) = row
+    return JobInfo(
+        id=pk, team=team, user=user, kind=kind, priority_class=class_name, priority=class_value,
+        preemptible=preemptible, gpus=gpus, gpu_fraction=float(fraction) if fraction is not None else None,
+        gpu_models=(model,) if model else (), gpu_memory_mb=memory_gb * 1024, cpus=cpus, memory_mb=ram_gb * 1024,
+        nodes=nodes, pool=pool, node_labels=dict(labels or {}), min_driver_version=driver,
+        submitted_at=created,
+        time_limit_s=limit_minutes * 60 if limit_minutes else None, state=_CORE_STATE[state],
+        started_at=started if started is not None else admitted, placements=placements,
+        terminating=bool(stop_reason), last_checkpoint_at=checkpoint, attained_gpu_s=attained,
+    )
 
 
 def job_info(job: Job, *, placements: tuple[Placement, ...] = (), job_id: int | None = None,
              submitted_at: float | None = None) -> JobInfo:
     """The engine's view of ``job`` (its team, submitter, class, model and pool loaded with it). An unsaved
     job (a quote) passes the ``job_id`` and ``submitted_at`` it has not got yet."""
-    return JobInfo(
-        id=job_id if job_id is not None else job.pk, team=job.team.name, user=job.submitted_by.username,
-        kind=job.kind, priority_class=job.priority_class.name, priority=job.priority_class.value,
-        preemptible=job.preemptible, gpus=job.gpus,
-        gpu_fraction=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
-        gpu_models=(job.gpu_model.name,) if job.gpu_model else (),
-        gpu_memory_mb=job.gpu_memory_gb * 1024, cpus=job.cpus, memory_mb=job.memory_gb * 1024,
-        nodes=job.nodes, pool=job.pool.name if job.pool else None, node_labels=dict(job.node_labels or {}),
-        min_driver_version=job.min_driver_version,
-        submitted_at=submitted_at if submitted_at is not None else job.created_at.timestamp(),
-        time_limit_s=job.time_limit_minutes * 60 if job.time_limit_minutes else None,
-        state=_CORE_STATE[job.state], started_at=_ts(job.started_at or job.admitted_at), placements=placements,
-        terminating=bool(job.stop_reason), last_checkpoint_at=_ts(job.last_checkpoint_at),
-        attained_gpu_s=job.attained_gpu_seconds,
-    )
+    return _info((
+        job_id if job_id is not None else job.pk, job.team.name, job.submitted_by.username, job.kind,
+        job.priority_class.name, job.priority_class.value, job.preemptible, job.gpus, job.gpu_fraction,
+        job.gpu_model.name if job.gpu_model else None, job.gpu_memory_gb, job.cpus, job.memory_gb, job.nodes,
+        job.pool.name if job.pool else None, job.node_labels, job.min_driver_version,
+        submitted_at if submitted_at is not None else job.created_at.timestamp(), job.time_limit_minutes, job.state,
+        _ts(job.started_at), _ts(job.admitted_at), job.stop_reason, _ts(job.last_checkpoint_at),
+        job.attained_gpu_seconds,
+    ), placements)
 
 
 def team_infos() -> tuple[TeamInfo, ...]:
@@ -107,31 +145,26 @@ def priority_class_infos(values: dict[str, int] | None = None) -> tuple[Priority
     )
 
 
-def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapshot, dict[int, Gpu]]:
-    """The engine's view of the cluster at ``now`` (database time). Also returns GPUs by id, which the
-    dispatcher needs to turn placements into allocations."""
+def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapshot, dict[int, int]]:
+    """The engine's view of the cluster at ``now`` (database time). Also returns each GPU's node id by GPU id,
+    which the dispatcher needs to turn placements into allocations."""
     policy = policy or Policy()
-    nodes = list(Node.objects.select_related("pool").order_by("name"))
-    gpus = list(Gpu.objects.filter(present=True).select_related("model").order_by("node_id", "index"))
-    gpus_by_node: dict[int, list[Gpu]] = {}
-    for gpu in gpus:
-        gpus_by_node.setdefault(gpu.node_id, []).append(gpu)
-    node_infos = []
-    node_names = {}
-    for node in nodes:
-        node_names[node.pk] = node.name
-        devices = tuple(
-            GpuDevice(id=g.pk, node=node.name, index=g.index, model=g.model.name, memory_mb=g.memory_mb,
-                      healthy=g.healthy)
-            for g in gpus_by_node.get(node.pk, ())
+    gpus_by_node: dict[int, list[GpuDevice]] = {}
+    node_of_gpu: dict[int, int] = {}
+    node_names = dict(Node.objects.values_list("id", "name"))
+    for pk, node_id, index, model, memory_mb, healthy in Gpu.objects.filter(present=True).order_by(
+            "node_id", "index").values_list("id", "node_id", "index", "model__name", "memory_mb", "healthy"):
+        node_of_gpu[pk] = node_id
+        gpus_by_node.setdefault(node_id, []).append(GpuDevice(
+            id=pk, node=node_names[node_id], index=index, model=model, memory_mb=memory_mb, healthy=healthy))
+    node_infos = tuple(
+        NodeInfo(
+            name=name, pool=pool, gpus=tuple(gpus_by_node.get(pk, ())), cpus=cpus, memory_mb=int(memory_mb),
+            schedulable=state == Node.READY, labels=dict(labels or {}), driver_version=driver, cuda_version=cuda,
         )
-        node_infos.append(
-            NodeInfo(
-                name=node.name, pool=node.pool.name, gpus=devices, cpus=node.cpus, memory_mb=int(node.memory_mb),
-                schedulable=node.state == Node.READY, labels=dict(node.labels or {}),
-                driver_version=node.driver_version, cuda_version=node.cuda_version,
-            )
-        )
+        for pk, name, pool, cpus, memory_mb, state, labels, driver, cuda in Node.objects.order_by("name").values_list(
+            "id", "name", "pool__name", "cpus", "memory_mb", "state", "labels", "driver_version", "cuda_version")
+    )
 
     placements: dict[int, list[Placement]] = {}
     for job_id, gpu_id, share in Allocation.objects.filter(ended_at__isnull=True).values_list(
@@ -139,15 +172,15 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     ):
         placements.setdefault(job_id, []).append(Placement(gpu_id=gpu_id, share=share / 1000))
 
-    jobs = []
     backing_off = Q(state=JobState.PENDING, not_before__gt=now)
-    for job in Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).select_related(
-        "team", "submitted_by", "priority_class", "gpu_model", "pool"
-    ).order_by("id"):
-        jobs.append(job_info(job, placements=tuple(sorted(placements.get(job.pk, ()), key=lambda p: p.gpu_id))))
+    rows = Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).order_by("id").annotate(
+        **_JOB_EPOCHS).values_list(*_JOB_COLUMNS)
+    jobs = tuple(
+        _info(row, tuple(sorted(held, key=_GPU_ID)) if (held := placements.get(row[0])) else ()) for row in rows
+    )
 
     snapshot = Snapshot(
-        now=now.timestamp(), nodes=tuple(node_infos), jobs=tuple(jobs), teams=team_infos(), quotas=quota_infos(),
+        now=now.timestamp(), nodes=node_infos, jobs=jobs, teams=team_infos(), quotas=quota_infos(),
         priority_classes=priority_class_infos(), usage=decayed_usage(now, policy.fair_share_half_life_s), policy=policy,
     )
-    return snapshot, {g.pk: g for g in gpus}
+    return snapshot, node_of_gpu

@@ -34,7 +34,7 @@ def job_quote(*, user, **request) -> dict:
     """Validate ``request`` like a submit (ValidationError names bad fields) and quote it."""
     job = job_request_build(user=user, **request)
     now = db_now()
-    snapshot, gpus = build_snapshot(now)
+    snapshot, _gpu_nodes = build_snapshot(now)
     hypothetical = job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp())
     snapshot = dataclasses.replace(snapshot, jobs=snapshot.jobs + (hypothetical,))
     decisions = schedule(snapshot)

@@ -110,13 +110,13 @@ def test_a_paused_cycle_resuming_late_starts_nothing_stale(alice):
 def test_decisions_from_an_old_snapshot_are_refused_by_the_guards(alice, charlie):
     a, b = submit(alice, gpus=2), submit(charlie, gpus=2)
     with transaction.atomic():
-        snapshot, gpus = build_snapshot(db_now())
+        snapshot, gpu_nodes = build_snapshot(db_now())
     stale = schedule(snapshot)
     assert len(stale.starts) == 2
     assert run_cycle().started == 2  # a newer cycle already acted
     late = submit(alice, gpus=2)  # and a new job waits; the stale decisions know nothing of it
     with transaction.atomic():
-        result = persist_decisions(stale, gpus, db_now())
+        result = persist_decisions(stale, gpu_nodes, db_now())
     assert result.started == 0 and result.refused == 2
     assert Allocation.objects.filter(ended_at__isnull=True).count() == 4
     assert {state_of(a.pk), state_of(b.pk), state_of(late.pk)} == {"admitted", "pending"}

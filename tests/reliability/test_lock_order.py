@@ -22,14 +22,21 @@ def updated_ids(queries, marker: str) -> list[int]:
     return [int(re.search(r'"id" = (\d+)', q["sql"]).group(1)) for q in queries if marker in q["sql"]]
 
 
-def test_the_cycle_asks_victims_to_stop_in_ascending_id_order(alice, cluster):
+def test_the_cycle_locks_victims_in_ascending_id_order_before_asking_them_to_stop(alice, cluster):
+    from scheduler.models import Job
+    from scheduler.models import Preemption as PreemptionRow
+
     jobs = [submit(alice) for _ in range(3)]
     run_cycle()
     victims = tuple(Preemption(job_id=j.pk, by_job_id=None, reason="Priority", message="m") for j in reversed(jobs))
     with CaptureQueriesContext(connection) as captured, transaction.atomic():
-        persist_decisions(Decisions(preemptions=victims), {}, db_now())
-    ids = updated_ids(captured.captured_queries, "\"stop_reason\" = 'preempt'")
-    assert len(ids) == 3 and ids == sorted(ids)
+        assert persist_decisions(Decisions(preemptions=victims), {}, db_now()).preempted == 3
+    sql = [q["sql"] for q in captured.captured_queries]
+    lock = next(i for i, q in enumerate(sql) if "FOR UPDATE" in q)
+    stop = next(i for i, q in enumerate(sql) if "\"stop_reason\" = 'preempt'" in q)
+    assert lock < stop and sql[lock].endswith("ORDER BY 1 ASC FOR UPDATE")  # 1: the id column
+    assert set(Job.objects.filter(stop_reason="preempt").values_list("pk", flat=True)) == {j.pk for j in jobs}
+    assert sorted(PreemptionRow.objects.values_list("job_id", "attempt")) == sorted((j.pk, 1) for j in jobs)
 
 
 def test_a_heartbeat_moves_delivered_jobs_in_ascending_id_order(alice, cluster):

@@ -125,7 +125,7 @@ def test_a_start_the_database_refuses_changes_nothing(alice, cluster):
     now = db_now()
     Allocation.objects.create(job=blocker, attempt=1, gpu=gpus[1], node=gpus[1].node, started_at=now)
     decisions = Decisions(starts=(Start(job_id=job.pk, placements=(Placement(gpus[0].pk), Placement(gpus[1].pk))),))
-    result = persist_decisions(decisions, {g.pk: g for g in gpus}, now)
+    result = persist_decisions(decisions, {g.pk: g.node_id for g in gpus}, now)
     assert result.started == 0 and result.refused == 1
     job.refresh_from_db()
     assert job.state == "pending"
@@ -146,3 +146,84 @@ def test_a_team_with_no_pool_access_gets_no_gpus(cluster):
     run_cycle()
     job.refresh_from_db()
     assert job.state == "pending" and job.pending_reason_code == "NoMatchingPool"
+
+
+def test_the_snapshot_reads_every_job_as_job_info_reads_the_model(alice, cluster):
+    """The snapshot reads jobs as column values (model instances cost most of a big cycle); each must equal
+    ``job_info`` of the full model object, whatever fields it sets."""
+    from operator import attrgetter
+
+    from scheduler.core.types import Placement
+    from scheduler.models import Gpu
+    from scheduler.services.jobs import job_hold
+    from scheduler.snapshot import build_snapshot, job_info
+
+    started = submit(alice, gpus=1, time_limit_minutes=30, cpus=4, memory_gb=16)
+    share = submit(alice, gpus=1, gpu_fraction="0.25", gpu_memory_gb=10)
+    run_cycle()
+    submit(alice, gpus=2, pool="train", node_labels={"rack": "a"}, min_driver_version="550.54",
+           priority_class="batch", preemptible=True, kind="evaluation")
+    submit(alice, gpus=1, gpu_model=None, nodes=1)
+    job_hold(user=alice, job=submit(alice, gpus=1))
+    Job.objects.filter(pk=started.pk).update(stop_reason="preempt", last_checkpoint_at=db_now(),
+                                             attained_gpu_seconds=1234.5)
+    with transaction.atomic():
+        snapshot, gpu_nodes = build_snapshot(db_now())
+    assert len(snapshot.jobs) == 5 and {started.pk, share.pk} <= {j.id for j in snapshot.jobs}
+    for info in snapshot.jobs:
+        job = Job.objects.select_related("team", "submitted_by", "priority_class", "gpu_model", "pool").get(
+            pk=info.id)
+        held = sorted((Placement(a.gpu_id, a.share_milli / 1000)
+                       for a in job.allocations.filter(ended_at__isnull=True)), key=attrgetter("gpu_id"))
+        assert info == job_info(job, placements=tuple(held))
+    assert gpu_nodes == dict(Gpu.objects.values_list("pk", "node_id"))
+
+
+def _row_versions() -> dict[int, int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, xmin::text::bigint FROM scheduler_job WHERE state = 'pending'")
+        return dict(cursor.fetchall())
+
+
+def test_a_cycle_rewrites_only_the_waiting_jobs_whose_reason_position_or_estimate_changed(alice):
+    """Every waiting job's row is written when its values change, and left alone otherwise (a steady queue
+    would otherwise rewrite every pending row every few seconds)."""
+    submit(alice, gpus=4)
+    waiting = [submit(alice, gpus=1) for _ in range(3)]
+    first = run_cycle()
+    assert first.pending == 3
+    run_cycle()  # the admitted job now counts as running: the waiting jobs get their estimated start
+    before = _row_versions()
+    again = run_cycle()
+    assert again.pending == 3 and _row_versions() == before  # nothing changed: no row rewritten
+    Job.objects.filter(pk=waiting[0].pk).update(queue_position=None)  # as if a new job, or a stale value
+    third = run_cycle()
+    after = _row_versions()
+    assert third.pending == 3
+    assert [after[j.pk] == before[j.pk] for j in waiting] == [False, True, True]
+    assert Job.objects.get(pk=waiting[0].pk).queue_position is not None
+
+
+def test_decayed_usage_weighs_each_allocation_by_the_age_of_its_end(alice, cluster):
+    """Fair share's usage history: GPU-seconds within four half-lives, halved per half-life since each
+    allocation ended (open ones count up to now at full weight), clipped at the window's start."""
+    from datetime import timedelta
+
+    from scheduler.snapshot import decayed_usage
+
+    hour, day = timedelta(hours=1), timedelta(days=1)
+    now = db_now()
+    gpus = list(cluster["nodes"][0].gpus.order_by("index"))
+    jobs = [submit(alice) for _ in range(4)]
+
+    def allocate(job, gpu, started, ended, share=1000):
+        Allocation.objects.create(job=job, attempt=1, gpu=gpu, node=gpu.node, share_milli=share,
+                                  started_at=started, ended_at=ended)
+
+    allocate(jobs[0], gpus[0], now - day - hour, now - day)  # 1 h ended one half-life ago: 3600 * 0.5
+    allocate(jobs[1], gpus[1], now - hour / 2, None, share=500)  # open, half a GPU for 30 min: 900
+    allocate(jobs[2], gpus[2], now - 6 * day, now - 5 * day)  # ended before the window (4 half-lives)
+    allocate(jobs[3], gpus[3], now - 4 * day - hour, now - 4 * day + hour)  # 1 h of it inside, * 0.5 ** 4
+    usage = decayed_usage(now, half_life_s=86400)
+    assert set(usage) == {"vision"}
+    assert usage["vision"] == pytest.approx(1800 + 900 + 3600 * 0.5 ** (4 - 1 / 24), rel=1e-9)
