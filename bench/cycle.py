@@ -41,7 +41,7 @@ def seed(pending: int, nodes: int, seed_value: int) -> dict:
     from django.db import connection
 
     from portal.models import Membership, Team
-    from scheduler.bench import build
+    from scheduler.bench import MODELS, build
     from scheduler.core.types import RUNNING
     from scheduler.models import Allocation, Gpu, GpuModel, Job, JobTransition, Node, Pool, PriorityClass, Quota
 
@@ -58,11 +58,7 @@ def seed(pending: int, nodes: int, seed_value: int) -> dict:
             limit = info.time_limit_s
             started[info.id] = info.started_at if not limit or info.started_at + limit > snap.now + 600 else (
                 snap.now - rng.uniform(0, 0.9 * limit))
-    models = {}
-    for node in snap.nodes:
-        for gpu in node.gpus:
-            models.setdefault(gpu.model, gpu.memory_mb)
-    model_rows = {name: GpuModel.objects.create(name=name, memory_mb=mem) for name, mem in models.items()}
+    model_rows = {name: GpuModel.objects.create(name=name, memory_mb=mem) for name, mem, _pool, _share in MODELS}
     pools = {name: Pool.objects.create(name=name) for name in sorted({n.pool for n in snap.nodes})}
     teams: dict[str, Team] = {}
     for info in snap.teams:  # parents come first
