@@ -9,11 +9,10 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
-from scheduler.core.types import Decisions, PendingInfo
+from scheduler.core.types import Decisions, PendingInfo, Start
 from scheduler.core.types import Preemption as PreemptionDecision
-from scheduler.models import Allocation, Job, Preemption
+from scheduler.models import Allocation, Job, JobTransition, Preemption
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
-from scheduler.services.common import job_transition
 
 log = logging.getLogger(__name__)
 
@@ -40,48 +39,65 @@ def persist_decisions(decisions: Decisions, gpu_nodes: dict[int, int], now: date
     ``build_snapshot``). Each start is all-or-nothing in a savepoint: a start whose job is no longer pending,
     or whose GPUs the database refuses, changes nothing."""
     result = DispatchResult()
-    jobs_by_id = {
-        j.pk: j for j in Job.objects.filter(pk__in=[s.job_id for s in decisions.starts]).only("pk", "attempt", "kind")
-    }
-    for start in decisions.starts:
-        job = jobs_by_id.get(start.job_id)
-        if job is None:
-            result.refused += 1
-            continue
-        try:
-            with transaction.atomic():
-                if not job_transition(
-                    start.job_id, from_states=(JobState.PENDING,), to_state=JobState.ADMITTED,
-                    cause="admitted by the scheduler", at=now,
-                    details={"gpus": [p.gpu_id for p in start.placements], "borrowed": start.borrowed},
-                    extra={
-                        "admitted_at": now, "pending_reason_code": "", "pending_reason_message": "",
-                        "pending_reason_details": {}, "queue_position": None, "estimated_start": None,
-                        "stop_reason": StopReason.NONE,
-                    },
-                ):
-                    result.refused += 1
-                    continue
-                Allocation.objects.bulk_create(
-                    Allocation(
-                        job_id=start.job_id, attempt=job.attempt, gpu_id=p.gpu_id, node_id=gpu_nodes[p.gpu_id],
-                        share_milli=max(1, round(p.share * 1000)), started_at=now,
-                    )
-                    for p in start.placements
-                )
-                if job.kind in SERVICE_KINDS:
-                    _assign_port(start.job_id, gpu_nodes[start.placements[0].gpu_id])
-                result.started += 1
-        except IntegrityError:
-            log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
-            result.refused += 1
-
+    if decisions.starts:
+        result.started, result.refused = _start_jobs(decisions.starts, gpu_nodes, now)
     if decisions.preemptions:
         result.preempted = _ask_victims_to_stop(decisions.preemptions, now)
 
     if decisions.pending:
         result.pending_updated = _store_pending(decisions.pending)
     return result
+
+
+def _start_jobs(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: datetime) -> tuple[int, int]:
+    """Start the jobs of ``starts`` that are still pending; return (started, refused).
+
+    All together first, in one savepoint: a few statements for any number of starts. If the database refuses
+    a GPU (held by something this cycle did not see), that savepoint is rolled back and the starts are made
+    one by one, each in its own savepoint, so only the refused ones are left out."""
+    try:
+        with transaction.atomic():
+            return _start_together(starts, gpu_nodes, now)
+    except IntegrityError:
+        log.info("a start of this cycle was refused by the database; starting its %d jobs one by one", len(starts))
+    started = refused = 0
+    for start in starts:
+        try:
+            with transaction.atomic():
+                if _start_together((start,), gpu_nodes, now)[0]:
+                    started += 1
+                    continue
+        except IntegrityError:
+            log.warning("start of job %s refused by the database (GPU already held)", start.job_id)
+        refused += 1
+    return started, refused
+
+
+def _start_together(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: datetime) -> tuple[int, int]:
+    """Admit the jobs of ``starts`` still pending (their rows locked in id order first), record their
+    transitions and allocations, and give services a port; return (started, refused)."""
+    by_job = {s.job_id: s for s in starts}
+    jobs = list(Job.objects.select_for_update().filter(pk__in=by_job, state=JobState.PENDING).order_by("pk")
+                .values_list("pk", "attempt", "kind"))
+    if jobs:
+        Job.objects.filter(pk__in=[pk for pk, _attempt, _kind in jobs]).update(
+            state=JobState.ADMITTED, admitted_at=now, pending_reason_code="", pending_reason_message="",
+            pending_reason_details={}, queue_position=None, estimated_start=None, stop_reason=StopReason.NONE)
+        JobTransition.objects.bulk_create(
+            JobTransition(job_id=pk, from_state=JobState.PENDING, to_state=JobState.ADMITTED, at=now,
+                          cause="admitted by the scheduler",
+                          details={"gpus": [p.gpu_id for p in by_job[pk].placements], "borrowed": by_job[pk].borrowed})
+            for pk, _attempt, _kind in jobs
+        )
+        Allocation.objects.bulk_create(
+            Allocation(job_id=pk, attempt=attempt, gpu_id=p.gpu_id, node_id=gpu_nodes[p.gpu_id],
+                       share_milli=max(1, round(p.share * 1000)), started_at=now)
+            for pk, attempt, _kind in jobs for p in by_job[pk].placements
+        )
+        for pk, _attempt, kind in jobs:
+            if kind in SERVICE_KINDS:
+                _assign_port(pk, gpu_nodes[by_job[pk].placements[0].gpu_id])
+    return len(jobs), len(starts) - len(jobs)
 
 
 def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datetime) -> int:

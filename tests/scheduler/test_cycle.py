@@ -133,6 +133,38 @@ def test_a_start_the_database_refuses_changes_nothing(alice, cluster):
     assert Job.objects.get(pk=job.pk).transitions.count() == 1
 
 
+def test_when_the_database_refuses_one_start_the_others_of_the_cycle_still_start(alice, cluster):
+    """Starts are made together; a GPU held behind the cycle's back sends them one by one, refusing only it."""
+    from scheduler.core.types import Decisions, Placement, Start
+    from scheduler.dispatch import persist_decisions
+
+    blocker, refused, fine = submit(alice), submit(alice), submit(alice, gpus=2)
+    gpus = list(cluster["nodes"][0].gpus.order_by("index"))
+    now = db_now()
+    Allocation.objects.create(job=blocker, attempt=1, gpu=gpus[0], node=gpus[0].node, started_at=now)
+    decisions = Decisions(starts=(Start(job_id=refused.pk, placements=(Placement(gpus[0].pk),)),
+                                  Start(job_id=fine.pk, placements=(Placement(gpus[1].pk), Placement(gpus[2].pk)))))
+    result = persist_decisions(decisions, {g.pk: g.node_id for g in gpus}, now)
+    assert (result.started, result.refused) == (1, 1)
+    assert Job.objects.get(pk=refused.pk).state == "pending" and not Allocation.objects.filter(job=refused).exists()
+    assert Job.objects.get(pk=fine.pk).state == "admitted"
+    assert sorted(Allocation.objects.filter(job=fine).values_list("gpu_id", flat=True)) == [gpus[1].pk, gpus[2].pk]
+    assert [t.to_state for t in Job.objects.get(pk=fine.pk).transitions.order_by("id")] == ["pending", "admitted"]
+
+
+def test_a_cycle_starting_many_jobs_records_each_ones_transition_and_allocations(alice, cluster):
+    jobs = [submit(alice) for _ in range(4)]
+    report = run_cycle()
+    assert report.started == 4
+    for job in jobs:
+        job.refresh_from_db()
+        admitted = job.transitions.get(to_state="admitted")
+        held = list(Allocation.objects.filter(job=job, ended_at__isnull=True).values_list("gpu_id", flat=True))
+        assert job.state == "admitted" and job.admitted_at == admitted.at and job.queue_position is None
+        assert admitted.from_state == "pending" and admitted.details["gpus"] == held and len(held) == 1
+    assert Allocation.objects.filter(ended_at__isnull=True).values("gpu_id").distinct().count() == 4
+
+
 def test_a_team_with_no_pool_access_gets_no_gpus(cluster):
     """Tenancy fails closed in the live snapshot too: a team in no pool's allow-list runs nowhere."""
     from portal.models import Membership
