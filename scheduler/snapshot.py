@@ -59,7 +59,7 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
         "job__team__name", "share_milli", Epoch("started_at"), Epoch("ended_at")
     )
     usage: dict[str, float] = {}
-    for team, share_milli, started, ended in rows:
+    for team, share_milli, started, ended in rows.iterator(chunk_size=5000):
         end = ended if ended is not None else now_s
         seconds = max(0.0, end - max(started, since_s)) * share_milli / 1000
         usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (max(0.0, now_s - end) / half_life_s)
