@@ -124,8 +124,8 @@ class Cycle(Preempting):
         self.claims = 0  # devices of stopping jobs claimed so far
         self._full: set[tuple] = set()
         self._no_claim: dict[tuple, tuple[int, int]] = {}  # see Preempting._claim_stopping
-        self._stopping_nodes: dict[int, list] = {}  # see Preempting._stopping_in
-        self._stopping_most: dict[int, int] = {}
+        self._stopping_nodes: dict[tuple, list] = {}  # see Preempting._claimable
+        self._stopping_max: dict[int, int] = {}  # see Preempting._stopping_most
         self._no_plan: set[tuple] = set()
         self._requests: dict[tuple, Request] = {}
         self._looks: dict[_Token, Look] = {}  # look-alike token -> its Look (see look_of)

@@ -341,17 +341,25 @@ class Preempting:
         used: set[str] = set()
         n_parts = len(parts)
         unfilled = []
-        candidates = self._stopping_in(group)
         count = group.count if want == 1.0 else None  # whole free devices per node order
-        if count is not None and min(parts) > self._stopping_most[id(group)]:  # no part fits one
+        if count is not None and min(parts) > self._stopping_most(group):  # no part fits one
             return False
         for need in parts:
+            # The nodes that may still give a part of this size (see _claimable); those found out for good
+            # on the way leave the list.
+            candidates = self._claimable(group, need if count is not None else 0)
+            gone: set[str] = set()
+            found = False
             for name, node, ids in candidates:
-                # At most its free devices and its stopping ones of the model qualify (a cheap bound first).
-                if name in used or (count is not None and count.get(node.order, 0) + len(ids) < need):
+                if name in used:
                     continue
                 stopping = self.stopping.get(name)
-                if not stopping or not fits_host(node, req, n_parts):
+                live = sum(1 for i in ids if i in stopping) if stopping else 0
+                # At most its free devices and its released ones of the model qualify; both only ever shrink.
+                if not live or (count is not None and count.get(node.order, 0) + live < need):
+                    gone.add(name)
+                    continue
+                if not fits_host(node, req, n_parts):
                     continue
                 ok = [d.id for d in node.by_model.get(group.model, ())
                       if d.healthy and d.memory_mb >= req.min_memory_mb
@@ -359,8 +367,11 @@ class Preempting:
                 if len(ok) == need and any(i in stopping for i in ok):
                     chosen.append((name, ok))
                     used.add(name)
+                    found = True
                     break
-            else:
+            if gone:
+                candidates[:] = [c for c in candidates if c[0] not in gone]
+            if not found:
                 unfilled.append(need)
         if not chosen:
             return False
@@ -380,11 +391,6 @@ class Preempting:
                 stopping.pop(i, None)
             if name in self.stopping and not stopping:
                 del self.stopping[name]
-        # Nodes whose released devices of the model are all claimed now leave the group's list.
-        spent = {name for name, _ok in chosen
-                 if not any(i in self.stopping.get(name, ()) for i in self._stopping_ids(group, name))}
-        if spent:
-            self._stopping_nodes[id(group)] = [c for c in candidates if c[0] not in spent]
         if idle:
             self.cluster.take(job, tuple(idle))
         self.quota.charge(job.team, group.model, group.pool, req.amount)
@@ -395,28 +401,35 @@ class Preempting:
             node=chosen[0][0], nodes=[name for name, _ok in chosen], gpu_model=group.model), group, req)
         return True
 
-    def _stopping_ids(self, group: Group, name: str) -> tuple[int, ...]:
-        """The devices of the group's model that were being released on node ``name`` (see ``_stopping_in``)."""
-        return next((ids for n, _node, ids in self._stopping_nodes[id(group)] if n == name), ())
-
-    def _stopping_in(self, group: Group) -> list[tuple[str, Node, tuple[int, ...]]]:
+    def _claimable(self, group: Group, need: int) -> list[tuple[str, Node, tuple[int, ...]]]:
         """The group's schedulable nodes with devices of its model being released, in name order, each with
-        those devices (built once per cycle and group: claims only ever remove such devices)."""
-        out = self._stopping_nodes.get(id(group))
+        those devices, that may still give a part of ``need`` whole devices (0: a fraction of one). Built
+        once per cycle, group and size, from the snapshot's stopping jobs; ``_claim`` drops the nodes it finds
+        out for good (free devices only get taken and released ones claimed during a cycle)."""
+        key = (id(group), need)
+        out = self._stopping_nodes.get(key)
         if out is None:
-            nodes, devices, model = self.cluster.nodes, self.cluster.devices, group.model
-            out = []
-            for name in sorted(self.stopping):
-                node = nodes[name]
-                ids = tuple(i for i in self.stopping[name] if devices[i].model == model)
-                if ids and node.pool == group.pool and node.schedulable:
-                    out.append((name, node, ids))
-            self._stopping_nodes[id(group)] = out
-            # The most whole devices a claim could find on one of them, now and so for the rest of the cycle
-            # (free devices only get taken, and claims only remove released ones).
-            self._stopping_most[id(group)] = max((group.count.get(node.order, 0) + len(ids)
-                                                  for _name, node, ids in out), default=0)
+            base = self._stopping_nodes.get((id(group), None))
+            if base is None:
+                nodes, devices, model = self.cluster.nodes, self.cluster.devices, group.model
+                base = self._stopping_nodes[(id(group), None)] = []
+                for name in sorted(self.stopping):
+                    node = nodes[name]
+                    ids = tuple(i for i in self.stopping[name] if devices[i].model == model)
+                    if ids and node.pool == group.pool and node.schedulable:
+                        base.append((name, node, ids))
+            out = self._stopping_nodes[key] = list(base)
         return out
+
+    def _stopping_most(self, group: Group) -> int:
+        """The most whole devices a claim could find on one node of the group at the start of the cycle (so
+        at most that for the rest of it)."""
+        most = self._stopping_max.get(id(group))
+        if most is None:
+            count = group.count
+            most = self._stopping_max[id(group)] = max(
+                (count.get(node.order, 0) + len(ids) for _name, node, ids in self._claimable(group, 0)), default=0)
+        return most
 
     def _prepare_victims(self) -> None:
         """Sort possible victims once per cycle: per model for reclaim and per (team, model) (or per

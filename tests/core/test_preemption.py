@@ -190,6 +190,23 @@ def test_released_devices_left_on_a_node_serve_the_next_job_and_claimed_ones_no_
     assert check_invariants(s, d) == []
 
 
+def test_nodes_that_can_no_longer_give_a_part_are_passed_over_and_the_rest_stay_claimable():
+    """n1 releases 1 device, n2 and n3 release 2 each (everything else busy): a 2-GPU job passes n1 and claims
+    n2; the next passes n1 and the spent n2 and claims n3."""
+    n1, n2, n3 = (node(name, first_id=100 * k) for k, name in enumerate(("n1", "n2", "n3"), start=1))
+    jobs = [running(1, "nlp", gpu_ids(n1, 7), preemptible=False),
+            replace(running(2, "nlp", gpu_ids(n1, 1, start=7)), terminating=True)]
+    for k, n in enumerate((n2, n3)):
+        jobs += [running(10 + k, "nlp", gpu_ids(n, 6), preemptible=False),
+                 replace(running(20 + k, "nlp", gpu_ids(n, 2, start=6)), terminating=True)]
+    jobs += [JobInfo(30, "vision", gpus=2, submitted_at=1.0), JobInfo(31, "vision", gpus=2, submitted_at=2.0)]
+    s = snap([n1, n2, n3], jobs, [quota("vision", guaranteed=8, limit=8), quota("nlp", limit=24)])
+    d = schedule(s)
+    _started, pending = by_id(d)
+    assert [pending[j].reason.details.get("nodes") for j in (30, 31)] == [["n2"], ["n3"]]
+    assert check_invariants(s, d) == []
+
+
 # -- Tiresias-like discretized LAS: service levels rank jobs; preemption across teams by level ---------
 
 def _las(**kw):
