@@ -207,6 +207,32 @@ def test_nodes_that_can_no_longer_give_a_part_are_passed_over_and_the_rest_stay_
     assert check_invariants(s, d) == []
 
 
+def test_a_gang_claims_a_node_for_one_part_only_and_puts_the_other_on_a_free_node():
+    """2 x 8 GPUs: n1 releases all 8 (one part), n2 is idle (the other part); n1 never takes both parts."""
+    n1, n2 = node("n1", first_id=100), node("n2", first_id=200)
+    jobs = [replace(running(1, "nlp", gpu_ids(n1, 8)), terminating=True), JobInfo(2, "vision", gpus=16, nodes=2)]
+    s = snap([n1, n2], jobs, [quota("vision", guaranteed=16, limit=16), quota("nlp", limit=16)])
+    d = schedule(s)
+    assert d.starts == () and d.pending[0].reason.code == R.PREEMPTING
+    assert d.pending[0].reason.details["nodes"] == ["n1", "n2"]
+    assert check_invariants(s, d) == []
+
+
+def test_a_node_without_host_room_for_one_job_stays_claimable_for_the_next():
+    """n1's free CPUs (none: the stopping job still holds them) keep a job asking for CPUs off it; a job of
+    the same size asking for none claims it next."""
+    n1 = node("n1", first_id=100, cpus=32)
+    jobs = [running(1, "nlp", gpu_ids(n1, 6), preemptible=False),
+            replace(running(2, "nlp", gpu_ids(n1, 2, start=6), cpus=32), terminating=True),
+            JobInfo(3, "vision", gpus=2, cpus=8, submitted_at=1.0), JobInfo(4, "vision", gpus=2, submitted_at=2.0)]
+    s = snap([n1], jobs, [quota("vision", guaranteed=8, limit=8), quota("nlp", limit=8)])
+    d = schedule(s)
+    _started, pending = by_id(d)
+    assert pending[3].reason.code != R.PREEMPTING  # no room on n1's host for its CPUs
+    assert pending[4].reason.code == R.PREEMPTING and pending[4].reason.details["nodes"] == ["n1"]
+    assert check_invariants(s, d) == []
+
+
 # -- Tiresias-like discretized LAS: service levels rank jobs; preemption across teams by level ---------
 
 def _las(**kw):
