@@ -94,9 +94,10 @@ def _start_together(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: d
                        share_milli=max(1, round(p.share * 1000)), started_at=now)
             for pk, attempt, _kind in jobs for p in by_job[pk].placements
         )
-        for pk, _attempt, kind in jobs:
-            if kind in SERVICE_KINDS:
-                _assign_port(pk, gpu_nodes[by_job[pk].placements[0].gpu_id])
+        services = {pk for pk, _attempt, kind in jobs if kind in SERVICE_KINDS}
+        for start in starts:  # in the engine's order, as one by one would
+            if start.job_id in services:
+                _assign_port(start.job_id, gpu_nodes[start.placements[0].gpu_id])
     return len(jobs), len(starts) - len(jobs)
 
 
@@ -105,17 +106,18 @@ def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datet
     preempted it; return how many. Three statements for any number of victims: the victims' rows are
     locked first, in id order (no deadlock with another writer), so none moves on in between."""
     by_victim = {p.job_id: p for p in preemptions}
-    victims = list(Job.objects.select_for_update().filter(
-        pk__in=by_victim, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).order_by("pk")
-        .values_list("pk", "attempt"))
-    if not victims:
-        return 0
-    Job.objects.filter(pk__in=[pk for pk, _attempt in victims]).update(stop_reason=StopReason.PREEMPT)
-    Preemption.objects.bulk_create(
-        Preemption(job_id=pk, attempt=attempt, by_job_id=by_victim[pk].by_job_id, reason=by_victim[pk].reason,
-                   message=by_victim[pk].message[:500], gpu_seconds_lost=by_victim[pk].gpu_seconds_lost, at=now)
-        for pk, attempt in victims
-    )
+    with transaction.atomic():
+        victims = list(Job.objects.select_for_update().filter(
+            pk__in=by_victim, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).order_by("pk")
+            .values_list("pk", "attempt"))
+        if not victims:
+            return 0
+        Job.objects.filter(pk__in=[pk for pk, _attempt in victims]).update(stop_reason=StopReason.PREEMPT)
+        Preemption.objects.bulk_create(
+            Preemption(job_id=pk, attempt=attempt, by_job_id=by_victim[pk].by_job_id, reason=by_victim[pk].reason,
+                       message=by_victim[pk].message[:500], gpu_seconds_lost=by_victim[pk].gpu_seconds_lost, at=now)
+            for pk, attempt in victims
+        )
     return len(victims)
 
 
@@ -126,7 +128,7 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
     On PostgreSQL this is one statement with the values as arrays, sent in binary (Django's bulk_update
     builds a CASE WHEN per row, and its client-side parameter quoting costs ~50 us per array element). Rows
     already holding those values are left alone: in a steady queue most are, and each rewritten row is a
-    new row version for PostgreSQL to write and vacuum."""
+    new row version for PostgreSQL to write and vacuum. Details compare as jsonb text, so 4 and 4.0 differ."""
     columns = (
         [i.job_id for i in infos], [i.reason.code for i in infos], [i.reason.message[:500] for i in infos],
         [json.dumps(dict(i.reason.details)) for i in infos], [i.queue_position for i in infos],
@@ -142,8 +144,9 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
                     pending_reason_details=json.loads(details), queue_position=position, estimated_start=estimate)
         return len(waiting)
     connection.ensure_connection()
-    # A plain psycopg cursor on Django's connection (same transaction): Django's cursors bind on the client.
-    with psycopg.Cursor(connection.connection) as cursor:
+    # A plain psycopg cursor on Django's connection (same transaction; Django's cursors bind on the client),
+    # its errors turned into Django's, never prepared (a pooler in transaction mode would lose the statement).
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             """
             WITH v AS (
@@ -157,14 +160,14 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
                        estimated_start = w.estimate
                   FROM waiting w
                  WHERE j.id = w.id AND j.state IN ('pending', 'held')
-                   AND (j.pending_reason_code, j.pending_reason_message, j.pending_reason_details, j.queue_position,
-                        j.estimated_start)
-                       IS DISTINCT FROM (w.code, w.message, w.details::jsonb, w.position, w.estimate)
+                   AND (j.pending_reason_code, j.pending_reason_message, j.pending_reason_details::text,
+                        j.queue_position, j.estimated_start)
+                       IS DISTINCT FROM (w.code, w.message, w.details::jsonb::text, w.position, w.estimate)
                 RETURNING 1
             )
             SELECT (SELECT count(*) FROM waiting), (SELECT count(*) FROM changed)
             """,
-            list(columns),
+            list(columns), prepare=False,
         )
         waiting, _changed = cursor.fetchone()
     return waiting

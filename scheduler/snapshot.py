@@ -1,9 +1,9 @@
 """ORM -> core: build the engine's Snapshot from the database in a fixed number of queries."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
-from django.db.models import FloatField, Func, Prefetch, Q
+from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q
 
 from portal.models import Team
 from scheduler.core.types import (
@@ -36,33 +36,57 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-class Epoch(Func):
-    """A datetime column as seconds since 1970 (a float, computed by the database: building datetime objects
-    for every row would cost more than the rest of reading it)."""
+# Microseconds since 1970 of a timestamp column, exactly: PostgreSQL's EXTRACT gives an exact numeric; SQLite
+# (the demo fallback) stores "YYYY-MM-DD HH:MM:SS[.ffffff]" in UTC.
+_MICROS_SQL = {
+    "postgresql": "(EXTRACT(EPOCH FROM %(expressions)s) * 1000000)::bigint",
+    "sqlite": "(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) * 1000000"
+              " + CAST(substr(%(expressions)s || '.000000', 21, 6) AS INTEGER))",
+}
+
+
+class EpochMicros(Func):
+    """A datetime column as whole microseconds since 1970, computed by the database (building datetime
+    objects for every row would cost more than the rest of reading it)."""
+
+    output_field = BigIntegerField()
+
+    def as_sql(self, compiler, connection, **extra):
+        return super().as_sql(compiler, connection, template=_MICROS_SQL[connection.vendor], **extra)
+
+
+class Epoch(EpochMicros):
+    """A datetime column as seconds since 1970: the float ``datetime.timestamp()`` gives."""
 
     output_field = FloatField()
 
-    def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra)
+    def as_sql(self, compiler, connection, **extra):
+        sql, params = super().as_sql(compiler, connection, **extra)
+        return f"({sql} / 1000000.0)", params
 
-    def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, template="(julianday(%(expressions)s) - 2440587.5) * 86400.0",
-                           **extra)
+
+def _micros(value: datetime) -> int:
+    return (value - _EPOCH) // _MICROSECOND
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     """Each team's GPU-seconds over the last four half-lives, each allocation weighted by
     0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1."""
     since = now - timedelta(seconds=4 * half_life_s)
-    now_s, since_s = now.timestamp(), since.timestamp()
+    now_us, since_us = _micros(now), _micros(since)
     rows = Allocation.objects.filter(started_at__lt=now).exclude(ended_at__lt=since).values_list(
-        "job__team__name", "share_milli", Epoch("started_at"), Epoch("ended_at")
+        "job__team__name", "share_milli", EpochMicros("started_at"), EpochMicros("ended_at")
     )
     usage: dict[str, float] = {}
     for team, share_milli, started, ended in rows.iterator(chunk_size=5000):
-        end = ended if ended is not None else now_s
-        seconds = max(0.0, end - max(started, since_s)) * share_milli / 1000
-        usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (max(0.0, now_s - end) / half_life_s)
+        end = ended if ended is not None else now_us
+        seconds = max(0, end - max(started, since_us)) / 1e6 * share_milli / 1000
+        age = max(0.0, (now_us - end) / 1e6)
+        usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (age / half_life_s)
     return usage
 
 

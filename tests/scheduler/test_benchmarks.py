@@ -41,5 +41,6 @@ def test_the_live_cycle_benchmark_runs_cycles_on_its_own_scratch_database():
         assert all(set(c) >= {"snapshot", "engine", "persist", "total_ms"} for c in result["cycles"])
         assert result["steady_median_ms"]["total_ms"] == second["total_ms"]
     finally:
-        with psycopg.connect("postgres://postgres@localhost:5432/postgres", autocommit=True) as conn:
+        base = os.environ.get("ROTA_BENCH_DATABASE_URL", "postgres://postgres@localhost:5432")  # as the bench
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

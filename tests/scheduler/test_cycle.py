@@ -180,12 +180,13 @@ def test_a_team_with_no_pool_access_gets_no_gpus(cluster):
     assert job.state == "pending" and job.pending_reason_code == "NoMatchingPool"
 
 
-def test_the_snapshot_reads_every_job_as_job_info_reads_the_model(alice, cluster):
-    """The snapshot reads jobs as column values (model instances cost most of a big cycle); each must equal
-    ``job_info`` of the full model object, whatever fields it sets."""
+def test_the_snapshot_reads_every_field_of_every_job(alice, cluster):
+    """The snapshot reads jobs as column values (model instances cost most of a big cycle): every field the
+    engine reads, checked against literal values, and equal to ``job_info`` of the full model object."""
+    from datetime import timedelta
     from operator import attrgetter
 
-    from scheduler.core.types import Placement
+    from scheduler.core.types import HELD, PENDING, RUNNING, Placement
     from scheduler.models import Gpu
     from scheduler.services.jobs import job_hold
     from scheduler.snapshot import build_snapshot, job_info
@@ -193,21 +194,39 @@ def test_the_snapshot_reads_every_job_as_job_info_reads_the_model(alice, cluster
     started = submit(alice, gpus=1, time_limit_minutes=30, cpus=4, memory_gb=16)
     share = submit(alice, gpus=1, gpu_fraction="0.25", gpu_memory_gb=10)
     run_cycle()
-    submit(alice, gpus=2, pool="train", node_labels={"rack": "a"}, min_driver_version="550.54",
-           priority_class="batch", preemptible=True, kind="evaluation")
-    submit(alice, gpus=1, gpu_model=None, nodes=1)
-    job_hold(user=alice, job=submit(alice, gpus=1))
-    Job.objects.filter(pk=started.pk).update(stop_reason="preempt", last_checkpoint_at=db_now(),
-                                             attained_gpu_seconds=1234.5)
+    labelled = submit(alice, gpus=2, pool="train", node_labels={"rack": "a"}, min_driver_version="550.54",
+                      priority_class="batch", preemptible=True, kind="evaluation")
+    any_model = submit(alice, gpus=1, gpu_model=None, nodes=1)
+    held = job_hold(user=alice, job=submit(alice, gpus=1))
+    t0 = db_now()
+    Job.objects.filter(pk=started.pk).update(stop_reason="preempt", last_checkpoint_at=t0, attained_gpu_seconds=1234.5,
+                                             started_at=t0 + timedelta(seconds=5))
     with transaction.atomic():
         snapshot, gpu_nodes = build_snapshot(db_now())
-    assert len(snapshot.jobs) == 5 and {started.pk, share.pk} <= {j.id for j in snapshot.jobs}
+    jobs = {j.id: j for j in snapshot.jobs}
+    assert set(jobs) == {started.pk, share.pk, labelled.pk, any_model.pk, held.pk}
+    run, frac, lab, anym, hold = (jobs[j.pk] for j in (started, share, labelled, any_model, held))
+    gpus = {a.gpu_id: a for a in Allocation.objects.filter(job=started)}
+    assert (run.state, run.team, run.user, run.kind, run.priority_class, run.priority) == (
+        RUNNING, "vision", "alice", "training", "training", 500)
+    assert run.placements == tuple(Placement(g, 1.0) for g in sorted(gpus))
+    assert run.started_at == (t0 + timedelta(seconds=5)).timestamp()  # started, not admitted
+    assert (run.last_checkpoint_at, run.terminating, run.attained_gpu_s) == (t0.timestamp(), True, 1234.5)
+    assert (run.time_limit_s, run.cpus, run.memory_mb, run.gpu_models) == (1800, 4, 16 * 1024, ("h100-80gb",))
+    assert frac.started_at == Job.objects.get(pk=share.pk).admitted_at.timestamp()  # admitted, not started yet
+    assert (frac.gpu_fraction, frac.gpu_memory_mb) == (0.25, 10 * 1024)
+    assert (lab.state, lab.pool, lab.node_labels, lab.min_driver_version, lab.kind) == (
+        PENDING, "train", {"rack": "a"}, "550.54", "evaluation")
+    assert (lab.priority_class, lab.priority, lab.gpus) == ("batch", 300, 2)
+    assert lab.time_limit_s == Job.objects.get(pk=labelled.pk).time_limit_minutes * 60  # the class's default
+    assert lab.submitted_at == Job.objects.get(pk=labelled.pk).created_at.timestamp()
+    assert (anym.gpu_models, anym.nodes, anym.pool, hold.state) == ((), 1, None, HELD)
     for info in snapshot.jobs:
         job = Job.objects.select_related("team", "submitted_by", "priority_class", "gpu_model", "pool").get(
             pk=info.id)
-        held = sorted((Placement(a.gpu_id, a.share_milli / 1000)
-                       for a in job.allocations.filter(ended_at__isnull=True)), key=attrgetter("gpu_id"))
-        assert info == job_info(job, placements=tuple(held))
+        placed = sorted((Placement(a.gpu_id, a.share_milli / 1000)
+                         for a in job.allocations.filter(ended_at__isnull=True)), key=attrgetter("gpu_id"))
+        assert info == job_info(job, placements=tuple(placed))
     assert gpu_nodes == dict(Gpu.objects.values_list("pk", "node_id"))
 
 
@@ -229,10 +248,15 @@ def test_a_cycle_rewrites_only_the_waiting_jobs_whose_reason_position_or_estimat
     again = run_cycle()
     assert again.pending == 3 and _row_versions() == before  # nothing changed: no row rewritten
     Job.objects.filter(pk=waiting[0].pk).update(queue_position=None)  # as if a new job, or a stale value
+    details = Job.objects.get(pk=waiting[1].pk).pending_reason_details
+    assert details["limit"] == 4 and isinstance(details["limit"], int)
+    Job.objects.filter(pk=waiting[1].pk).update(pending_reason_details={**details, "limit": 4.0})  # 4.0 is not 4
+    before = _row_versions()
     third = run_cycle()
     after = _row_versions()
     assert third.pending == 3
-    assert [after[j.pk] == before[j.pk] for j in waiting] == [False, True, True]
+    assert [after[j.pk] == before[j.pk] for j in waiting] == [False, False, True]
+    assert isinstance(Job.objects.get(pk=waiting[1].pk).pending_reason_details["limit"], int)
     assert Job.objects.get(pk=waiting[0].pk).queue_position is not None
 
 
