@@ -110,6 +110,7 @@ if REDIS_URL == "filesystem":
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # else kombu makes ./control wherever it runs
         "store_processed": False,
     }
 elif REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
