@@ -12,7 +12,7 @@ from django.db.models import Max, Min
 from scheduler.core.types import Decisions, PendingInfo, Start
 from scheduler.core.types import Preemption as PreemptionDecision
 from scheduler.models import Allocation, Job, JobTransition, Preemption
-from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState, StopReason
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
         [_from_ts(i.estimated_start) for i in infos],
     )
     if connection.vendor != "postgresql":
-        waiting = set(Job.objects.filter(pk__in=columns[0], state__in=(JobState.PENDING, JobState.HELD))
+        waiting = set(Job.objects.filter(pk__in=columns[0], state__in=WAITING_STATES)
                       .values_list("pk", flat=True))
         for pk, code, message, details, position, estimate in zip(*columns, strict=True):
             if pk in waiting:
@@ -154,23 +154,21 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
                                      %b::timestamptz[]) AS v(id, code, message, details, position, estimate)
             ), waiting AS (
                 SELECT v.* FROM v JOIN scheduler_job j ON j.id = v.id WHERE j.state IN ('pending', 'held')
-            ), changed AS (
+            ), changed AS (  -- runs whether or not the query below reads it
                 UPDATE scheduler_job j SET pending_reason_code = w.code, pending_reason_message = w.message,
                        pending_reason_details = w.details::jsonb, queue_position = w.position,
                        estimated_start = w.estimate
                   FROM waiting w
-                 WHERE j.id = w.id AND j.state IN ('pending', 'held')
+                 WHERE j.id = w.id
                    AND (j.pending_reason_code, j.pending_reason_message, j.pending_reason_details::text,
                         j.queue_position, j.estimated_start)
                        IS DISTINCT FROM (w.code, w.message, w.details::jsonb::text, w.position, w.estimate)
-                RETURNING 1
             )
-            SELECT (SELECT count(*) FROM waiting), (SELECT count(*) FROM changed)
+            SELECT count(*) FROM waiting
             """,
             list(columns), prepare=False,
         )
-        waiting, _changed = cursor.fetchone()
-    return waiting
+        return cursor.fetchone()[0]
 
 
 SERVICE_KINDS = ("notebook", "inference")
