@@ -173,9 +173,11 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     """The engine's view of the cluster at ``now`` (database time). Also returns each GPU's node id by GPU id,
     which the dispatcher needs to turn placements into allocations."""
     policy = policy or Policy()
+    nodes = list(Node.objects.order_by("name").values_list(
+        "id", "name", "pool__name", "cpus", "memory_mb", "state", "labels", "driver_version", "cuda_version"))
+    node_names = {row[0]: row[1] for row in nodes}
     gpus_by_node: dict[int, list[GpuDevice]] = {}
     node_of_gpu: dict[int, int] = {}
-    node_names = dict(Node.objects.values_list("id", "name"))
     for pk, node_id, index, model, memory_mb, healthy in Gpu.objects.filter(present=True).order_by(
             "node_id", "index").values_list("id", "node_id", "index", "model__name", "memory_mb", "healthy"):
         node_of_gpu[pk] = node_id
@@ -186,8 +188,7 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
             name=name, pool=pool, gpus=tuple(gpus_by_node.get(pk, ())), cpus=cpus, memory_mb=int(memory_mb),
             schedulable=state == Node.READY, labels=dict(labels or {}), driver_version=driver, cuda_version=cuda,
         )
-        for pk, name, pool, cpus, memory_mb, state, labels, driver, cuda in Node.objects.order_by("name").values_list(
-            "id", "name", "pool__name", "cpus", "memory_mb", "state", "labels", "driver_version", "cuda_version")
+        for pk, name, pool, cpus, memory_mb, state, labels, driver, cuda in nodes
     )
 
     placements: dict[int, list[Placement]] = {}
