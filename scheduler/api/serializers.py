@@ -9,13 +9,16 @@ from scheduler.services import jobs as job_services
 
 
 class JobInputSerializer(serializers.Serializer):
-    """What a client may send to submit a job (shape and ranges; the service checks the rest)."""
+    """What a client may send to submit a job (shape and ranges; the service checks the rest). A field
+    it does not know is an error, not ignored: a typo such as ``"gpu": 4`` must not quietly give 1 GPU."""
 
     name = serializers.CharField(max_length=job_services.MAX_NAME)
     team = serializers.CharField(max_length=63, required=False, allow_blank=True)
-    kind = serializers.ChoiceField(choices=list(KINDS), default="training")
+    kind = serializers.ChoiceField(
+        choices=list(KINDS), default="training",
+        error_messages={"invalid_choice": f'"{{input}}" is not a kind; allowed: {", ".join(KINDS)}'})
     command = serializers.CharField(max_length=job_services.MAX_COMMAND)
-    image = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    image = serializers.CharField(max_length=job_services.MAX_IMAGE, required=False, allow_blank=True, default="")
     gpus = serializers.IntegerField(min_value=1, max_value=job_services.MAX_GPUS, default=1)
     gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, required=False, allow_null=True,
                                             min_value=0, max_value=1)
@@ -25,14 +28,26 @@ class JobInputSerializer(serializers.Serializer):
     memory_gb = serializers.IntegerField(min_value=0, max_value=job_services.MAX_MEMORY_GB, default=0)
     nodes = serializers.IntegerField(min_value=1, max_value=job_services.MAX_NODES, required=False, allow_null=True)
     pool = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
-    node_labels = serializers.DictField(child=serializers.CharField(max_length=100), required=False)
+    node_labels = serializers.DictField(child=serializers.CharField(max_length=job_services.MAX_LABEL),
+                                        required=False)
     min_driver_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     time_limit_minutes = serializers.IntegerField(
         min_value=1, max_value=job_services.MAX_TIME_LIMIT_MINUTES, required=False, allow_null=True
     )
+    idle_timeout_minutes = serializers.IntegerField(
+        min_value=5, max_value=job_services.MAX_TIME_LIMIT_MINUTES, required=False, allow_null=True,
+        help_text="notebooks: stop after this long without GPU activity (blank: the kind's default)")
     priority_class = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
     preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
-    env = serializers.DictField(child=serializers.CharField(max_length=4000), required=False)
+    env = serializers.DictField(child=serializers.CharField(max_length=job_services.MAX_ENV_VALUE,
+                                                            allow_blank=True), required=False)
+
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            allowed = ", ".join(self.fields)
+            raise serializers.ValidationError({name: f"unknown field; allowed: {allowed}" for name in unknown})
+        return attrs
 
 
 class PendingReasonSerializer(serializers.Serializer):

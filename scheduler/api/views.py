@@ -132,6 +132,8 @@ class JobLogsAPI(APIView):
             raise ValidationError({"attempt": "attempt and offset must be integers"}) from None
         if offset < 0:
             raise ValidationError({"offset": "must be >= 0"})
+        if not 1 <= attempt <= job.attempt:
+            raise ValidationError({"attempt": f"must be between 1 and {job.attempt} (the job's attempts so far)"})
         entry = job.logs.filter(attempt=attempt).first()
         content = entry.content if entry else ""
         raw = content.encode()

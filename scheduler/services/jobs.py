@@ -1,5 +1,6 @@
 """Job services: submit, cancel, hold, release. Views, the API and the CLI call these and nothing else."""
 
+import re
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -20,6 +21,54 @@ MAX_MEMORY_GB = 16384
 MAX_GPU_MEMORY_GB = 1024
 MAX_NAME = 100
 MAX_COMMAND = 10000
+MAX_IMAGE = 300
+MAX_ENV = 100  # variables per job
+MAX_ENV_NAME = 255
+MAX_ENV_VALUE = 4000
+MAX_LABELS = 20
+MAX_LABEL = 100  # characters of a node-label key or value
+# What a process environment accepts everywhere (POSIX portable names): a name with "=" or NUL in it
+# cannot be passed to a process at all.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _has_control(text: str) -> bool:
+    """Whether ``text`` holds a NUL or another control character other than tab and newlines."""
+    return any(ord(c) < 32 and c not in "\t\n\r" for c in text)
+
+
+def _env_errors(env) -> str | None:
+    """Why ``env`` is not a usable process environment, or None."""
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return "must be an object of string keys and string values"
+    if len(env) > MAX_ENV:
+        return f"at most {MAX_ENV} variables; got {len(env)}"
+    for name, value in env.items():
+        if len(name) > MAX_ENV_NAME:
+            return f"variable names must be at most {MAX_ENV_NAME} characters; got {len(name)}"
+        if not ENV_NAME.match(name):
+            return (f"variable name {name[:40]!r} is not valid: use letters, digits and underscores, "
+                    "not starting with a digit")
+        if len(value) > MAX_ENV_VALUE:
+            return f"the value of {name} must be at most {MAX_ENV_VALUE} characters; got {len(value)}"
+        if "\x00" in value:
+            return f"the value of {name} must not contain NUL characters"
+    return None
+
+
+def _labels_errors(labels) -> str | None:
+    """Why ``labels`` are not node-label constraints (short printable strings), or None."""
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        return "must be an object of string keys and string values"
+    if len(labels) > MAX_LABELS:
+        return f"at most {MAX_LABELS} labels; got {len(labels)}"
+    for key, value in labels.items():
+        for what, text in (("keys", key), ("values", value)):
+            if not text.strip() or len(text) > MAX_LABEL:
+                return f"label {what} must be 1 to {MAX_LABEL} characters; got {len(text)}"
+            if any(ord(c) < 32 for c in text):
+                return f"label {what} must not contain control characters; got {text[:40]!r}"
+    return None
 
 
 def _check_range(errors: dict, field: str, value, low, high) -> None:
@@ -78,6 +127,14 @@ def job_request_build(
         errors["command"] = "must not be empty"
     elif len(command) > MAX_COMMAND:
         errors["command"] = f"must be at most {MAX_COMMAND} characters; got {len(command)}"
+    elif "\x00" in command:
+        errors["command"] = "must not contain NUL characters"
+    if name and _has_control(name):
+        errors["name"] = "must not contain control characters"
+    if len(image or "") > MAX_IMAGE:
+        errors["image"] = f"must be at most {MAX_IMAGE} characters; got {len(image)}"
+    elif image and _has_control(image):
+        errors["image"] = "must not contain control characters"
     if kind not in KINDS:
         errors["kind"] = f"must be one of {', '.join(KINDS)}; got {kind!r}"
     defaults = KINDS.get(kind, KINDS["training"])
@@ -119,15 +176,17 @@ def job_request_build(
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
         errors["priority_class"] = f"unknown priority class {pc_name!r}; known: {known}"
     labels = node_labels or {}
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        errors["node_labels"] = "must be an object of string keys and string values"
+    problem = _labels_errors(labels)
+    if problem:
+        errors["node_labels"] = problem
     environment = env or {}
-    if not isinstance(environment, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in environment.items()
-    ):
-        errors["env"] = "must be an object of string keys and string values"
+    problem = _env_errors(environment)
+    if problem:
+        errors["env"] = problem
     if len(min_driver_version or "") > 40:
         errors["min_driver_version"] = "must be at most 40 characters"
+    elif min_driver_version and _has_control(min_driver_version):
+        errors["min_driver_version"] = "must not contain control characters"
     if errors:
         raise ValidationError(errors)
     if preemptible is None:

@@ -41,6 +41,17 @@ def test_it_submits_a_job_as_pending_for_the_members_only_team(api, alice):
         ({"time_limit_minutes": 0}, "time_limit_minutes"),
         ({"priority_class": "vip"}, "priority_class"),
         ({"nodes": 3, "gpus": 4}, "nodes"),
+        # A process environment cannot hold these names: the node agent could never start the job.
+        ({"env": {"A=B": "x"}}, "env"),
+        ({"env": {"": "x"}}, "env"),
+        ({"env": {"A\u0000": "x"}}, "env"),
+        ({"env": {"1ABC": "x"}}, "env"),
+        ({"env": {"K" * 256: "x"}}, "env"),
+        ({"env": {f"V{i}": "x" for i in range(101)}}, "env"),
+        ({"node_labels": {"a\u0000": "b"}}, "node_labels"),
+        ({"node_labels": {"zone": ""}}, "node_labels"),
+        ({"idle_timeout_minutes": 1}, "idle_timeout_minutes"),
+        ({"gpu": 4}, "gpu"),  # a typo is an error, not a silent 1-GPU job
     ],
 )
 def test_it_rejects_bad_input_naming_the_field_and_saves_nothing(api, alice, overrides, field):
@@ -135,3 +146,29 @@ def test_the_openapi_schema_generates_without_warnings_or_errors():
     result = subprocess.run([sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn",
                              "--file", "/dev/null"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_unknown_fields_and_kinds_are_named_with_what_is_allowed(api, alice):
+    body = submit(api(alice), gpu=4, foo="bar").json()
+    assert set(body["errors"]) == {"gpu", "foo"} and "allowed: name, team, kind" in body["errors"]["gpu"][0]
+    body = submit(api(alice), kind="mining").json()
+    assert "allowed: training, inference" in body["errors"]["kind"][0]
+    quote = api(alice).post("/api/v1/jobs/quote/", {**VALID, "gpu": 4}, format="json")
+    assert quote.status_code == 400 and "gpu" in quote.json()["errors"]
+
+
+def test_a_valid_environment_and_idle_timeout_are_kept(api, alice):
+    response = submit(api(alice), kind="notebook", env={"HF_HOME": "/data/hf", "_EMPTY": ""},
+                      idle_timeout_minutes=30)
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.env == {"HF_HOME": "/data/hf", "_EMPTY": ""} and job.idle_timeout_minutes == 30
+
+
+def test_logs_refuse_an_attempt_the_job_never_had(api, alice):
+    client = api(alice)
+    job_id = submit(client).json()["id"]
+    assert client.get(f"/api/v1/jobs/{job_id}/logs/?attempt=1").status_code == 200
+    for attempt in (0, -1, 2):
+        response = client.get(f"/api/v1/jobs/{job_id}/logs/?attempt={attempt}")
+        assert response.status_code == 400 and "between 1 and 1" in str(response.json()["errors"]["attempt"])
