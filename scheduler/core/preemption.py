@@ -663,7 +663,8 @@ class Preempting:
 
     def _commit_plan(self, job: JobInfo, req: Request, group: Group, plan: Plan) -> None:
         grace = 0.0
-        ids = []
+        ids: list[int] = []
+        own: list[int] = []  # victims of the waiting job's own team
         for rec, rule in plan.victims:
             victim = rec.job
             cls = self.classes.get(victim.priority_class)
@@ -688,14 +689,22 @@ class Preempting:
                 self.lenders[(rec.model, rec.pool)][victim.team] -= 1
             self.quota.release(victim.team, group.model, sum(rec.shares.values()))
             ids.append(victim.id)
+            if victim.team == job.team:
+                own.append(victim.id)
         want = req.fraction if req.fraction is not None else 1.0
         idle = tuple(Placement(i, want) for i in plan.free_devices)
         if idle:
             self.cluster.take(job, idle)
         self.quota.charge(job.team, group.model, group.pool, req.amount)
         self.preempting_eta[job.id] = self.now + grace
+        # The waiting job's team reads this reason: it names the team's own victims, and only counts
+        # other teams' (their job ids are theirs to see).
+        others = len(ids) - len(own)
+        whose = "; ".join(filter(None, (
+            f"your team's {', '.join(map(str, own))}" if own else "",
+            f"{others} of other teams" if others else "")))
         self.wait(job, R.reason(
             R.PREEMPTING,
-            f"preempting {len(ids)} job(s) ({', '.join(map(str, ids))}) to free {shape_text(req)} of "
+            f"preempting {len(ids)} job(s) ({whose}) to free {shape_text(req)} of "
             f"{group.model}; starts after their grace period ({grace:g} s)",
-            victims=ids, gpu_model=group.model, grace_period_s=grace), group, req)
+            victims=own, victims_of_other_teams=others, gpu_model=group.model, grace_period_s=grace), group, req)

@@ -377,3 +377,21 @@ def test_an_owner_waits_for_reclaim_while_the_borrowers_jobs_are_in_their_minimu
     # A team beyond its guarantee has nothing to reclaim: it just waits for room.
     over = snap([N1], jobs, [quota("vision", guaranteed=2), quota("nlp", guaranteed=4)], now=1000.0)
     assert schedule(over).pending[0].reason.code == R.RESOURCES
+
+
+
+def test_the_waiting_jobs_reason_names_its_own_teams_victims_and_only_counts_other_teams():
+    # Its team reads the waiting job's reason: its own victims by id, other teams' only as a count.
+    own = [running(1, "vision", gpu_ids(N1, 8), priority=100, priority_class="best-effort"),
+           JobInfo(2, "vision", gpus=4, priority=800, priority_class="interactive")]
+    reason = schedule(snap([N1], own, [quota("vision", limit=8)])).pending[0].reason
+    assert reason.message.startswith("preempting 1 job(s) (your team's 1) to free 4 GPUs")
+    assert reason.details["victims"] == [1] and reason.details["victims_of_other_teams"] == 0
+    other = [running(1, "nlp", gpu_ids(N1, 4), priority=900, started_at=10),
+             running(2, "nlp", gpu_ids(N1, 4, start=4), priority=900, started_at=20),
+             JobInfo(3, "vision", gpus=4, priority=100)]
+    d = schedule(snap([N1], other, [quota("vision", guaranteed=4, limit=8), quota("nlp", guaranteed=4, limit=8)]))
+    assert [p.job_id for p in d.preemptions] == [2]
+    reason = d.pending[0].reason
+    assert reason.message.startswith("preempting 1 job(s) (1 of other teams) to free 4 GPUs")
+    assert reason.details["victims"] == [] and reason.details["victims_of_other_teams"] == 1
