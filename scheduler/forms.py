@@ -250,3 +250,21 @@ class JobSubmitForm(forms.Form):
                 continue
             out[name] = format(value, "f") if isinstance(value, Decimal) else value
         return out
+
+
+def template_value_errors(team, values: dict) -> dict[str, str]:
+    """Per field, why a template's saved value would not pass the submit form for ``team`` (the same
+    ranges, lengths and choices a submitted job gets); empty when every value would."""
+    form = JobSubmitForm(teams=[team])
+    errors = {}
+    for key, value in values.items():
+        field = form.fields.get(key)
+        if field is None or key == "team":
+            continue
+        try:
+            cleaned = field.clean(value)
+            if key == "node_labels":
+                parse_labels(cleaned)
+        except forms.ValidationError as exc:
+            errors[key] = " ".join(exc.messages)
+    return errors

@@ -1,12 +1,12 @@
 """The team endpoints: ``GET /api/v1/teams/{name}/share/`` (fair-share standing like ``sshare`` and quota
 per GPU model), ``…/members/`` (team-admins) and ``…/templates/`` (members list, team-admins save and
-delete). Outsiders get 404 everywhere, as on the pages."""
+delete). Outsiders get 404 everywhere, as on the pages; members get 403 where only team-admins may act."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -58,10 +58,10 @@ class TeamShareAPI(APIView):
 
 
 def _manager_team(request, name: str):
-    """The team if the caller manages it; members and outsiders get 404 like the page."""
+    """The team if the caller manages it; its members get 403 (they know it exists), outsiders 404."""
     team = selectors.team_for(request.user, name)
     if not selectors.can_manage_team(request.user, team):
-        raise Http404("No such team")
+        raise PermissionDenied(f"only team-admins of {team.name} manage its members")
     return team
 
 

@@ -9,6 +9,7 @@ from django.db import transaction
 from portal.audit import audit_record
 from portal.models import Membership, Team
 from portal.teams.selectors import can_manage_team
+from scheduler.forms import template_value_errors
 from scheduler.kinds import KINDS
 from scheduler.models import JobTemplate
 
@@ -87,6 +88,9 @@ def job_template_save(*, user, team: Team, name: str, kind: str, fields: dict):
         raise ValidationError({"template_name": f"must be at most {TEMPLATE_NAME_MAX} characters; got {len(name)}"})
     if kind not in KINDS:
         raise ValidationError({"kind": f"must be one of {', '.join(KINDS)}; got {kind!r}"})
+    problems = template_value_errors(team, fields)
+    if problems:
+        raise ValidationError({"values": "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))})
     with transaction.atomic():
         template = JobTemplate.objects.select_for_update().filter(team=team, name=name).first()
         before = {"kind": template.kind, "fields": template.fields} if template else None

@@ -27,12 +27,13 @@ def test_team_admins_list_add_and_remove_members(api, victor, alice, charlie):
     assert [e.action for e in AuditEntry.objects.order_by("id")] == ["membership.create", "membership.delete"]
 
 
-def test_member_endpoints_404_for_members_and_outsiders(api, alice, charlie):
-    for user in (alice, charlie):
-        assert api(user).get("/api/v1/teams/vision/members/").status_code == 404
+def test_member_endpoints_refuse_members_and_hide_the_team_from_outsiders(api, alice, charlie):
+    for user, code in ((alice, 403), (charlie, 404)):  # alice is a member of vision, charlie is not
+        assert api(user).get("/api/v1/teams/vision/members/").status_code == code
         join = {"username": "charlie"}
-        assert api(user).post("/api/v1/teams/vision/members/", join, format="json").status_code == 404
-        assert api(user).delete("/api/v1/teams/vision/members/alice/").status_code == 404
+        assert api(user).post("/api/v1/teams/vision/members/", join, format="json").status_code == code
+        assert api(user).delete("/api/v1/teams/vision/members/alice/").status_code == code
+    assert "only team-admins of vision" in api(alice).get("/api/v1/teams/vision/members/").json()["detail"]
     assert Membership.objects.filter(user=alice).exists()
 
 
@@ -86,3 +87,15 @@ def test_platform_admins_change_a_waiting_jobs_priority_class(api, alice):
     body = api(staff).post(url, {"priority_class": "batch"}, format="json").json()
     assert "only a pending or held job" in body["errors"]["state"][0]
     assert Job.objects.get(pk=job.pk).priority_class.name == "interactive"
+
+
+def test_a_template_value_the_submit_form_would_refuse_is_refused_and_nothing_saved(api, victor):
+    client = api(victor)
+    for values, field in (({"command": "x" * 10001}, "command"), ({"gpus": -5}, "gpus"),
+                          ({"gpu_model": "nosuch"}, "gpu_model"), ({"command": "a\u0000"}, "command"),
+                          ({"node_labels": "zone"}, "node_labels")):
+        response = client.post("/api/v1/teams/vision/templates/", {"name": "t", "kind": "training", "values": values},
+                               format="json")
+        assert response.status_code == 400, (values, response.json())
+        assert f"{field}:" in str(response.json()["errors"]["values"]), response.json()
+    assert client.get("/api/v1/teams/vision/templates/").json() == []
