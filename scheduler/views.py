@@ -141,14 +141,24 @@ def job_quote_partial(request):
 
     form = JobSubmitForm(request.POST, teams=list(submit_teams_for(request.user)))
     quote, problems, replicas = None, [], 1
+
+    def label(name: str) -> str:
+        field = form.fields.get(name)
+        return str(field.label or name.replace("_", " ").capitalize()) if field else name
+
     if form.is_valid():
         replicas = form.replica_count()
         try:
             quote = job_quote(user=request.user, **form.submit_kwargs())
         except ValidationError as exc:
-            problems = [f"{k}: {'; '.join(v)}" for k, v in exc.message_dict.items()]
+            problems = [f"{label(k)}: {'; '.join(v)}" for k, v in exc.message_dict.items()]
     else:
-        problems = [f"{k}: {'; '.join(v)}" for k, v in form.errors.items()]
+        # A field not filled in yet is no problem to report while the user is still typing: the panel
+        # keeps its hint until the form could be quoted, and names only values that are wrong.
+        for k, errors in form.errors.as_data().items():
+            messages = [m for e in errors if e.code != "required" for m in e.messages]
+            if messages:
+                problems.append("; ".join(messages) if k == "__all__" else f"{label(k)}: {'; '.join(messages)}")
     return render(request, "jobs/_quote.html", {"quote": quote, "problems": problems, "replicas": replicas})
 
 

@@ -54,3 +54,13 @@ def test_the_submit_page_renders_a_quote_panel(alice, client):
                                             "gpus": 1, "gpu_model": "h100-80gb"})
     assert response.status_code == 200
     assert b"Starts now" in response.content
+
+
+def test_the_quote_panel_waits_for_required_fields_and_names_wrong_ones_by_their_label(alice, client):
+    client.force_login(alice)
+    empty = client.post("/jobs/quote/", {"team": "vision", "kind": "training", "gpus": 1}).content.decode()
+    assert "Fill in the form" in empty and "required" not in empty
+    wrong = client.post("/jobs/quote/", {"team": "vision", "kind": "training", "gpus": 0,
+                                         "gpu_fraction": "1.5"}).content.decode()
+    assert "GPUs: Ensure this value is greater than or equal to 1." in wrong
+    assert "GPU fraction:" in wrong and "required" not in wrong and "gpu_fraction" not in wrong
