@@ -155,3 +155,15 @@ def test_the_detail_page_says_when_a_waiting_job_should_start_in_the_reasons_wor
     # Under a minute it says seconds (Django's timeuntil said "0 minutes"); once passed, "now".
     assert from_now(db_now() + timedelta(seconds=50.2)) in ("in 50 s", "in 49 s")
     assert from_now(db_now() - timedelta(seconds=5)) == "now" and from_now(None) == ""
+
+
+def test_the_detail_page_asks_before_cancelling_and_says_plainly_what_a_finished_job_left(alice, browser):
+    from scheduler.services.jobs import job_cancel
+
+    job = submit(alice, name="it's <mine>")
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert f"return confirm('Cancel job #{job.pk} (it\\u0027s \\u003Cmine\\u003E)?')" in body
+    assert "(no output yet)" in body and "not set (node defaults)" in body
+    job_cancel(user=alice, job=job)
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "(no output)" in body and "(no output yet)" not in body and "confirm(" not in body
