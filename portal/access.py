@@ -33,6 +33,12 @@ def sees_all_costs(user: User) -> bool:
     return cached
 
 
+def is_finance_only(user: User) -> bool:
+    """A finance user who is on no team: accounting is all there is for them (no jobs, no submit)."""
+    return (sees_all_costs(user) and not is_platform_admin(user)
+            and not Membership.objects.filter(user=user).exists())
+
+
 def cost_teams_for(user: User) -> QuerySet[Team]:
     """Teams whose usage and cost ``user`` may see."""
     return Team.objects.all() if sees_all_costs(user) else teams_for(user)

@@ -2,9 +2,9 @@
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Q, Sum
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
-from portal.access import jobs_for, teams_for
+from portal.access import is_finance_only, jobs_for, teams_for
 from scheduler.models import Allocation, Gpu, Node, Quota
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState
 from scheduler.selectors import DEFAULT_COLUMNS
@@ -12,7 +12,10 @@ from scheduler.selectors import DEFAULT_COLUMNS
 
 @login_required
 def home(request):
-    """Your teams' queue at a glance (with why work waits), their quotas and the cluster's capacity."""
+    """Your teams' queue at a glance (with why work waits), their quotas and the cluster's capacity. A
+    finance user on no team has no queue: the accounting pages are their home."""
+    if is_finance_only(request.user):
+        return redirect("accounting")
     jobs = jobs_for(request.user)
     counts = jobs.aggregate(
         pending=Count("id", filter=Q(state=JobState.PENDING)),
