@@ -4,6 +4,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 
@@ -18,10 +19,14 @@ def gpu_usage_figure(rows: Iterable[tuple[str, datetime, float | None, float | N
         mems.append(None if mem is None else round(mem / 1024, 2))
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("Utilization (%)", "Memory used (GiB)"))
-    for label, (xs, utils, mems) in sorted(series.items()):
-        fig.add_trace(go.Scatter(x=xs, y=utils, name=label, mode="lines", legendgroup=label), row=1, col=1)
-        fig.add_trace(go.Scatter(x=xs, y=mems, name=label, mode="lines", legendgroup=label, showlegend=False),
-                      row=2, col=1)
+    palette = qualitative.Plotly
+    for k, (label, (xs, utils, mems)) in enumerate(sorted(series.items())):
+        # One colour per GPU in both panels, so the one legend entry names both of its lines.
+        line = {"color": palette[k % len(palette)]}
+        fig.add_trace(go.Scatter(x=xs, y=utils, name=label, mode="lines", legendgroup=label, line=line),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=xs, y=mems, name=label, mode="lines", legendgroup=label, showlegend=False,
+                                 line=line), row=2, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=1)
     fig.update_layout(height=420, margin={"l": 50, "r": 20, "t": 40, "b": 30}, template="plotly_white",
                       legend={"orientation": "h"})

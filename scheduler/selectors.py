@@ -13,6 +13,12 @@ SORTS = {
     "team": "team__name", "-team": "-team__name", "gpus": "gpus", "-gpus": "-gpus",
     "position": "queue_position", "-position": "-queue_position",
 }
+SORT_LABELS = {
+    "-id": "newest first", "id": "oldest first", "name": "name A–Z", "-name": "name Z–A",
+    "state": "state A–Z", "-state": "state Z–A", "team": "team A–Z", "-team": "team Z–A",
+    "gpus": "fewest GPUs", "-gpus": "most GPUs", "position": "queue position",
+    "-position": "queue position, last first",
+}
 COLUMNS = {
     "id": "#", "name": "Name", "team": "Team", "user": "User", "kind": "Kind", "gpus": "GPUs", "state": "State",
     "reason": "Why / where", "submitted": "Submitted", "started": "Started", "finished": "Finished",

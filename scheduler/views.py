@@ -22,7 +22,7 @@ from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
 from scheduler.models import Allocation, Gpu, Node
 from scheduler.models.jobs import ACTIVE_STATES, JobState
-from scheduler.selectors import COLUMNS, SORTS, JobFilter, job_table
+from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, job_table
 from scheduler.services import jobs as job_services
 
 PAGE_ROWS = 200
@@ -36,7 +36,7 @@ def job_list(request):
     context = {
         "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
         "states": JobState.values, "teams": list(teams_for(request.user).values_list("name", flat=True)),
-        "sorts": SORTS, "limited": len(rows) == PAGE_ROWS,
+        "sorts": [(key, SORT_LABELS[key]) for key in SORTS], "limited": len(rows) == PAGE_ROWS,
     }
     template = "jobs/_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)

@@ -96,7 +96,7 @@ def whatif_create(*, user, name: str, period_start: datetime, period_end: dateti
     if not (name or "").strip():
         errors["name"] = "must not be empty"
     if period_end <= period_start:
-        errors["period_end"] = "must be after period_start"
+        errors["period_end"] = "the period must end after it starts"
     elif period_end - period_start > MAX_PERIOD:
         errors["period_end"] = f"the period may be at most {MAX_PERIOD.days} days"
     if policy not in PRESETS:

@@ -64,6 +64,8 @@ def test_the_jobs_table_filters_searches_and_sorts(alice, bob, browser):
     assert [j.pk for j in client.get(f"/jobs/?q=%23{a.pk}").context["jobs"]] == [a.pk]
     bad = client.get("/jobs/?sort=drop_table")
     assert bad.status_code == 200 and "sort must be one of" in bad.content.decode()
+    page = browser(alice).get("/jobs/?sort=-gpus").content.decode()
+    assert '<option value="-gpus" selected>most GPUs</option>' in page and ">-id<" not in page
 
 
 def test_the_jobs_table_shows_only_chosen_columns(alice, browser):
@@ -167,3 +169,17 @@ def test_the_detail_page_asks_before_cancelling_and_says_plainly_what_a_finished
     job_cancel(user=alice, job=job)
     body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
     assert "(no output)" in body and "(no output yet)" not in body and "confirm(" not in body
+
+
+def test_the_gpu_chart_draws_each_gpus_two_lines_in_one_colour_under_one_legend_entry():
+    from datetime import UTC, datetime
+
+    from scheduler.charts import gpu_usage_figure
+
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    fig = gpu_usage_figure([("n1/gpu0", at, 50.0, 2048.0), ("n1/gpu1", at, 10.0, 1024.0)])
+    colours = [(t.name, t.line.color, t.showlegend is not False) for t in fig.data]
+    assert [c[0] for c in colours] == ["n1/gpu0", "n1/gpu0", "n1/gpu1", "n1/gpu1"]
+    assert colours[0][1] == colours[1][1] != colours[2][1] == colours[3][1]
+    assert [c[2] for c in colours] == [True, False, True, False]
+    assert list(fig.data[1].y) == [2.0]
