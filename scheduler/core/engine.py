@@ -43,12 +43,12 @@ Timer = Callable[[str], None]
 class Look:
     """What every waiting job that looks alike to the walk shares (see ``_LOOK``): its team, request,
     feasibility and the GPUs it charges, plus what the cycle remembers for all of them: whether they would
-    start inside the team's guarantee (until the next quota charge), their reservation vetoes (per time
-    limit, until a reservation is added or quota moves) and, per vetoes, the last one's wait (see
+    start inside the team's guarantee (until the next quota charge) and, per reservation vetoes (see
+    ``Cycle._vetoes``), the last one's wait (see
     ``Cycle.try_job``)."""
 
-    __slots__ = ("accepted", "amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes",
-                 "vetoes_charges", "vetoes_res", "wants", "within", "within_at")
+    __slots__ = ("accepted", "amount", "feas", "groups", "memo", "models", "reason", "req", "team", "vetoes_key",
+                 "wants", "within", "within_at")
 
     def __init__(self, job: JobInfo, req: Request, feas: Feasibility, amount: float):
         self.team = job.team
@@ -60,8 +60,9 @@ class Look:
         self.amount = amount
         self.within_at = -1
         self.within = True
-        self.vetoes_res = self.vetoes_charges = -1
-        self.vetoes: dict[float | None, tuple] = {}  # time limit -> reservation vetoes (see Cycle._vetoes)
+        # What its reservation vetoes depend on besides the time limit: shared by every look with the
+        # same groups, team and amount (looks that differ only in priority, class or kind)
+        self.vetoes_key = (id(self.groups), self.team, amount)
         self.memo: dict[tuple, tuple] = {}  # reservation vetoes -> (state, wait record, searches)
         self.accepted = job.gpu_models  # empty: any of the team's models
         # GPUs each job asks for, as borrowing plans count them
@@ -136,6 +137,10 @@ class Cycle(Preempting):
         self._placed: dict[tuple, tuple[int, tuple[Placement, ...] | None]] = {}
         self._waits: dict[tuple, tuple[int, Reason]] = {}  # (id(group), id(req)) -> (version, reason)
         self._priority_reasons: dict[tuple, Reason] = {}  # per group, while a job ahead holds it
+        # (look.vetoes_key, time limit) -> reservation vetoes, while quota.charges and the number of
+        # reservations are _vetoes_at and _vetoes_res (see _vetoes)
+        self._vetoes_of: dict[tuple, tuple] = {}
+        self._vetoes_at = self._vetoes_res = -1
 
     # -- static part -------------------------------------------------------------------------------
 
@@ -296,8 +301,10 @@ class Cycle(Preempting):
         groups = look.groups
         vetoes: tuple = ()
         if self.reservations:
-            vetoes = (look.vetoes.get(job.time_limit_s) if look.vetoes_res == len(self.reservations)
-                      and look.vetoes_charges == self.quota.charges else None)
+            if self._vetoes_at != self.quota.charges or self._vetoes_res != len(self.reservations):
+                self._vetoes_of.clear()
+                self._vetoes_at, self._vetoes_res = self.quota.charges, len(self.reservations)
+            vetoes = self._vetoes_of.get((look.vetoes_key, job.time_limit_s))
             if vetoes is None:
                 vetoes = self._vetoes(job, look, end)
         state = self._state(groups)
@@ -351,18 +358,14 @@ class Cycle(Preempting):
 
     def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
         """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
-        group has one. Remembered per time limit."""
-        # What vetoes read besides the time limit: the reservations (only ever added during a cycle) and
-        # quota usage (whether work is inside its team's guarantee).
-        if look.vetoes_res != len(self.reservations) or look.vetoes_charges != self.quota.charges:
-            look.vetoes = {}
-            look.vetoes_res, look.vetoes_charges = len(self.reservations), self.quota.charges
+        group has one. Remembered per ``look.vetoes_key`` and time limit until a reservation is added or
+        quota moves (what vetoes read: reservations, and whether work is inside its team's guarantee)."""
         reservations = self.reservations
         vetoes: tuple = ()
         if any((g.pool, g.model) in reservations for g in look.groups):
             vetoes = tuple(self._vetoed(job, g, reservations.get((g.pool, g.model)), end, look.amount)
                            for g in look.groups)
-        look.vetoes[job.time_limit_s] = vetoes
+        self._vetoes_of[(look.vetoes_key, job.time_limit_s)] = vetoes
         return vetoes
 
     def _state(self, groups: tuple[Group, ...]) -> int:
