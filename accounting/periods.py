@@ -14,6 +14,10 @@ PRESETS = {
     "custom": "Custom",
 }
 AGGREGATIONS = ("day", "week", "month")
+# The days a report may cover. Nothing is billed before 1970; the last year before ``date.max`` is left out so
+# that period arithmetic (the next month, the next week, an exclusive end) never overflows.
+EARLIEST = date(1970, 1, 1)
+LATEST = date(9998, 12, 31)
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
 
@@ -39,19 +43,26 @@ def next_month(d: date) -> date:
 
 
 def parse_month(value: str | None) -> Range:
-    """``YYYY-MM`` → that month as a range; ValueError naming the expected format otherwise."""
+    """``YYYY-MM`` → that month as a range; ValueError naming the expected format and range otherwise."""
     m = _MONTH.match(value or "")
-    if not m or not 1 <= int(m.group(2)) <= 12 or int(m.group(1)) < 1970:
-        raise ValueError(f"expected {MONTH_FORMAT}, e.g. 2026-11; got {value!r}")
-    first = date(int(m.group(1)), int(m.group(2)), 1)
+    year, month = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not 1 <= month <= 12 or not EARLIEST.year <= year <= LATEST.year:
+        raise ValueError(
+            f"expected {MONTH_FORMAT} from {EARLIEST:%Y-%m} to {LATEST:%Y-%m}, e.g. 2026-11; got {value!r}"
+        )
+    first = date(year, month, 1)
     return Range(_at(first), _at(next_month(first)), first.strftime("%B %Y"))
 
 
 def parse_day(value: str) -> date:
+    """``YYYY-MM-DD`` → that day; ValueError naming the expected format and range otherwise."""
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except (TypeError, ValueError):
-        raise ValueError(f"expected YYYY-MM-DD; got {value!r}") from None
+        day = None
+    if day is None or not EARLIEST <= day <= LATEST:
+        raise ValueError(f"expected YYYY-MM-DD from {EARLIEST} to {LATEST}; got {value!r}")
+    return day
 
 
 def preset_range(preset: str, today: date, start: str | None = None, end: str | None = None) -> Range:

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from openpyxl import load_workbook
 
+from accounting.api import FORMATS
 from portal.csvutil import neutralize as safe_cell
 from tests.factories import UserFactory
 
@@ -114,6 +115,20 @@ def test_a_bad_month_is_a_400_naming_month_and_the_format(api, alice, month):
     response = api(alice).get(URL, {"month": month, "format": "csv"})
     assert response.status_code == 400
     assert "month" in response.json()["errors"] and "YYYY-MM" in response.json()["errors"]["month"][0]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("month", ["9999-12", "1969-12", "0000-01"])
+def test_a_month_out_of_range_is_a_400_naming_month_and_the_range(api, alice, month, fmt):
+    response = api(alice).get(URL, {"month": month, "format": fmt})
+    assert response.status_code == 400
+    assert "from 1970-01 to 9998-12" in response.json()["errors"]["month"][0]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_last_month_in_range_is_an_empty_statement(api, alice, usage, fmt):
+    response, body = fetch(api(alice), month="9998-12", format=fmt)
+    assert response.status_code == 200 and body
 
 
 def test_a_bad_format_is_a_400(api, alice):

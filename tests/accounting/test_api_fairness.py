@@ -73,5 +73,27 @@ def test_bad_ranges_get_clear_errors(api, alice, params, field):
     assert response.status_code == 400 and field in response.json()["errors"]
 
 
+@pytest.mark.parametrize(
+    ("params", "fields"),
+    [
+        ({"month": "9999-12"}, {"month"}),
+        ({"start": "9999-12-01", "end": "9999-12-31"}, {"start", "end"}),
+        ({"start": "9998-12-01", "end": "9999-01-01"}, {"end"}),
+        ({"start": "1969-12-31", "end": "1970-01-01"}, {"start"}),
+    ],
+)
+def test_dates_out_of_range_are_a_400_naming_the_field_and_the_range(api, alice, params, fields):
+    response = api(alice).get(URL, params)
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert set(errors) == fields and all("from 1970-01" in errors[f][0] for f in fields)
+
+
+@pytest.mark.parametrize("params", [{"month": "9998-12"}, {"start": "9998-12-01", "end": "9998-12-31"}])
+def test_the_last_days_in_range_work(api, alice, params):
+    response = api(alice).get(URL, params)
+    assert response.status_code == 200 and response.json()["end"] == "9999-01-01T00:00:00+00:00"
+
+
 def test_anonymous_users_are_refused(api):
     assert api().get(URL, TEN_DAYS).status_code in (401, 403)

@@ -42,3 +42,21 @@ def test_bad_input_is_a_400_naming_the_field(api, alice):
     assert set(response.json()["errors"]) == {"start", "group_by"}
     reversed_range = api(alice).get(URL, {"start": "2026-11-30", "end": "2026-11-01"})
     assert reversed_range.status_code == 400 and "end" in reversed_range.json()["errors"]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "fields"),
+    [("9999-12-01", "9999-12-31", {"start", "end"}), ("9998-12-25", "9999-01-01", {"end"}),
+     ("0001-01-01", "1970-01-31", {"start"})],
+)
+def test_dates_out_of_range_are_a_400_naming_the_field_and_the_range(api, alice, start, end, fields):
+    response = api(alice).get(URL, {"start": start, "end": end})
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert set(errors) == fields and all("from 1970-01-01 to 9998-12-31" in errors[f][0] for f in fields)
+
+
+@pytest.mark.parametrize("agg", ["hour", "day", "week", "month"])
+def test_the_last_days_in_range_work_for_every_aggregation(api, alice, agg):
+    response = api(alice).get(URL, {"start": "9998-12-25", "end": "9998-12-31", "agg": agg})
+    assert response.status_code == 200 and response.json()["end"] == "9999-01-01T00:00:00+00:00"

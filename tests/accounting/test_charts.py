@@ -69,6 +69,19 @@ def test_month_parsing_and_presets():
         periods.parse_month("2026-00")
 
 
+def test_months_and_days_stay_where_period_arithmetic_cannot_overflow():
+    last = periods.parse_month("9998-12")
+    assert last.end == datetime(9999, 1, 1, tzinfo=UTC)
+    assert periods.spans(last.start, last.end, "week")[-1][0] == datetime(9998, 12, 28, tzinfo=UTC)
+    assert periods.preset_range("custom", date(2026, 1, 1), "1970-01-01", "1970-01-31").start.year == 1970
+    for month in ("9999-12", "1969-12", "0000-01"):
+        with pytest.raises(ValueError, match="from 1970-01 to 9998-12"):
+            periods.parse_month(month)
+    for day in ("9999-12-31", "1969-12-31", "0001-01-01"):
+        with pytest.raises(ValueError, match="from 1970-01-01 to 9998-12-31"):
+            periods.parse_day(day)
+
+
 T = datetime(2026, 11, 3, tzinfo=UTC)
 
 

@@ -79,6 +79,16 @@ def test_bad_parameters_fall_back_with_a_message(client, alice):
     assert b"range: expected YYYY-MM-DD" in html and b"group_by: expected one of" in html
 
 
+@pytest.mark.parametrize("agg", ["day", "week", "month"])
+def test_days_out_of_range_fall_back_with_a_message_naming_the_range(client, alice, agg):
+    client.force_login(alice)
+    response = client.get(URL, {"preset": "custom", "start": "9999-12-01", "end": "9999-12-31", "agg": agg})
+    assert response.status_code == 200
+    assert b"range: expected YYYY-MM-DD from 1970-01-01 to 9998-12-31" in response.content
+    last = client.get(URL, {"preset": "custom", "start": "9998-12-01", "end": "9998-12-31", "agg": agg})
+    assert last.status_code == 200 and b"range: expected" not in last.content
+
+
 def test_it_warns_when_a_team_nears_its_budget(client, alice, cluster):
     from accounting.services import rate_card_create
 
