@@ -1,10 +1,12 @@
-"""URL configuration: pages, the REST API under /api/v1/, its schema and docs, the Django admin."""
+"""URL configuration: pages, the REST API under /api/v1/, its schema and docs, the Django admin. The error
+handlers answer JSON under /api/ (a path no route matches, such as ``/api/v1/jobs/abc/``, included)."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.settings import api_settings
 
 from portal import views as portal_views
 
@@ -13,7 +15,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("scheduler.urls")),
-    path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
+    # DRF's token view names its own parsers; give it the project's (a too deeply nested body is a 400).
+    path("api/v1/auth/token/", ObtainAuthToken.as_view(parser_classes=api_settings.DEFAULT_PARSER_CLASSES),
+         name="api-token"),
     path("api/v1/", include("portal.governance.api_urls")),
     path("api/v1/", include("portal.teams.api_urls")),
     path("teams/", include("portal.teams.urls")),
@@ -25,3 +29,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+handler400 = "portal.api.bad_request"
+handler403 = "portal.api.permission_denied"
+handler404 = "portal.api.page_not_found"
+handler500 = "portal.api.server_error"
