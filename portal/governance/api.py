@@ -39,6 +39,14 @@ class QuotaInputSerializer(serializers.Serializer):
     weight = serializers.DecimalField(max_digits=7, decimal_places=3, default=1)
     updated_at = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                            help_text="the row's updated_at as you read it (omit for a new quota)")
+    pool = serializers.CharField(required=False, allow_null=True, default=None,
+                                 help_text="null or omitted: the matrix holds the quotas that apply in every pool")
+
+    def validate_pool(self, value):
+        # Ignoring it would write a per-pool row's values (as listed by GET) onto the every-pool quota.
+        if value is not None:
+            raise serializers.ValidationError("only quotas for every pool (pool null) are edited here")
+        return value
 
 
 class QuotaPutSerializer(serializers.Serializer):
@@ -56,7 +64,8 @@ class TeamListAPI(APIView):
 
 
 class QuotaAPI(APIView):
-    """Quotas of the teams you may see. PUT (platform admins) applies a set of cells all or nothing."""
+    """Quotas of the teams you may see. PUT (platform admins) applies a set of cells, each at most once, all or
+    nothing."""
 
     def _list(self, request):
         qs = Quota.objects.filter(team__in=teams_for(request.user)).select_related("team", "gpu_model", "pool")
@@ -72,7 +81,8 @@ class QuotaAPI(APIView):
             raise PermissionDenied("only platform admins may change quotas")
         data = QuotaPutSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        changes = [services.QuotaChange(**item) for item in data.validated_data["quotas"]]
+        changes = [services.QuotaChange(**{k: v for k, v in item.items() if k != "pool"})
+                   for item in data.validated_data["quotas"]]
         try:
             services.quota_matrix_set(user=request.user, changes=changes, reason=data.validated_data["reason"])
         except services.StaleEdit as exc:

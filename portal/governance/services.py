@@ -2,6 +2,7 @@
 commit in one transaction. Only platform admins may call these; views and APIs check that first, and the
 services check it again (failing closed)."""
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -62,7 +63,13 @@ def quota_snapshot(quota: Quota | None) -> dict | None:
 
 def quota_validate(changes: list[QuotaChange]) -> dict[str, str]:
     """Errors keyed ``team/gpu_model.field`` for a set of changes, judged together with the quotas that stay
-    as they are: limit ≥ guaranteed, weight > 0, and each parent's guarantee covers its children's."""
+    as they are: each cell at most once, limit ≥ guaranteed, weight > 0, and each parent's guarantee covers its
+    children's."""
+    # A cell given twice: which values were meant is anyone's guess, so refuse rather than let the last win.
+    repeated = {cell: n for cell, n in Counter(ch.cell for ch in changes).items() if n > 1}
+    if repeated:
+        return {f"{cell}.cell": f"{cell} appears {n} times; give each team × GPU model cell once"
+                for cell, n in repeated.items()}
     errors: dict[str, str] = {}
     teams = {t.name: t for t in Team.objects.all()}
     models_ = {m.name: m for m in GpuModel.objects.all()}

@@ -77,6 +77,29 @@ def test_put_refuses_inconsistent_quotas_naming_the_cell(api, staff, cluster):
     assert not AuditEntry.objects.exists()
 
 
+def test_put_refuses_a_cell_given_twice_naming_it_and_writes_nothing(api, staff, cluster):
+    stamp = current(cluster).updated_at.isoformat()
+    response = put(api(staff), {"team": "nlp", "gpu_model": "a100-40gb", "guaranteed": 1},
+                   {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 3, "limit": 4, "updated_at": stamp},
+                   {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 1, "limit": 4, "updated_at": stamp})
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"vision/h100-80gb.cell"}
+    assert "vision/h100-80gb appears 2 times" in response.json()["errors"]["vision/h100-80gb.cell"][0]
+    assert current(cluster).guaranteed == 2 and not Quota.objects.filter(team=cluster["nlp"], gpu_model=cluster["a100"])
+    assert not AuditEntry.objects.exists()
+
+
+def test_put_refuses_a_per_pool_cell_rather_than_writing_it_to_every_pool(api, staff, cluster):
+    q = current(cluster)
+    response = put(api(staff), {"team": "vision", "gpu_model": "h100-80gb", "pool": "train", "guaranteed": 3,
+                                "limit": 4, "updated_at": q.updated_at.isoformat()})
+    assert response.status_code == 400
+    assert "pool null" in response.json()["errors"]["quotas"]["0"]["pool"][0]
+    assert current(cluster).guaranteed == 2
+    listed = api(staff).get("/api/v1/quotas/").json()  # what GET lists (pool null) goes back as it is
+    assert put(api(staff), *listed).status_code == 200
+
+
 def test_put_refuses_a_stale_edit_with_409(api, staff, cluster):
     q = current(cluster)
     stamp = q.updated_at.isoformat()
