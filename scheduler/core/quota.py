@@ -200,10 +200,11 @@ class QuotaBook:
                 code = R.QUOTA_EXCEEDED if t == team else R.OVER_LIMIT
                 who = f"team {t}" if t == team else f"parent team {t} of {team}"
                 where = f" in pool {scope}" if scope else ""
+                never = "; more than the limit: it cannot start unless the limit is raised" if amount > cap else ""
                 return R.reason(
                     code,
                     f"{who} holds {R.fmt_gpus(in_use)}/{R.fmt_gpus(row.limit)} {model}{where} "
-                    f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}",
+                    f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}{never}",
                     team=t, gpu_model=model, in_use=R.num(in_use), limit=R.num(row.limit), requested=R.num(amount),
                     **({"pool": scope} if scope else {}),
                 )

@@ -144,3 +144,15 @@ def test_it_pauses_the_garbage_collector_only_during_the_cycle():
         assert not gc.isenabled()  # a caller that turned it off keeps it off
     finally:
         gc.enable()
+
+
+def test_a_job_larger_than_its_teams_limit_is_told_it_cannot_start_until_the_limit_is_raised():
+    n1 = node("n1", first_id=0)
+    s = snap([n1], [JobInfo(1, "vision", gpus=7), JobInfo(2, "vision", gpus=6)], [quota("vision", limit=6)])
+    d = schedule(s)
+    assert [st.job_id for st in d.starts] == [2]
+    reason = by_id(d)[1][1].reason
+    assert reason.code == R.QUOTA_EXCEEDED and reason.message == (
+        "team vision holds 0/6 h100-80gb (limit 6); job needs 7; more than the limit: it cannot start unless the "
+        "limit is raised")
+    assert by_id(d)[1][1].estimated_start is None
