@@ -1,6 +1,8 @@
 """The node API (docs/node-protocol.md): a node authenticates with its own token and reports only about
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
+import re
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -11,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
 from scheduler.services import nodes as node_services
@@ -18,6 +21,13 @@ from scheduler.services import nodes as node_services
 MAX_GPUS_PER_NODE = 64
 MAX_TELEMETRY = 2000
 MAX_LOG_CHUNK = 1024 * 1024
+MAX_ATTEMPT = 2**31 - 1  # the attempt columns are integers
+MAX_BIGINT = 2**63 - 1
+# A GPU's model as the agent reports it: Rota's slug, which scheduler/agent/gpu/models.py derives from the
+# driver's device name ("h100-80gb", "a100-1g.10gb", "rtx4090-24gb"), or that device name itself ("NVIDIA
+# H100 80GB HBM3"), turned into the slug the same way here. Both name a size or product number (a digit).
+GPU_MODEL_SLUG = re.compile(r"[a-z0-9]+(?:[-.+][a-z0-9]+)*")
+GPU_DEVICE_NAME = re.compile(r"[A-Za-z0-9]+(?:[ ._()/+-]+[A-Za-z0-9]+)*\)?")
 
 
 class NodePrincipal:
@@ -72,6 +82,25 @@ class GpuReportSerializer(serializers.Serializer):
     memory_mb = serializers.IntegerField(min_value=1, max_value=10_000_000)
     mig = serializers.BooleanField(required=False, default=False)
 
+    def validate(self, attrs):
+        """Every model a node reports becomes a cluster-wide GPU model: refuse what no driver calls a GPU."""
+        model = attrs["model"].strip()
+        named = any(c.isdigit() for c in model) and any(c.isalpha() for c in model)
+        if named and GPU_MODEL_SLUG.fullmatch(model):
+            slug = model
+        elif named and GPU_DEVICE_NAME.fullmatch(model):
+            slug = model_slug(model, attrs["memory_mb"])
+        else:
+            slug = ""
+        if len(slug) <= 63 and GPU_MODEL_SLUG.fullmatch(slug):  # GpuModel.name
+            attrs["model"] = slug
+        else:
+            raise serializers.ValidationError(
+                {"model": f"{model[:80]!r} is not a GPU model: send Rota's slug (h100-80gb, a100-1g.10gb) or "
+                          "the driver's device name (NVIDIA H100 80GB HBM3)"}
+            )
+        return attrs
+
 
 class RegisterSerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True)
@@ -92,8 +121,8 @@ class RegisterSerializer(serializers.Serializer):
 
 
 class RunningSerializer(serializers.Serializer):
-    job_id = serializers.IntegerField(min_value=1)
-    attempt = serializers.IntegerField(min_value=1)
+    job_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
     pid = serializers.IntegerField(min_value=0, required=False, allow_null=True)
     state = serializers.CharField(max_length=20, required=False)
 
@@ -114,7 +143,7 @@ class TelemetrySerializer(serializers.Serializer):
     temperature_c = serializers.FloatField(min_value=-50, max_value=200, required=False, allow_null=True)
     power_w = serializers.FloatField(min_value=0, max_value=10_000, required=False, allow_null=True)
     sm_clock_mhz = serializers.FloatField(min_value=0, max_value=100_000, required=False, allow_null=True)
-    ecc_uncorrected = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, required=False, allow_null=True)
     xid = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
 
 
@@ -126,7 +155,7 @@ class HeartbeatSerializer(serializers.Serializer):
 
 
 class EventSerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(min_value=1)
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
     type = serializers.ChoiceField(choices=["started", "exited", "stopped", "start_failed"])
     pid = serializers.IntegerField(required=False, allow_null=True)
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
@@ -136,8 +165,8 @@ class EventSerializer(serializers.Serializer):
 
 
 class LogSerializer(serializers.Serializer):
-    attempt = serializers.IntegerField(min_value=1)
-    offset = serializers.IntegerField(min_value=0)
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT)
     data = serializers.CharField(max_length=MAX_LOG_CHUNK, allow_blank=True, trim_whitespace=False)
 
 

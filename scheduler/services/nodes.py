@@ -9,7 +9,7 @@ import re
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node
@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 RESTART_KINDS = ("inference",)
 RESTART_BACKOFF_S = 10
 MAX_RESTART_BACKOFF_S = 300
+# How long after its allocation closed a node may still report about an attempt (its last log lines, its end
+# event, a resend of an event whose answer was lost): after the node was marked down the agent sends them
+# once the processes are gone, after its heartbeat timeout, the grace period and a few log passes, or as
+# long as the outage lasted. Later reports are refused.
+LATE_REPORT_WINDOW = timedelta(hours=1)
 
 
 class NodeProtocolError(Exception):
@@ -35,9 +40,14 @@ class NodeProtocolError(Exception):
 
 
 _SLUG = re.compile(r"[^a-z0-9.]+")
+# Indexes an agent reports stay below this (whole GPUs, and MIG slices at 100 + 10 x parent + slot); a GPU
+# that is gone and whose index another device now has is kept, absent, at the first free index from here.
+ABSENT_INDEX_BASE = 1024
+_PARKED_INDEX = 32767  # where rows wait, one statement at a time, while indexes are swapped
 
 
 def _model_for(model_name: str, memory_mb: int) -> GpuModel:
+    """The GPU model a node reports (already checked by the API: Rota's slug form), created on first sight."""
     slug = _SLUG.sub("-", model_name.lower()).strip("-")[:63] or "unknown"
     model, _ = GpuModel.objects.get_or_create(
         name=slug, defaults={"memory_mb": memory_mb, "display_name": model_name, "is_mig_profile": "g." in slug}
@@ -45,41 +55,76 @@ def _model_for(model_name: str, memory_mb: int) -> GpuModel:
     return model
 
 
+def _match_gpus(rows: list[Gpu], reports: list[dict]) -> tuple[list[tuple[dict, Gpu | None]], list[Gpu]]:
+    """Pair each reported device with its row: the row of its UUID (a device keeps its samples, health and
+    allocations when the host numbers it differently after a reboot), else the row at its index whose
+    device is no longer reported (a replaced card), else none (a new device). Also returns the rows of the
+    devices that are gone."""
+    by_uuid = {gpu.uuid: gpu for gpu in rows}
+    reported = {item["uuid"] for item in reports}
+    gone_by_index = {gpu.index: gpu for gpu in rows if gpu.uuid not in reported}
+    pairs = [(item, by_uuid.get(item["uuid"]) or gone_by_index.pop(item["index"], None)) for item in reports]
+    return pairs, sorted(gone_by_index.values(), key=lambda gpu: gpu.index)
+
+
+def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]) -> None:
+    """Write the matched rows in place. (node, index) is unique after every statement, so rows whose index
+    changes wait at parked indexes first; a gone GPU whose index is taken moves past the reportable ones."""
+    taken = {item["index"] for item, _ in pairs}
+    target = {gpu.pk: item["index"] for item, gpu in pairs if gpu is not None}
+    kept = {gpu.index for gpu in gone}
+    free = (i for i in range(ABSENT_INDEX_BASE, _PARKED_INDEX) if i not in kept)
+    for gpu in gone:
+        target[gpu.pk] = next(free) if gpu.index in taken else gpu.index
+    moving = [gpu for gpu in [g for _, g in pairs if g is not None] + gone if gpu.index != target[gpu.pk]]
+    for position, gpu in enumerate(moving):
+        Gpu.objects.filter(pk=gpu.pk).update(index=_PARKED_INDEX - position)
+    for item, gpu in pairs:
+        model = _model_for(item["model"], item["memory_mb"])
+        if gpu is None:
+            Gpu.objects.create(node=node, index=item["index"], uuid=item["uuid"], model=model,
+                               memory_mb=item["memory_mb"])
+        else:
+            Gpu.objects.filter(pk=gpu.pk).update(index=item["index"], uuid=item["uuid"], model=model,
+                                                 memory_mb=item["memory_mb"], present=True)
+    for gpu in gone:
+        Gpu.objects.filter(pk=gpu.pk).update(index=target[gpu.pk], present=False)
+
+
 def node_register(*, node: Node, report: dict) -> dict:
-    """Record what the agent found on its host. GPUs are matched by index; a GPU that disappeared is
-    marked absent and the node drained with a reason. A node that was down becomes ready."""
+    """Record what the agent found on its host. GPUs are known by UUID (see ``_match_gpus``); a UUID that
+    another node holds is refused (400, field ``gpus``). A GPU that disappeared is marked absent and the
+    node drained with a reason. A node that was down becomes ready."""
     gpus_in = report["gpus"]
-    with transaction.atomic():
-        now = db_now()
-        node = Node.objects.select_for_update().get(pk=node.pk)
-        known = {g.index: g for g in node.gpus.all()}
-        seen = set()
-        for item in gpus_in:
-            seen.add(item["index"])
-            model = _model_for(item["model"], item["memory_mb"])
-            gpu = known.get(item["index"])
-            if gpu is None:
-                Gpu.objects.create(node=node, index=item["index"], uuid=item["uuid"], model=model,
-                                   memory_mb=item["memory_mb"])
-            else:
-                gpu.uuid, gpu.model, gpu.memory_mb, gpu.present = item["uuid"], model, item["memory_mb"], True
-                gpu.save(update_fields=["uuid", "model", "memory_mb", "present"])
-        missing = sorted(set(known) - seen)
-        if missing:
-            node.gpus.filter(index__in=missing).update(present=False)
-        fields = {
-            "driver_version": report.get("driver_version", ""), "cuda_version": report.get("cuda_version", ""),
-            "cpus": report.get("cpus", 0), "memory_mb": report.get("memory_mb", 0),
-            "gpu_backend": report.get("gpu_backend", ""), "agent_version": report.get("agent_version", ""),
-            "registered_at": now, "last_heartbeat_at": now, "heartbeat_seq": 0,
-        }
-        if missing and node.state in (Node.READY, Node.DOWN):
-            fields.update(state=Node.DRAINING, state_reason=f"returned with fewer GPUs (missing index {missing})",
-                          state_changed_at=now, state_changed_by=None)
-        elif node.state == Node.DOWN:
-            fields.update(state=Node.READY, state_reason="agent registered", state_changed_at=now,
-                          state_changed_by=None)
-        Node.objects.filter(pk=node.pk).update(**fields)
+    uuids = [item["uuid"] for item in gpus_in]
+    foreign = sorted(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True))
+    if foreign:
+        raise NodeProtocolError(f"GPU UUID {', '.join(foreign[:4])} belongs to another node", field="gpus")
+    try:
+        with transaction.atomic():
+            now = db_now()
+            node = Node.objects.select_for_update().get(pk=node.pk)
+            pairs, gone = _match_gpus(list(node.gpus.all()), gpus_in)
+            missing = sorted(gpu.index for gpu in gone)
+            _save_gpus(node, pairs, gone)
+            fields = {
+                "driver_version": report.get("driver_version", ""), "cuda_version": report.get("cuda_version", ""),
+                "cpus": report.get("cpus", 0), "memory_mb": report.get("memory_mb", 0),
+                "gpu_backend": report.get("gpu_backend", ""), "agent_version": report.get("agent_version", ""),
+                "registered_at": now, "last_heartbeat_at": now, "heartbeat_seq": 0,
+            }
+            if missing and node.state in (Node.READY, Node.DOWN):
+                fields.update(state=Node.DRAINING,
+                              state_reason=f"returned with fewer GPUs (missing index {missing})"[:300],
+                              state_changed_at=now, state_changed_by=None)
+            elif node.state == Node.DOWN:
+                fields.update(state=Node.READY, state_reason="agent registered", state_changed_at=now,
+                              state_changed_by=None)
+            Node.objects.filter(pk=node.pk).update(**fields)
+    except IntegrityError as exc:  # another node registered one of these UUIDs in the meantime
+        if "uuid" not in str(exc):
+            raise
+        raise NodeProtocolError("a reported GPU UUID belongs to another node", field="gpus") from None
     return {
         "node": node.name,
         "heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S,
@@ -158,23 +203,57 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
     return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": node_assignments(node)}
 
 
-def _own_job(node: Node, job_id: int, attempt: int) -> Job:
-    job = Job.objects.filter(pk=job_id, allocations__node=node).distinct().first()
+def _reported_attempt(node: Node, job_id: int, attempt: int, *, now, lock: bool = False) -> tuple[Job, bool]:
+    """The job a node reports about, and whether the node still holds the reported attempt.
+
+    A node speaks only for an attempt it holds (an open allocation here) or held until moments ago: the
+    agent sends an attempt's last log lines, then its end event, once its processes are gone, which can be
+    after the portal closed the allocation (the node was marked down and the job requeued), and it resends
+    an event whose answer it lost. So for ``LATE_REPORT_WINDOW`` after its allocation here closed the node
+    may still report about that attempt. Reports about an attempt the node never held get the 404 of an
+    unknown job; the rest are 409 (field ``attempt``). With ``lock`` the job row is locked."""
+    unknown = NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
+    if not Allocation.objects.filter(job_id=job_id, node=node).exists():
+        raise unknown
+    job = (Job.objects.select_for_update() if lock else Job.objects).filter(pk=job_id).first()
     if job is None:
-        raise NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
-    if attempt != job.attempt:
-        raise NodeProtocolError(f"attempt {attempt} is not the job's current attempt ({job.attempt})",
-                                status=409, field="attempt")
-    return job
+        raise unknown
+    held = list(Allocation.objects.filter(job=job, node=node, attempt__in={attempt, job.attempt})
+                .values_list("attempt", "ended_at"))
+    ends = [ended for held_attempt, ended in held if held_attempt == attempt]
+    holds_current = any(held_attempt == job.attempt and ended is None for held_attempt, ended in held)
+    if any(ended is None for ended in ends):
+        if attempt != job.attempt:
+            raise _not_current(job, attempt)
+        return job, True
+    if not ends:
+        raise _not_current(job, attempt) if holds_current else unknown
+    if now - max(ends) > LATE_REPORT_WINDOW:
+        raise _attempt_over(job_id, attempt)
+    return job, False
+
+
+def _not_current(job: Job, attempt: int) -> NodeProtocolError:
+    return NodeProtocolError(f"attempt {attempt} is not the job's current attempt ({job.attempt})", status=409,
+                             field="attempt")
+
+
+def _attempt_over(job_id: int, attempt: int) -> NodeProtocolError:
+    return NodeProtocolError(f"attempt {attempt} of job {job_id} is over", status=409, field="attempt")
 
 
 def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
-    """A node reports that a job's processes started, exited or could not start on it."""
+    """A node reports that a job's processes started, exited or could not start on it. A repeated event
+    about the job's current attempt that the node no longer holds (an answer was lost, see
+    ``_reported_attempt``) is accepted and changes nothing; one about an older attempt is refused (409)."""
     kind = event["type"]
     with transaction.atomic():
         now = db_now()
-        job = _own_job(node, job_id, event["attempt"])
-        job = Job.objects.select_for_update().get(pk=job.pk)
+        job, holds = _reported_attempt(node, job_id, event["attempt"], now=now, lock=True)
+        if not holds:
+            if event["attempt"] != job.attempt:
+                raise _not_current(job, event["attempt"])
+            return job
         if kind == "started":
             job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING), to_state=JobState.RUNNING,
                            cause=f"processes started on {node.name}", at=now,
@@ -267,11 +346,15 @@ def _settle(job: Job, event: dict, now) -> None:
 
 
 def node_job_log(*, node: Node, job_id: int, attempt: int, offset: int, data: str) -> int:
-    """Append a chunk of a job's output; chunks already stored are ignored. Returns the stored size."""
-    job = _own_job(node, job_id, attempt)
+    """Append a chunk of an attempt's output; chunks already stored are ignored. Returns the stored size.
+    Only the node that runs the attempt may send it, or, shortly after, the node that ran it (see
+    ``_reported_attempt``), unless the job finished with that attempt."""
     chunk = data.encode()
     with transaction.atomic():
-        entry, _ = JobLog.objects.select_for_update().get_or_create(job=job, attempt=attempt)
+        job, holds = _reported_attempt(node, job_id, attempt, now=db_now())
+        if not holds and attempt == job.attempt and job.state not in HOLDING_STATES:
+            raise _attempt_over(job_id, attempt)  # it finished on an end event, which comes after the log
+        entry, _ = JobLog.objects.select_for_update().get_or_create(job_id=job_id, attempt=attempt)
         if offset > entry.size:
             raise NodeProtocolError(f"offset {offset} is past the stored size {entry.size}", status=409,
                                     field="offset")

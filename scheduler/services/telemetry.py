@@ -18,6 +18,13 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 # Agent clocks further than this from the database clock are corrected by the measured offset.
 MAX_CLOCK_SKEW = timedelta(seconds=30)
 RAW_RETENTION = timedelta(hours=24)
+# A node clock further than this from the database clock is not skewed but broken (year 1 or 9999): its
+# samples are refused, not corrected. Within it a wrong clock (a dead RTC battery, a missed NTP sync) is
+# corrected as above.
+MAX_AGENT_CLOCK_OFFSET = timedelta(days=730)
+# A sample older than the raw retention (once corrected) would be rolled up and deleted at once: refused.
+# The agent buffers minutes of samples while the portal is away, not days.
+MAX_SAMPLE_AGE = RAW_RETENTION
 
 
 class TelemetryError(Exception):
@@ -28,13 +35,20 @@ class TelemetryError(Exception):
         self.field = field
 
 
+def _hours(span: timedelta) -> int:
+    return int(span.total_seconds() // 3600)
+
+
 def _node_gpus(node: Node) -> dict[str, Gpu]:
     return {g.uuid: g for g in Gpu.objects.filter(node=node, present=True)}
 
 
 def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
-    """Store a batch of samples from ``node``. Every row must name a GPU of this node; a row not newer
-    than the GPU's latest stored sample is a replay and is skipped. Returns the number stored."""
+    """Store a batch of samples from ``node``. Every row must name a GPU of this node and carry a time
+    within ``MAX_AGENT_CLOCK_OFFSET`` of ``now``; a node clock off by more than ``MAX_CLOCK_SKEW`` is
+    corrected by the offset of the batch's newest row, after which no row may be older than
+    ``MAX_SAMPLE_AGE``. A row not newer than the GPU's latest stored sample is a replay and is skipped.
+    Returns the number stored."""
     if not rows:
         return 0
     gpus = _node_gpus(node)
@@ -42,8 +56,15 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
         if row["uuid"] not in gpus:
             raise TelemetryError(f"telemetry[{i}]: unknown GPU UUID {row['uuid']!r} for node {node.name}",
                                  field="telemetry")
+        if abs(row["at"] - now) > MAX_AGENT_CLOCK_OFFSET:
+            raise TelemetryError(f"telemetry[{i}].at: {row['at'].isoformat()} is more than "
+                                 f"{MAX_AGENT_CLOCK_OFFSET.days} days from the portal's clock", field="telemetry")
     newest = max(row["at"] for row in rows)
     offset = now - newest if abs(now - newest) > MAX_CLOCK_SKEW else timedelta(0)
+    for i, row in enumerate(rows):
+        if row["at"] + offset < now - MAX_SAMPLE_AGE:
+            raise TelemetryError(f"telemetry[{i}].at: {row['at'].isoformat()} is older than the "
+                                 f"{_hours(MAX_SAMPLE_AGE)} h the portal keeps raw samples", field="telemetry")
     holders = dict(
         Allocation.objects.filter(node=node, ended_at__isnull=True).values_list("gpu_id", "job_id")
     )
