@@ -149,7 +149,10 @@ class Executor:
         """Start an attempt; returns its ``started`` or ``start_failed`` event."""
         key = assignment.key
         if not assignment.command.strip():
-            return self._start_failed(assignment, "empty command")
+            return self.start_failed(assignment, "empty command")
+        bad = next((name for name in assignment.env if not name or "=" in name or "\0" in name), None)
+        if bad is not None:
+            return self.start_failed(assignment, f"invalid environment variable name {bad!r}")
         job_dir = self.work_dir / "jobs" / str(assignment.job_id)
         log_path = self.work_dir / "logs" / f"{assignment.job_id}-{assignment.attempt}.log"
         status_path = self.work_dir / "run" / f"{assignment.job_id}-{assignment.attempt}.status"
@@ -167,8 +170,8 @@ class Executor:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-        except OSError as error:
-            return self._start_failed(assignment, f"cannot start: {error}")
+        except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
+            return self.start_failed(assignment, f"cannot start: {error}")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         stat = procs.read_stat(popen.pid)
@@ -206,7 +209,8 @@ class Executor:
         self.save()
         return event
 
-    def _start_failed(self, assignment: Assignment, message: str) -> JobEvent:
+    def start_failed(self, assignment: Assignment, message: str) -> JobEvent:
+        """Record that an attempt could not start here (it is never tried again); returns its event."""
         log.warning("job %s failed to start: %s", assignment.key, message)
         event = JobEvent(
             assignment.job_id, assignment.attempt, "start_failed", iso(utc_now()), message=message

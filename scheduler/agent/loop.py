@@ -28,7 +28,7 @@ from scheduler.agent.client import (
     RegisterRequired,
 )
 from scheduler.agent.executor import Executor
-from scheduler.agent.gpu.base import GpuBackend
+from scheduler.agent.gpu.base import GpuBackend, utc_now
 from scheduler.agent.health import DEFAULT_MAX_TEMPERATURE_C, HealthTracker
 from scheduler.agent.jobs import (
     STOP_PORTAL_LOST,
@@ -40,7 +40,7 @@ from scheduler.agent.jobs import (
     job_key,
 )
 from scheduler.agent.logship import ship_log
-from scheduler.agent.wire import register_body, telemetry_entries
+from scheduler.agent.wire import iso, register_body, telemetry_entries
 
 log = logging.getLogger(__name__)
 AGENT_STATE_FILE = "agent.json"
@@ -217,10 +217,23 @@ class Agent:
                 else:  # stopped before it ever started here: the portal still waits to hear it ended
                     self.outbox.append(self.executor.never_started(assignment))
             elif not self.shutting_down and not self.executor.has_run(assignment.job_id, assignment.attempt):
-                self.outbox.append(self.executor.start(assignment))
+                self.outbox.append(self._start(assignment))
         for key in list(self.executor.jobs):
             if key not in listed:
                 self.executor.stop(key, STOP_REQUESTED, "no longer assigned to this node")
+
+    def _start(self, assignment: Assignment) -> JobEvent:
+        """Start one attempt. Whatever goes wrong fails that attempt alone, never the pass: the other jobs
+        of the node still start, and the portal hears ``start_failed`` with the error."""
+        try:
+            return self.executor.start(assignment)
+        except Exception as error:
+            log.exception("job %s could not be started", assignment.key)
+            job = self.executor.jobs.get(assignment.key)
+            if job is not None:  # its processes run (what failed came after): it is watched like any other
+                return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=job.pid)
+            message = f"cannot start: {error.__class__.__name__}: {error}"
+            return self.executor.start_failed(assignment, message)
 
     def flush_outbox(self) -> None:
         """Send queued job events in order; an end event first sends the rest of its log."""

@@ -31,6 +31,8 @@ class StandInPortal:
         self.down = False
         self.require_register = False
         self.refuse_heartbeats: list[tuple[int, dict[str, Any]]] = []  # answered in order, then accepted
+        self.refuse_jobs: dict[int, tuple[int, dict[str, Any]]] = {}  # job id -> the answer to its reports
+        self.refused: list[tuple[int, str, dict[str, Any]]] = []  # (job id, "events" or "log", body)
         self.last_seq = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -113,6 +115,9 @@ class StandInPortal:
             if match is None:
                 return 404, {"detail": "not found"}
             job_id = int(match.group(1))
+            if job_id in self.refuse_jobs:
+                self.refused.append((job_id, match.group(2), body))
+                return self.refuse_jobs[job_id]
             if match.group(2) == "events":
                 self.events.append((job_id, body))
                 return 200, {"job_id": job_id}

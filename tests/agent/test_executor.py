@@ -4,6 +4,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from scheduler.agent import procs
 from scheduler.agent.executor import Executor
 from scheduler.agent.jobs import Assignment, JobEvent
@@ -112,6 +114,24 @@ def test_an_empty_command_fails_to_start(executor: Executor) -> None:
     assert (event.type, event.message) == ("start_failed", "empty command")
     assert executor.jobs == {} and executor.has_run(1, 1)
     assert Executor(executor.work_dir).adopt() == [event]  # kept until the portal acknowledges it
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"A=B": "1"}, "invalid environment variable name 'A=B'"),
+        ({"": "1"}, "invalid environment variable name ''"),
+        ({"A\0B": "1"}, "invalid environment variable name 'A\\x00B'"),
+        ({"A": "nul\0byte"}, "cannot start: embedded null byte"),
+    ],
+)
+def test_an_environment_the_os_refuses_fails_that_start_only(
+    executor: Executor, env: dict[str, str], message: str
+) -> None:
+    event = executor.start(assignment(1, "true", env=env))
+    assert (event.type, event.message) == ("start_failed", message)
+    assert executor.jobs == {} and executor.has_run(1, 1)
+    assert executor.start(assignment(2, "true")).type == "started"
 
 
 def test_it_never_starts_the_same_attempt_twice(executor: Executor) -> None:

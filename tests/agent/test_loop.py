@@ -2,6 +2,9 @@
 
 from collections.abc import Callable
 
+import pytest
+
+from scheduler.agent.jobs import Assignment, JobEvent
 from scheduler.agent.loop import Agent
 from tests.agent.conftest import SMALL_NODE, running, wait_until
 from tests.agent.standin_portal import StandInPortal
@@ -186,3 +189,56 @@ def test_a_refused_telemetry_batch_is_dropped_and_a_refused_gpu_list_makes_it_re
         assert len(portal.heartbeats[0]["telemetry"]) == 2  # the refused batch was not resent
         portal.refuse_heartbeats = [(400, {"detail": "unknown GPU UUID", "field": "gpus"})]
         wait_until(lambda: len(portal.registrations) == 2)
+
+
+def test_a_job_that_cannot_start_fails_alone_and_the_others_still_start(
+    portal: StandInPortal, make_agent: MakeAgent
+) -> None:
+    portal.assign(1, "echo one", env={"A=B": "x"})  # the operating system refuses this environment
+    portal.assign(2, "echo two", env={"NOTE": "a\0b"})
+    portal.assign(3, "echo three")
+    with running(make_agent()):
+        wait_until(lambda: portal.events_of(3, "exited"))
+        [refused_name] = wait_until(lambda: portal.events_of(1, "start_failed"))
+        [refused_value] = wait_until(lambda: portal.events_of(2, "start_failed"))
+    assert refused_name["message"] == "invalid environment variable name 'A=B'"
+    assert refused_value["message"] == "cannot start: embedded null byte"
+    assert portal.log_text(3) == "three\n" and portal.events_of(1, "started") == []
+
+
+def test_any_error_while_starting_a_job_fails_that_job_only(
+    portal: StandInPortal, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent()
+    start = agent.executor.start
+
+    def failing_start(assignment: Assignment) -> JobEvent:
+        if assignment.job_id == 1:
+            raise RuntimeError("disk on fire")
+        return start(assignment)
+
+    monkeypatch.setattr(agent.executor, "start", failing_start)
+    portal.assign(1, "echo one")
+    portal.assign(2, "echo two")
+    with running(agent):
+        wait_until(lambda: portal.events_of(2, "exited"))
+        [failed] = wait_until(lambda: portal.events_of(1, "start_failed"))
+        beats = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) > beats + 2)
+    assert failed["message"] == "cannot start: RuntimeError: disk on fire"
+    assert len(portal.events_of(1)) == 1  # reported once, never tried again
+
+
+def test_reports_the_portal_refuses_for_good_are_dropped_not_resent(
+    portal: StandInPortal, make_agent: MakeAgent
+) -> None:
+    portal.refuse_jobs[1] = (409, {"detail": "attempt 1 of job 1 is over", "field": "attempt"})
+    portal.assign(1, "echo out")
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: [kind for _, kind, body in portal.refused if body.get("type") == "exited"])
+        sent = len(portal.refused)
+        beats = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) > beats + 3)
+        assert len(portal.refused) == sent
+    assert not agent.outbox and not agent.executor.unreported
