@@ -3,7 +3,7 @@ the same validation, optimistic concurrency and audit as the quota page), ``GET 
 ``POST /api/v1/jobs/{id}/priority-class/`` (platform admins: the queue page's data and action)."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
@@ -30,13 +30,26 @@ class QuotaSerializer(serializers.ModelSerializer):
         fields = ["team", "gpu_model", "pool", "guaranteed", "limit", "weight", "non_lendable", "updated_at"]
 
 
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string", "format": "decimal"}]})
+class QuotaValueField(serializers.Field):
+    """A quota value as the client sent it (a number or a decimal string). The quota service parses and
+    range-checks it with the quota page's rules, so one answer names every bad cell."""
+
+    def to_internal_value(self, data):
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class QuotaInputSerializer(serializers.Serializer):
     team = serializers.CharField(max_length=63)
     gpu_model = serializers.CharField(max_length=63)
-    guaranteed = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0)
-    limit = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
-                                     default=None)
-    weight = serializers.DecimalField(max_digits=7, decimal_places=3, default=1)
+    guaranteed = QuotaValueField(help_text=f"GPUs, 0 to {services.MAX_GPUS}, at most 3 decimals")
+    limit = QuotaValueField(allow_null=True, required=False, default=None,
+                            help_text=f"GPUs, 0 to {services.MAX_GPUS}, at most 3 decimals; null: no cap")
+    weight = QuotaValueField(required=False, default=1,
+                             help_text=f"above 0 and below {services.MAX_WEIGHT}, at most 3 decimals")
     updated_at = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                            help_text="the row's updated_at as you read it (omit for a new quota)")
     pool = serializers.CharField(required=False, allow_null=True, default=None,
@@ -51,7 +64,8 @@ class QuotaInputSerializer(serializers.Serializer):
 
 class QuotaPutSerializer(serializers.Serializer):
     quotas = QuotaInputSerializer(many=True, allow_empty=False)
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="",
+                                   help_text="required (not blank): why, kept in the audit log")
 
 
 class TeamListAPI(APIView):
@@ -81,10 +95,13 @@ class QuotaAPI(APIView):
             raise PermissionDenied("only platform admins may change quotas")
         data = QuotaPutSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        changes = [services.QuotaChange(**{k: v for k, v in item.items() if k != "pool"})
-                   for item in data.validated_data["quotas"]]
+        reason = data.validated_data["reason"]
+        changes, errors = services.quota_changes_parse(data.validated_data["quotas"])
+        errors |= services.reason_errors(reason)
+        if errors:
+            raise ValidationError({key: [message] for key, message in errors.items()})
         try:
-            services.quota_matrix_set(user=request.user, changes=changes, reason=data.validated_data["reason"])
+            services.quota_matrix_set(user=request.user, changes=changes, reason=reason)
         except services.StaleEdit as exc:
             return Response({"detail": str(exc), "errors": {"updated_at": [str(exc)]}, "cells": exc.cells},
                             status=status.HTTP_409_CONFLICT)
@@ -131,7 +148,9 @@ class QueueAPI(APIView):
 
 class JobPriorityInputSerializer(serializers.Serializer):
     priority_class = serializers.SlugRelatedField(slug_field="name", queryset=PriorityClass.objects.all())
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    # Required: the service checks it together with the job's state, so one answer names every problem.
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="",
+                                   help_text="required (not blank): why, kept in the audit log")
 
 
 class JobPriorityAPI(APIView):

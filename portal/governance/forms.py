@@ -2,38 +2,26 @@
 priority classes, pool teams and node state changes."""
 
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 
 from django import forms
 from django.utils.dateparse import parse_datetime
 
 from portal.governance.selectors import QuotaCell
-from portal.governance.services import QuotaChange
+from portal.governance.services import QUOTA_FIELDS, QuotaChange, quota_changes_parse
 from portal.models import Team
 from scheduler.models import PriorityClass
-
-QUOTA_FIELDS = ("guaranteed", "limit", "weight")
 
 
 def quota_input_name(team: str, gpu_model: str, field: str) -> str:
     return f"q:{team}:{gpu_model}:{field}"
 
 
-def _decimal(raw: str, *, default: Decimal | None) -> Decimal | None:
-    raw = (raw or "").strip()
-    if not raw:
-        return default
-    value = Decimal(raw)
-    if not value.is_finite():
-        raise InvalidOperation
-    return value.quantize(Decimal("0.001"))
-
-
 def parse_quota_matrix(data, rows: list[list[QuotaCell]]) -> tuple[list[QuotaChange], dict[str, str]]:
     """The cells an editor submitted, as QuotaChanges (blank guaranteed: 0, blank limit: no cap, blank weight:
-    1), plus errors keyed ``team/model.field`` for values that are not numbers. Cells left entirely blank
-    where no quota exists are skipped."""
-    changes, errors = [], {}
+    1), plus every error of the submission at once, keyed ``team/model.field`` (see
+    services.quota_changes_parse). Cells left entirely blank where no quota exists are skipped. Each cell
+    keeps what was typed (``posted``) for re-display."""
+    items = []
     for row in rows:
         for cell in row:
             team, model = cell.team.name, cell.gpu_model.name
@@ -42,16 +30,9 @@ def parse_quota_matrix(data, rows: list[list[QuotaCell]]) -> tuple[list[QuotaCha
             cell.posted = {**raw, "updated_at": stamp}
             if cell.quota is None and not any(v.strip() for v in raw.values()):
                 continue
-            values = {}
-            for f, default in (("guaranteed", Decimal(0)), ("limit", None), ("weight", Decimal(1))):
-                try:
-                    values[f] = _decimal(raw[f], default=default)
-                except (InvalidOperation, ValueError):
-                    errors[f"{cell.key}.{f}"] = f"{cell.key}: {f} must be a number; got {raw[f][:20]!r}"
             updated_at: datetime | None = parse_datetime(stamp) if stamp else None
-            if len(values) == len(QUOTA_FIELDS):
-                changes.append(QuotaChange(team=team, gpu_model=model, updated_at=updated_at, **values))
-    return changes, errors
+            items.append({"team": team, "gpu_model": model, "updated_at": updated_at, **raw})
+    return quota_changes_parse(items)
 
 
 def attach_errors(rows: list[list[QuotaCell]], errors: dict[str, str]) -> None:
@@ -73,6 +54,15 @@ class PriorityClassForm(forms.ModelForm):
     class Meta:
         model = PriorityClass
         fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
+        labels = {
+            "min_runtime_s": "Minimum runtime (seconds)",
+            "grace_period_s": "Grace period (seconds)",
+        }
+        help_texts = {
+            "min_runtime_s": "a job of this class runs at least this long before it may be preempted (0: no minimum)",
+            "grace_period_s": "from SIGTERM to SIGKILL when a job of this class is preempted or stopped: time to "
+                              "checkpoint and exit cleanly",
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,4 +85,5 @@ class NodeStateForm(forms.Form):
 class JobPriorityForm(forms.Form):
     priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.all(), to_field_name="name",
                                             label="Priority class")
-    reason = forms.CharField(max_length=500, required=False, help_text="why (kept in the audit log)")
+    # Required, but checked by the service together with the job's state, so one answer names every problem.
+    reason = forms.CharField(max_length=500, required=False, help_text="required: why (kept in the audit log)")

@@ -59,9 +59,26 @@ def usage_by_team_and_model() -> dict[tuple[int, int], Decimal]:
     return {(r["job__team_id"], r["gpu__model_id"]): Decimal(r["milli"]) / 1000 for r in rows}
 
 
+def teams_as_tree(teams: list[Team]) -> list[Team]:
+    """``teams`` in tree order: each parent first, then its children, siblings by name (depth first). A team
+    whose parent is not among ``teams`` counts as a root."""
+    present = {t.pk for t in teams}
+    by_parent: dict[int | None, list[Team]] = {}
+    for team in sorted(teams, key=lambda t: t.name):
+        by_parent.setdefault(team.parent_id if team.parent_id in present else None, []).append(team)
+    ordered: list[Team] = []
+    stack = list(reversed(by_parent.get(None, [])))
+    while stack:
+        team = stack.pop()
+        ordered.append(team)
+        stack.extend(reversed(by_parent.get(team.pk, [])))
+    seen = {t.pk for t in ordered}
+    return ordered + [t for t in sorted(teams, key=lambda t: t.name) if t.pk not in seen]  # a loop: listed last
+
+
 def quota_matrix() -> tuple[list[Team], list[GpuModel], list[list[QuotaCell]]]:
-    """Teams (rows) × GPU models (columns) of the pool-wide quotas, in three queries."""
-    teams = list(Team.objects.select_related("parent").order_by("name"))
+    """Teams (rows, in tree order) × GPU models (columns) of the pool-wide quotas, in three queries."""
+    teams = teams_as_tree(list(Team.objects.select_related("parent").order_by("name")))
     gpu_models = list(GpuModel.objects.order_by("name"))
     quotas = {(q.team_id, q.gpu_model_id): q for q in Quota.objects.filter(pool__isnull=True)}
     usage = usage_by_team_and_model()

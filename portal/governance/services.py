@@ -5,7 +5,7 @@ services check it again (failing closed)."""
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -18,7 +18,14 @@ from scheduler.models.jobs import WAITING_STATES
 from scheduler.services.jobs import job_hold, job_release
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
+# The bounds keep every value inside its column: guaranteed and limit are numeric(9, 3) (below 10^6), weight is
+# numeric(7, 3) (below 10^4). Values are kept to QUOTA_STEP; finer ones are refused, never rounded silently.
 MAX_GPUS = Decimal(100000)
+MAX_WEIGHT = Decimal(10000)
+QUOTA_STEP = Decimal("0.001")
+QUOTA_FIELDS = ("guaranteed", "limit", "weight")
+QUOTA_DEFAULTS = {"guaranteed": Decimal(0), "limit": None, "weight": Decimal(1)}
+REASON_REQUIRED = "a reason is required: say why (it is kept in the audit log)"
 
 
 class StaleEdit(Exception):
@@ -54,6 +61,11 @@ def _require_admin(user) -> None:
         raise PermissionDenied("only platform admins may change governance settings")
 
 
+def reason_errors(reason: str | None) -> dict[str, str]:
+    """``{"reason": …}`` when ``reason`` is blank: changes that land in the audit log must say why."""
+    return {} if (reason or "").strip() else {"reason": REASON_REQUIRED}
+
+
 def quota_snapshot(quota: Quota | None) -> dict | None:
     if quota is None:
         return None
@@ -61,72 +73,172 @@ def quota_snapshot(quota: Quota | None) -> dict | None:
             "limit": quota.limit, "weight": quota.weight}
 
 
-def quota_validate(changes: list[QuotaChange]) -> dict[str, str]:
-    """Errors keyed ``team/gpu_model.field`` for a set of changes, judged together with the quotas that stay
-    as they are: each cell at most once, limit ≥ guaranteed, weight > 0, and each parent's guarantee covers its
-    children's."""
+def _shown(value: Decimal) -> str:
+    """A quota value as people write it (2, 2.5; not 2.500 or 2E+1); absurdly long ones cut short."""
+    text = format(value.normalize(), "f") if -12 < value.adjusted() < 21 else str(value)
+    return text if len(text) <= 24 else text[:20] + "…"
+
+
+def quota_value_error(cell: str, field: str, value: Decimal) -> str | None:
+    """Why ``value`` cannot be ``field`` of ``cell`` (None: it can): out of bounds, or finer than QUOTA_STEP."""
+    if field == "weight":
+        if not Decimal(0) < value < MAX_WEIGHT:
+            return f"{cell}: weight must be above 0 and below {MAX_WEIGHT}; got {_shown(value)}"
+    elif not Decimal(0) <= value <= MAX_GPUS:
+        return f"{cell}: {field} must be between 0 and {MAX_GPUS}; got {_shown(value)}"
+    if value != value.quantize(QUOTA_STEP):  # within bounds, so quantize cannot overflow
+        return (f"{cell}: {field} {_shown(value)} has more than 3 decimal places; quotas are kept to "
+                f"{QUOTA_STEP}, so give at most 3")
+    return None
+
+
+def quota_value_parse(raw, *, cell: str, field: str) -> tuple[Decimal | None, str | None]:
+    """One field of a quota cell as an editor gave it: text from the quota page, a JSON number or string from
+    the API. Blank or None is the field's default (guaranteed 0, limit no cap, weight 1). Returns
+    ``(value, None)``, or ``(None, why)`` naming the cell and the bounds."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return QUOTA_DEFAULTS[field], None
+    value = None
+    if isinstance(raw, str | int | float | Decimal) and not isinstance(raw, bool) and len(str(raw)) <= 100:
+        try:
+            value = Decimal(str(raw).strip())
+        except InvalidOperation:
+            value = None
+    if value is None or not value.is_finite():
+        return None, f"{cell}: {field} must be a number; got {str(raw)[:20]!r}"
+    error = quota_value_error(cell, field, value)
+    if error:
+        return None, error
+    return value.quantize(QUOTA_STEP) + 0, None  # + 0: no negative zero
+
+
+def _repeated_cells(cells: list[str]) -> dict[str, str]:
     # A cell given twice: which values were meant is anyone's guess, so refuse rather than let the last win.
-    repeated = {cell: n for cell, n in Counter(ch.cell for ch in changes).items() if n > 1}
+    return {f"{cell}.cell": f"{cell} appears {n} times; give each team × GPU model cell once"
+            for cell, n in Counter(cells).items() if n > 1}
+
+
+def quota_changes_parse(items: list[dict]) -> tuple[list[QuotaChange], dict[str, str]]:
+    """QuotaChanges from an editor's input (the quota page, the API): dicts with ``team``, ``gpu_model``, the
+    raw ``guaranteed``, ``limit`` and ``weight`` (see quota_value_parse) and ``updated_at``. Returns the
+    changes and every error at once, keyed ``team/gpu_model.field`` and judged as quota_validate judges; a
+    cell with an error in any of its fields gives no change."""
+    repeated = _repeated_cells([f"{item['team']}/{item['gpu_model']}" for item in items])
     if repeated:
-        return {f"{cell}.cell": f"{cell} appears {n} times; give each team × GPU model cell once"
-                for cell, n in repeated.items()}
+        return [], repeated
+    changes, errors, unsettled = [], {}, set()
+    for item in items:
+        cell = f"{item['team']}/{item['gpu_model']}"
+        values = {}
+        for field in QUOTA_FIELDS:
+            value, error = quota_value_parse(item.get(field), cell=cell, field=field)
+            if error:
+                errors[f"{cell}.{field}"] = error
+            else:
+                values[field] = value
+        if len(values) == len(QUOTA_FIELDS):
+            changes.append(QuotaChange(team=item["team"], gpu_model=item["gpu_model"],
+                                       updated_at=item.get("updated_at"), **values))
+        else:
+            unsettled.add((item["team"], item["gpu_model"]))
+    return changes, errors | _quota_rules(changes, unsettled=unsettled)
+
+
+def quota_validate(changes: list[QuotaChange]) -> dict[str, str]:
+    """Every error of a set of changes at once, keyed ``team/gpu_model.field``, judged together with the
+    quotas that stay as they are: each cell at most once, each value within its bounds and to 3 decimals,
+    limit ≥ guaranteed, and each parent's guarantee covers its children's."""
+    repeated = _repeated_cells([ch.cell for ch in changes])
+    if repeated:
+        return repeated
+    errors: dict[str, str] = {}
+    settled, unsettled = [], set()
+    for ch in changes:
+        bad = {f"{ch.cell}.{f}": quota_value_error(ch.cell, f, getattr(ch, f)) for f in QUOTA_FIELDS
+               if getattr(ch, f) is not None}
+        bad = {key: error for key, error in bad.items() if error}
+        if bad:
+            errors |= bad
+            unsettled.add((ch.team, ch.gpu_model))
+        else:
+            settled.append(ch)
+    return errors | _quota_rules(settled, unsettled=unsettled)
+
+
+def _quota_rules(changes: list[QuotaChange], *, unsettled: set[tuple[str, str]]) -> dict[str, str]:
+    """The rules between values, for changes whose own values are each valid. ``unsettled`` names the other
+    edited cells ((team, model): values refused), whose names are still checked but whose values are unknown,
+    so no sum involving them is judged."""
     errors: dict[str, str] = {}
     teams = {t.name: t for t in Team.objects.all()}
     models_ = {m.name: m for m in GpuModel.objects.all()}
-    for ch in changes:
-        if ch.team not in teams:
-            errors[f"{ch.cell}.team"] = f"no team named {ch.team!r}"
-            continue
-        if ch.gpu_model not in models_:
-            errors[f"{ch.cell}.gpu_model"] = f"no GPU model named {ch.gpu_model!r}"
-            continue
-        if ch.guaranteed < 0 or ch.guaranteed > MAX_GPUS:
-            errors[f"{ch.cell}.guaranteed"] = f"{ch.cell}: guaranteed must be between 0 and {MAX_GPUS}"
-        if ch.limit is not None and ch.limit < ch.guaranteed:
-            errors[f"{ch.cell}.limit"] = (
-                f"{ch.cell}: limit {ch.limit} is below the guaranteed {ch.guaranteed}; a limit must be ≥ the guarantee"
-            )
-        if ch.weight <= 0 or ch.weight > 10000:
-            errors[f"{ch.cell}.weight"] = f"{ch.cell}: weight must be above 0 and at most 10000"
-    if errors:
-        return errors
-    # The matrix after the change: (team, model) -> guaranteed.
-    wanted = {
+    for team, model in sorted(unsettled | {(ch.team, ch.gpu_model) for ch in changes}):
+        if team not in teams:
+            errors[f"{team}/{model}.team"] = f"no team named {team!r}"
+        elif model not in models_:
+            errors[f"{team}/{model}.gpu_model"] = f"no GPU model named {model!r}"
+    changes = [ch for ch in changes if f"{ch.cell}.team" not in errors and f"{ch.cell}.gpu_model" not in errors]
+    # The guarantees as they stand: (team, model) -> guaranteed.
+    current = {
         (q.team.name, q.gpu_model.name): q.guaranteed
         for q in Quota.objects.filter(pool__isnull=True).select_related("team", "gpu_model")
     }
     for ch in changes:
-        wanted[(ch.team, ch.gpu_model)] = ch.guaranteed
+        if ch.limit is None or ch.limit >= ch.guaranteed:
+            continue
+        g, lim = _shown(ch.guaranteed), _shown(ch.limit)
+        # Outline what the editor changed: a raised guarantee is the culprit, not the limit it now exceeds.
+        if ch.guaranteed != current.get((ch.team, ch.gpu_model), Decimal(0)):
+            errors[f"{ch.cell}.guaranteed"] = (
+                f"{ch.cell}: guaranteed {g} is above the limit {lim}; a guarantee must be ≤ the limit")
+        else:
+            errors[f"{ch.cell}.limit"] = (
+                f"{ch.cell}: limit {lim} is below the guaranteed {g}; a limit must be ≥ the guarantee")
+    # The guarantees after the change. A refused value is unknown: it is left out of every sum, so a sum of
+    # children is then a lower bound (guarantees are ≥ 0) and an overflow it shows is certain.
+    wanted = current | {(ch.team, ch.gpu_model): ch.guaranteed for ch in changes}
+    for key in unsettled:
+        wanted.pop(key, None)
     by_id = {t.pk: t for t in teams.values()}
+
+    def parent_of(team_name: str) -> str | None:
+        parent_id = teams[team_name].parent_id if team_name in teams else None
+        return by_id[parent_id].name if parent_id else None
+
     children: dict[tuple[str, str], list[str]] = {}
-    for (team_name, model), _g in wanted.items():
-        parent_id = teams[team_name].parent_id
-        if parent_id:
-            children.setdefault((by_id[parent_id].name, model), []).append(team_name)
-    touched = {(ch.team, ch.gpu_model) for ch in changes}
+    for team_name, model in wanted:
+        if parent_of(team_name):
+            children.setdefault((parent_of(team_name), model), []).append(team_name)
+    partial = {(parent_of(team), model) for team, model in unsettled if parent_of(team)}
+    # The guarantees this edit changes (a new row counts: it starts capping its children). The page sends every
+    # cell, so a cell merely sent again is not what broke a sum.
+    touched = {key for key in ((ch.team, ch.gpu_model) for ch in changes)
+               if key not in current or current[key] != wanted[key]}
     for (parent, model), kids in sorted(children.items()):
         if (parent, model) not in wanted:
-            continue  # a parent without a quota row for this model does not cap its children
+            continue  # no quota row for the parent (it caps nothing), or its own value was refused
         group = {(k, model) for k in kids} | {(parent, model)}
         if not group & touched:
-            continue  # an old inconsistency does not block unrelated edits
+            continue  # an old inconsistency does not block edits that leave these guarantees alone
         total = sum(wanted[(k, model)] for k in kids)
         if total > wanted[(parent, model)]:
             blamed = [parent] if (parent, model) in touched else [k for k in sorted(kids) if (k, model) in touched]
+            at_least = "at least " if (parent, model) in partial else ""
             for name in blamed:
-                errors[f"{name}/{model}.guaranteed"] = (
-                    f"{name}/{model}: the children of {parent} would be guaranteed {total} GPUs in total, more "
-                    f"than {parent}'s {wanted[(parent, model)]}"
-                )
+                errors.setdefault(f"{name}/{model}.guaranteed", (
+                    f"{name}/{model}: the children of {parent} would be guaranteed {at_least}{_shown(total)} GPUs "
+                    f"in total, more than {parent}'s {_shown(wanted[(parent, model)])}"
+                ))
     return errors
 
 
-def quota_matrix_set(*, user, changes: list[QuotaChange], reason: str = "") -> list[Quota]:
+def quota_matrix_set(*, user, changes: list[QuotaChange], reason: str) -> list[Quota]:
     """Apply changes to the quota matrix all together or not at all. Raises ValidationError (keys
-    ``team/gpu_model.field``) for inconsistent values and StaleEdit when a row changed since the editor read
-    it. Unchanged cells are skipped; each changed cell gets one audit entry (before → after)."""
+    ``team/gpu_model.field``, and ``reason`` when it is blank) with every error at once, and StaleEdit when a
+    row changed since the editor read it. Unchanged cells are skipped; each changed cell gets one audit entry
+    (before → after, with the reason)."""
     _require_admin(user)
-    errors = quota_validate(changes)
+    errors = quota_validate(changes) | reason_errors(reason)
     if errors:
         raise ValidationError(errors)
     saved = []
@@ -245,20 +357,27 @@ def _wake_cycle() -> None:
     run_cycle.delay_on_commit()
 
 
-def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: str = ""):
-    """Move a pending or held job to another priority class (its preemptibility stays). A guarded UPDATE:
-    a job that started or ended meanwhile is refused. Audited; wakes the scheduling cycle."""
+def _not_waiting(state: str) -> dict[str, str]:
+    return {"state": f"only a pending or held job changes priority class; this one is {state}"}
+
+
+def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: str):
+    """Move a pending or held job to another priority class (its preemptibility stays); ``reason`` is
+    required. A guarded UPDATE: a job that started or ended meanwhile is refused. Audited; wakes the
+    scheduling cycle. Raises ValidationError with every error at once (``reason``, ``state``)."""
     _require_admin(user)
     with transaction.atomic():
         before = Job.objects.filter(pk=job.pk).values_list("priority_class__name", "state").first()
         if before is None:
             raise ValidationError({"job": "no such job"})
+        errors = reason_errors(reason) | (_not_waiting(before[1]) if before[1] not in WAITING_STATES else {})
+        if errors:
+            raise ValidationError(errors)
         if before[0] == priority_class.name:
             return job
         updated = Job.objects.filter(pk=job.pk, state__in=WAITING_STATES).update(priority_class=priority_class)
-        if updated != 1:
-            raise ValidationError({"state": f"only a pending or held job changes priority class; this one is "
-                                            f"{before[1]}"})
+        if updated != 1:  # it started or ended since it was read
+            raise ValidationError(_not_waiting(Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()))
         audit_record(actor=user, action="job.priority-class", object_type="job", object_id=job.pk,
                      object_name=f"#{job.pk} {job.name}", before={"priority_class": before[0]},
                      after={"priority_class": priority_class.name}, reason=reason)

@@ -53,33 +53,42 @@ def _quota_context(rows, teams, gpu_models, **extra):
     return {"rows": rows, "teams": teams, "gpu_models": gpu_models, "section": "quotas", **extra}
 
 
+def _quota_impact(rows, changes) -> list[dict]:
+    """The cells a set of changes alters, with what each team holds now against its new limit."""
+    cells = {cell.key: cell for row in rows for cell in row}
+    impact = []
+    for ch in changes:
+        cell = cells[ch.cell]
+        q = cell.quota
+        if q is not None and (q.guaranteed, q.limit, q.weight) == (ch.guaranteed, ch.limit, ch.weight):
+            continue
+        impact.append({"cell": cell, "change": ch,
+                       "over_limit": ch.limit is not None and cell.in_use > ch.limit,
+                       "over_by": (cell.in_use - ch.limit) if ch.limit is not None else 0})
+    return impact
+
+
 @staff_only
 def quotas(request):
-    """The quota matrix. POST with ``action=preview`` shows the impact; ``action=save`` applies."""
+    """The quota matrix. POST with ``action=preview`` shows the impact; ``action=save`` applies (a reason is
+    required). Every error of a submission is shown at once, on its cell, with what was typed kept."""
     teams, gpu_models, rows = selectors.quota_matrix()
     if request.method != "POST":
         return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models))
     changes, errors = parse_quota_matrix(request.POST, rows)
     reason = request.POST.get("reason", "")
-    if not errors:
-        errors = services.quota_validate(changes)
-    if errors:
+    saving = request.POST.get("action") == "save"
+    if saving:
+        errors |= services.reason_errors(reason)
+    if any(key != "reason" for key in errors):
         attach_errors(rows, errors)
         return render(request, "governance/quotas.html",
                       _quota_context(rows, teams, gpu_models, errors=errors, reason=reason), status=400)
-    if request.POST.get("action") != "save":
-        cells = {cell.key: cell for row in rows for cell in row}
-        impact = []
-        for ch in changes:
-            cell = cells[ch.cell]
-            q = cell.quota
-            if q is not None and (q.guaranteed, q.limit, q.weight) == (ch.guaranteed, ch.limit, ch.weight):
-                continue
-            impact.append({"cell": cell, "change": ch,
-                           "over_limit": ch.limit is not None and cell.in_use > ch.limit,
-                           "over_by": (cell.in_use - ch.limit) if ch.limit is not None else 0})
+    impact = _quota_impact(rows, changes)
+    if not saving or errors:  # a preview, or a save that only lacks its reason: show the impact again
         return render(request, "governance/quotas.html",
-                      _quota_context(rows, teams, gpu_models, impact=impact, preview=True, reason=reason))
+                      _quota_context(rows, teams, gpu_models, impact=impact, preview=True, reason=reason,
+                                     errors=errors), status=400 if errors else 200)
     try:
         saved = services.quota_matrix_set(user=request.user, changes=changes, reason=reason)
     except services.StaleEdit as exc:
@@ -87,8 +96,10 @@ def quotas(request):
         messages.error(request, str(exc))
         return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models), status=409)
     except ValidationError as exc:
-        attach_errors(rows, {k: " ".join(v) for k, v in exc.message_dict.items()})
-        return render(request, "governance/quotas.html", _quota_context(rows, teams, gpu_models), status=400)
+        errors = {k: " ".join(v) for k, v in exc.message_dict.items()}
+        attach_errors(rows, errors)
+        return render(request, "governance/quotas.html",
+                      _quota_context(rows, teams, gpu_models, errors=errors, reason=reason), status=400)
     messages.success(request, f"Saved {len(saved)} quota change(s)." if saved else "Nothing changed.")
     return redirect("govern-quotas")
 

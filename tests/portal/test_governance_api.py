@@ -71,7 +71,11 @@ def test_put_refuses_inconsistent_quotas_naming_the_cell(api, staff, cluster):
     response = put(api(staff), {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 5, "limit": 4,
                                 "updated_at": q.updated_at.isoformat()})
     assert response.status_code == 400
-    assert "vision/h100-80gb.limit" in response.json()["errors"]
+    assert set(response.json()["errors"]) == {"vision/h100-80gb.guaranteed"}  # the guarantee is what changed
+    lowered = put(api(staff), {"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 2, "limit": 1,
+                               "updated_at": q.updated_at.isoformat()})
+    assert lowered.json()["errors"] == {"vision/h100-80gb.limit": [
+        "vision/h100-80gb: limit 1 is below the guaranteed 2; a limit must be ≥ the guarantee"]}
     unknown = put(api(staff), {"team": "nope", "gpu_model": "h100-80gb", "guaranteed": 1})
     assert unknown.status_code == 400 and "nope/h100-80gb.team" in unknown.json()["errors"]
     assert not AuditEntry.objects.exists()

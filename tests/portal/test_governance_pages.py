@@ -2,7 +2,9 @@
 edits refused, drain/resume with a reason, pools, priority classes, the audit log and its CSV export."""
 
 import csv
+import html
 import io
+import re
 from decimal import Decimal
 
 import pytest
@@ -45,6 +47,11 @@ def matrix_post(cluster, **cells):
         team, model = key.split("/")
         data |= {f"q:{team}:{model}:guaranteed": g, f"q:{team}:{model}:limit": lim, f"q:{team}:{model}:weight": w}
     return data
+
+
+def invalid_inputs(page: str) -> set[str]:
+    """The names of the inputs a page outlines as invalid."""
+    return set(re.findall(r'<input[^>]*\bname="([^"]+)"[^>]*\baria-invalid="true"', page))
 
 
 @pytest.mark.parametrize("url", PAGES)
@@ -107,14 +114,22 @@ def test_it_creates_a_quota_in_an_empty_cell(staff, cluster):
     assert entry.action == "quota.create" and entry.before is None
 
 
-def test_it_refuses_a_limit_below_the_guarantee_naming_the_cell(staff, cluster):
+def test_it_refuses_a_guarantee_above_the_limit_naming_the_cell_and_outlining_the_guarantee(staff, cluster):
     response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("3", "2", "1")}))
     assert response.status_code == 400
     page = response.content.decode()
-    assert "nlp/h100-80gb: limit 2.000 is below the guaranteed 3.000" in page
-    assert 'aria-invalid="true"' in page
+    assert "nlp/h100-80gb: guaranteed 3 is above the limit 2" in page
+    assert invalid_inputs(page) == {"q:nlp:h100-80gb:guaranteed"}  # the guarantee changed, not the limit
     q = Quota.objects.get(team=cluster["nlp"], gpu_model=cluster["h100"])
     assert (q.guaranteed, q.limit) == (1, 2) and not AuditEntry.objects.exists()
+
+
+def test_it_refuses_a_limit_lowered_below_the_guarantee_outlining_the_limit(staff, cluster):
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("1", "0.5", "1")}))
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "nlp/h100-80gb: limit 0.5 is below the guaranteed 1" in page
+    assert invalid_inputs(page) == {"q:nlp:h100-80gb:limit"}
 
 
 @pytest.mark.parametrize(("values", "message"), [
@@ -138,8 +153,9 @@ def test_it_keeps_childrens_guarantees_within_the_parents(staff, cluster):
     cluster["nlp"].save()
     response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("2", "2", "1")}))
     assert response.status_code == 400
-    assert "the children of research would be guaranteed 4.000 GPUs in total, more than research" in (
-        response.content.decode())
+    assert "the children of research would be guaranteed 4 GPUs in total, more than research's 3" in (
+        html.unescape(response.content.decode()))
+    assert invalid_inputs(response.content.decode()) == {"q:nlp:h100-80gb:guaranteed"}  # what changed, not research
     ok = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"research/h100-80gb": ("4", "4", "1"),
                                                                              "nlp/h100-80gb": ("2", "2", "1")}))
     assert ok.status_code == 302
@@ -227,6 +243,31 @@ def test_it_creates_and_edits_priority_classes_with_unique_values(staff, cluster
     create, update = AuditEntry.objects.filter(object_type="priority-class").order_by("id")
     assert create.before is None and create.after["value"] == 900
     assert update.before["value"] == 900 and update.after["value"] == 950
+
+
+def test_the_priority_class_form_says_its_units_and_is_a_plain_card(staff, cluster):
+    page = client_for(staff).get("/govern/priority-classes/new/").content.decode()
+    assert '<label for="id_min_runtime_s">Minimum runtime (seconds)</label>' in page
+    assert '<label for="id_grace_period_s">Grace period (seconds)</label>' in page
+    assert "runs at least this long before it may be preempted" in page
+    assert "from SIGTERM to SIGKILL" in page
+    assert "Min runtime s" not in page and "Grace period s" not in page
+    form = re.search(r'<form method="post" class="([^"]*)"', page).group(1).split()
+    assert form == ["card", "form"]  # not "narrow": that is the sign-in page's centred box
+    assert page.index("<form method=\"post\"") < page.index("New priority class</h2>")  # the heading is in the card
+
+
+def test_the_quota_matrix_lists_teams_as_a_tree(staff, cluster):
+    research = TeamFactory(name="research")
+    for child in (cluster["vision"], cluster["nlp"]):
+        child.parent = research
+        child.save()
+    TeamFactory(name="applied", parent=TeamFactory(name="ops"))
+    TeamFactory(name="zeta")
+    page = client_for(staff).get("/govern/quotas/").content.decode()
+    rows = [re.sub(r"<[^>]+>|\s+", " ", row).split()[-1]
+            for row in re.findall(r'<th scope="row">(.*?)</th>', page)]
+    assert rows == ["ops", "applied", "research", "nlp", "vision", "zeta"]
 
 
 def test_the_audit_log_filters_by_object_type_and_user(staff, cluster):
