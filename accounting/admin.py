@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from accounting.models import Budget, RateCard, RateCardEntry, UsageRecord
+from accounting.models import Budget, GpuPresence, RateCard, RateCardEntry, UsageRecord
 
 
 class RateCardEntryInline(admin.TabularInline):
@@ -27,6 +27,21 @@ class UsageRecordAdmin(admin.ModelAdmin):
     list_display = ["period_start", "team", "user", "job", "gpu_model", "gpu_seconds", "open"]
     list_select_related = ["team", "user", "job", "gpu_model"]
     list_filter = ["kind", "open"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(GpuPresence)
+class GpuPresenceAdmin(admin.ModelAdmin):
+    """Read-only: the inventory's history is recorded by the usage rollup, never edited by hand."""
+
+    list_display = ["gpu", "gpu_model", "since", "until"]
+    list_select_related = ["gpu__node", "gpu_model"]
+    list_filter = ["gpu_model"]
 
     def has_add_permission(self, request):
         return False

@@ -18,6 +18,7 @@ from portal.access import cost_teams_for
 from scheduler.services.common import db_now
 
 FORMATS = ("csv", "xlsx", "pdf")
+AGGREGATIONS = ("hour", *periods.AGGREGATIONS)  # the API also sums by hour
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
@@ -49,7 +50,7 @@ class ChargebackAPI(APIView):
             raise ValidationError({"month": [str(exc)]}) from None
         fmt = request.query_params.get("format", "csv")
         if fmt not in FORMATS:
-            raise ValidationError({"format": [f"expected one of {', '.join(FORMATS)}"]})
+            raise ValidationError({"format": [f"must be one of {', '.join(FORMATS)}; got {fmt!r}"]})
         team_name = request.query_params.get("team")
         team = team_for(request.user, team_name) if team_name else None
         rated = rated_usage(request.user, month, agg="month", team=team)
@@ -107,7 +108,7 @@ class UsageAPI(APIView):
             OpenApiParameter("start", str, required=True, description="YYYY-MM-DD"),
             OpenApiParameter("end", str, required=True, description="YYYY-MM-DD, inclusive"),
             OpenApiParameter("group_by", str, enum=list(charts.GROUP_BYS)),
-            OpenApiParameter("agg", str, enum=["hour", *periods.AGGREGATIONS]),
+            OpenApiParameter("agg", str, enum=list(AGGREGATIONS)),
             OpenApiParameter("team", str),
         ],
     )
@@ -116,9 +117,9 @@ class UsageAPI(APIView):
         errors = {}
         group_by, agg = q.get("group_by", "team"), q.get("agg", "day")
         if group_by not in charts.GROUP_BYS:
-            errors["group_by"] = [f"expected one of {', '.join(charts.GROUP_BYS)}"]
-        if agg not in ("hour", *periods.AGGREGATIONS):
-            errors["agg"] = ["expected one of hour, day, week, month"]
+            errors["group_by"] = [f"must be one of {', '.join(charts.GROUP_BYS)}; got {group_by!r}"]
+        if agg not in AGGREGATIONS:
+            errors["agg"] = [f"must be one of {', '.join(AGGREGATIONS)}; got {agg!r}"]
         rng = None
         for name in ("start", "end"):
             try:
@@ -150,19 +151,20 @@ class UsageAPI(APIView):
 
 class FairnessLineSerializer(serializers.Serializer):
     gpu_model = serializers.CharField()
-    capacity = serializers.FloatField(help_text="GPUs of this model present now, taken as constant")
-    guaranteed = serializers.FloatField()
+    capacity = serializers.FloatField(help_text="GPUs of this model in the inventory, on average over `hours`")
+    guaranteed = serializers.FloatField(help_text="GPUs guaranteed (scaled to the capacity), on average over `hours`")
     weight = serializers.FloatField()
-    entitled_gpus = serializers.FloatField()
+    entitled_gpus = serializers.FloatField(help_text="on average over `hours`")
     entitled_gpu_hours = serializers.FloatField()
     received_gpu_hours = serializers.FloatField()
     received_ratio = serializers.FloatField(allow_null=True)
+    hours = serializers.FloatField(help_text="hours of the period during which the model had GPUs")
 
 
 class TeamFairnessSerializer(serializers.Serializer):
     team = serializers.CharField()
     hours = serializers.FloatField(help_text="hours of the period counted (up to now for a running period)")
-    guaranteed = serializers.FloatField(help_text="GPUs guaranteed, every model together")
+    guaranteed = serializers.FloatField(help_text="GPUs guaranteed, every model together (the lines' sum)")
     entitled_gpu_hours = serializers.FloatField()
     received_gpu_hours = serializers.FloatField()
     received_ratio = serializers.FloatField(allow_null=True)

@@ -1,6 +1,8 @@
 """Plotly figures for the accounting dashboard. Pure: rated usage lines in, ``plotly`` figures out (no Django).
 
-Every figure aggregates the same rated lines, so the charts agree with each other and with the exports.
+Every figure aggregates the same rated lines, so the charts agree with each other and with the exports. Hover
+labels (and bar labels) round as the dashboard's tables do (``accounting.numbers``): a small value never reads
+as 0 in one place and 0.023 in another.
 """
 
 import math
@@ -11,7 +13,8 @@ from decimal import Decimal
 
 import plotly.graph_objects as go
 
-from accounting.rating import RatedLine, round_money
+from accounting import numbers
+from accounting.rating import RatedLine
 
 GROUP_BYS = ("team", "department", "user", "kind", "gpu_model", "pool")
 LABELS = {
@@ -30,6 +33,26 @@ _LAYOUT = {
     "legend": {"orientation": "h"},
     "font": {"family": "system-ui, sans-serif", "size": 12},
 }
+
+
+def _hover(
+    values: Iterable, fmt: Callable[[object], str] = numbers.quantity, axis: str = "x", named: bool = True
+) -> dict:
+    """Trace settings that show each value in the hover label as the tables show it: ``axis`` is the
+    category axis (``y`` for horizontal bars); ``named`` traces add their name, as Plotly does by default."""
+    extra = "%{fullData.name}" if named else ""
+    return {
+        "customdata": [fmt(v) for v in values],
+        "hovertemplate": f"%{{{axis}}}: %{{customdata}}<extra>{extra}</extra>",
+    }
+
+
+def _money(value) -> str:
+    return numbers.money(value)
+
+
+def _hours(value) -> str:
+    return numbers.quantity(value, 2)
 
 
 def key_of(group_by: str) -> Callable[[RatedLine], str]:
@@ -54,7 +77,14 @@ def period_label(at) -> str:
     return at.strftime("%Y-%m-%d %H:00" if (at.hour or at.minute) else "%Y-%m-%d")
 
 
-def _over_time(lines: list[RatedLine], group_by: str, value: Callable[[RatedLine], Decimal], title: str, unit: str):
+def _over_time(
+    lines: list[RatedLine],
+    group_by: str,
+    value: Callable[[RatedLine], Decimal],
+    title: str,
+    unit: str,
+    fmt: Callable[[object], str],
+):
     key = key_of(group_by)
     periods = sorted({line.usage.period for line in lines})
     series: dict[str, dict] = defaultdict(lambda: defaultdict(Decimal))
@@ -63,19 +93,21 @@ def _over_time(lines: list[RatedLine], group_by: str, value: Callable[[RatedLine
     labels = [period_label(p) for p in periods]
     fig = go.Figure()
     for name in sorted(series):
-        fig.add_trace(go.Bar(name=name, x=labels, y=[float(series[name].get(p, 0)) for p in periods]))
+        values = [series[name].get(p, Decimal(0)) for p in periods]
+        fig.add_trace(go.Bar(name=name, x=labels, y=[float(v) for v in values], **_hover(values, fmt)))
     fig.update_layout(title=title, barmode="stack", yaxis_title=unit, xaxis_type="category", **_LAYOUT)
     return fig
 
 
 def usage_over_time(lines: list[RatedLine], group_by: str = "team") -> go.Figure:
     """Stacked GPU-hours per period, one series per group."""
-    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, f"GPU-hours by {_IN_TITLE[group_by]}", "GPU-hours")
+    title = f"GPU-hours by {_IN_TITLE[group_by]}"
+    return _over_time(lines, group_by, lambda r: r.usage.gpu_hours, title, "GPU-hours", _hours)
 
 
 def cost_over_time(lines: list[RatedLine], group_by: str = "team", currency: str = "USD") -> go.Figure:
     """Stacked cost per period, one series per group."""
-    return _over_time(lines, group_by, lambda r: r.cost, f"Cost by {_IN_TITLE[group_by]}", currency)
+    return _over_time(lines, group_by, lambda r: r.cost, f"Cost by {_IN_TITLE[group_by]}", currency, _money)
 
 
 def cost_by(lines: list[RatedLine], group_by: str, currency: str = "USD") -> go.Figure:
@@ -85,8 +117,9 @@ def cost_by(lines: list[RatedLine], group_by: str, currency: str = "USD") -> go.
         go.Bar(
             x=[r[0] for r in rows],
             y=[float(r[2]) for r in rows],
-            text=[f"{round_money(r[2])}" for r in rows],
+            text=[_money(r[2]) for r in rows],
             textposition="auto",
+            **_hover([r[2] for r in rows], _money, named=False),
         )
     )
     fig.update_layout(title=f"Cost by {_IN_TITLE[group_by]}", yaxis_title=currency, **_LAYOUT)
@@ -109,18 +142,25 @@ def top_jobs(lines: list[RatedLine], n: int = 10) -> list[tuple[int, str, str, D
 def top_jobs_chart(rows: list[tuple[int, str, str, Decimal, Decimal]], currency: str = "USD") -> go.Figure:
     """Horizontal bars of the most expensive jobs (the most expensive on top)."""
     rows = list(reversed(rows))
-    fig = go.Figure(go.Bar(orientation="h", x=[float(r[4]) for r in rows], y=[f"#{r[0]} {r[1]}" for r in rows]))
+    fig = go.Figure(
+        go.Bar(
+            orientation="h",
+            x=[float(r[4]) for r in rows],
+            y=[f"#{r[0]} {r[1]}" for r in rows],
+            **_hover([r[4] for r in rows], _money, axis="y", named=False),
+        )
+    )
     fig.update_layout(title="Top jobs by cost", xaxis_title=currency, yaxis_automargin=True, **_LAYOUT)
     return fig
 
 
 def waste_chart(rows: list[tuple[str, float, float]]) -> go.Figure:
     """Per team: GPU-hours of work lost to preemption and hours jobs spent queued, side by side."""
-    teams = [r[0] for r in rows]
+    teams, lost, queued = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
     fig = go.Figure(
         [
-            go.Bar(name="GPU-hours lost to preemption", x=teams, y=[r[1] for r in rows]),
-            go.Bar(name="hours queued", x=teams, y=[r[2] for r in rows]),
+            go.Bar(name="GPU-hours lost to preemption", x=teams, y=lost, **_hover(lost, _hours)),
+            go.Bar(name="hours queued", x=teams, y=queued, **_hover(queued, _hours)),
         ]
     )
     fig.update_layout(barmode="group", yaxis_title="hours", **{**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 30}})
@@ -142,11 +182,19 @@ def efficiency_over_time(lines: list[RatedLine]) -> go.Figure:
         utilized[line.usage.period] += line.usage.utilized_gpu_seconds / 3600
     labels = [period_label(p) for p in periods]
     eff = [utilized[p] / measured[p] * 100 if measured[p] else None for p in periods]
+    allocated, used = [measured[p] for p in periods], [utilized[p] for p in periods]
     fig = go.Figure(
         [
-            go.Bar(name="allocated GPU-hours (with telemetry)", x=labels, y=[measured[p] for p in periods]),
-            go.Bar(name="utilized GPU-hours", x=labels, y=[utilized[p] for p in periods]),
-            go.Scatter(name="efficiency %", x=labels, y=eff, yaxis="y2", mode="lines+markers"),
+            go.Bar(name="allocated GPU-hours (with telemetry)", x=labels, y=allocated, **_hover(allocated, _hours)),
+            go.Bar(name="utilized GPU-hours", x=labels, y=used, **_hover(used, _hours)),
+            go.Scatter(
+                name="efficiency %",
+                x=labels,
+                y=eff,
+                yaxis="y2",
+                mode="lines+markers",
+                **_hover([None if e is None else e / 100 for e in eff], numbers.percent),
+            ),
         ]
     )
     fig.update_layout(
@@ -169,7 +217,10 @@ def idle_over_time(rows: Iterable, currency: str = "USD") -> go.Figure:
         periods.add(r.period)
     ordered = sorted(periods)
     labels = [period_label(p) for p in ordered]
-    fig = go.Figure([go.Bar(name=m, x=labels, y=[series[m].get(p, 0.0) for p in ordered]) for m in sorted(series)])
+    fig = go.Figure()
+    for m in sorted(series):
+        values = [series[m].get(p, 0.0) for p in ordered]
+        fig.add_trace(go.Bar(name=m, x=labels, y=values, **_hover(values)))
     fig.update_layout(barmode="stack", xaxis_type="category", yaxis_title="idle GPU-hours", **_compact("Idle GPUs"))
     return fig
 
@@ -247,7 +298,12 @@ def queue_depth(
 def queue_depth_chart(slots: list[datetime], depth: dict[str, list[float]]) -> go.Figure:
     """Jobs waiting per hour (hourly average), stacked by team."""
     labels = [s.strftime("%Y-%m-%d %H:00") for s in slots]
-    fig = go.Figure([go.Scatter(name=t, x=labels, y=depth[t], mode="lines", stackgroup="q") for t in sorted(depth)])
+    fig = go.Figure(
+        [
+            go.Scatter(name=t, x=labels, y=depth[t], mode="lines", stackgroup="q", **_hover(depth[t], _hours))
+            for t in sorted(depth)
+        ]
+    )
     fig.update_layout(yaxis_title="jobs waiting", **_compact("Queue depth (jobs waiting, hourly)"))
     return fig
 
@@ -256,10 +312,11 @@ def fairness_chart(rows: Iterable) -> go.Figure:
     """Entitled vs received GPU-hours per team (``accounting.fairness.TeamFairness``)."""
     rows = list(rows)
     teams = [r.team for r in rows]
+    entitled, received = [r.entitled_gpu_hours for r in rows], [r.received_gpu_hours for r in rows]
     fig = go.Figure(
         [
-            go.Bar(name="entitled GPU-hours", x=teams, y=[r.entitled_gpu_hours for r in rows]),
-            go.Bar(name="received GPU-hours", x=teams, y=[r.received_gpu_hours for r in rows]),
+            go.Bar(name="entitled GPU-hours", x=teams, y=entitled, **_hover(entitled)),
+            go.Bar(name="received GPU-hours", x=teams, y=received, **_hover(received)),
         ]
     )
     fig.update_layout(barmode="group", yaxis_title="GPU-hours", **_compact("Entitled vs received"))

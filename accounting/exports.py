@@ -11,6 +11,7 @@ from decimal import Decimal
 from accounting.charts import top_jobs, totals_by
 from accounting.fairness import TeamFairness
 from accounting.idle import IDLE_TEAM, IdleReport
+from accounting.numbers import money, percent, quantity
 from accounting.rating import RateCardVersion, RatedLine
 from portal.csvutil import csv_lines, neutralize
 
@@ -34,6 +35,15 @@ COLUMNS = [
 ]
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
+
+
+def _qty(value, places: int = 1) -> str:
+    """A quantity in a PDF statement, rounded as on the dashboard (``accounting.numbers``), with thousands."""
+    return quantity(value, places, grouping=True)
+
+
+def _money(value) -> str:
+    return money(value, grouping=True)
 
 
 def chargeback_row(line: RatedLine, period: str) -> list:
@@ -291,33 +301,34 @@ def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
         return [*story, Paragraph("No quota and no usage in this period.", styles["BodyText"])]
     rows = [["GPU model", "Guaranteed", "Entitled GPUs", "Entitled GPU-h", "Received GPU-h", "Received"]]
     for ln in f.lines:
-        ratio = "n/a" if ln.received_ratio is None else f"{ln.received_ratio:.0%}"
+        ratio = percent(ln.received_ratio)
         rows.append(
             [
                 ln.gpu_model,
-                f"{ln.guaranteed:,.2f}",
-                f"{ln.entitled_gpus:,.2f}",
-                f"{ln.entitled_gpu_hours:,.1f}",
-                f"{ln.received_gpu_hours:,.1f}",
+                _qty(ln.guaranteed, 2),
+                _qty(ln.entitled_gpus, 2),
+                _qty(ln.entitled_gpu_hours),
+                _qty(ln.received_gpu_hours),
                 ratio,
             ]
         )
-    total_ratio = "n/a" if f.received_ratio is None else f"{f.received_ratio:.0%}"
+    total_ratio = percent(f.received_ratio)
     rows.append(
         [
             "All models",
-            f"{f.guaranteed:,.2f}",
+            _qty(f.guaranteed, 2),
             "",
-            f"{f.entitled_gpu_hours:,.1f}",
-            f"{f.received_gpu_hours:,.1f}",
+            _qty(f.entitled_gpu_hours),
+            _qty(f.received_gpu_hours),
             total_ratio,
         ]
     )
     text = (
-        f"Jobs of the team were waiting for {f.waiting_hours:,.1f} h of the {f.hours:,.0f} h counted; "
-        f"{f.below_hours:,.1f} h of it while the team held less than its guarantee of {f.guaranteed:,.2f} GPUs "
-        f"(shortfall {f.shortfall_gpu_hours:,.1f} GPU-hours). Entitled: guarantee plus a weight share of the "
-        "capacity nobody is guaranteed (GPUs present now, taken as constant over the period)."
+        f"Jobs of the team were waiting for {_qty(f.waiting_hours)} h of the {_qty(f.hours)} h counted; "
+        f"{_qty(f.below_hours)} h of it while the team held less than its guarantee of {_qty(f.guaranteed, 2)} GPUs "
+        f"(shortfall {_qty(f.shortfall_gpu_hours)} GPU-hours). Entitled: guarantee plus a weight share of the "
+        "capacity nobody is guaranteed, each GPU counted only while it was in the inventory (guaranteed and "
+        "entitled GPUs are averages over the hours the model had GPUs)."
     )
     widths = [121, 62, 66, 68, 82, 52]  # 451 pt: the A4 frame inside the default margins
     table = Table(rows, colWidths=widths, style=grid, repeatRows=1, hAlign="LEFT")
@@ -366,10 +377,10 @@ def pdf_bytes(
         total_hours = sum((r.usage.gpu_hours for r in tl), Decimal(0))
         share = idle.shares.get(team) if idle else None
         header = ["GPU-hours", "Cost", "Jobs"]
-        values = [f"{total_hours:,.2f}", f"{total_cost:,.2f} {currency}", str(len({r.usage.job_id for r in tl}))]
+        values = [_qty(total_hours, 2), f"{_money(total_cost)} {currency}", str(len({r.usage.job_id for r in tl}))]
         if share is not None:
             header[2:2] = ["Idle share", "Total"]
-            values[2:2] = [f"{share:,.2f} {currency}", f"{total_cost + share:,.2f} {currency}"]
+            values[2:2] = [f"{_money(share)} {currency}", f"{_money(total_cost + share)} {currency}"]
         story += [
             Paragraph(f"Chargeback statement: {escape(team)}", styles["Title"]),
             Paragraph(f"Period: {escape(period_label)}", styles["Normal"]),
@@ -387,8 +398,8 @@ def pdf_bytes(
                 [
                     Paragraph(escape(f"#{job_id} {name}"), cell),
                     Paragraph(escape(users[job_id]), cell),
-                    f"{hours:,.2f}",
-                    f"{cost:,.2f}",
+                    _qty(hours, 2),
+                    _money(cost),
                 ]
             )
         if len(rows) == 1:

@@ -3,21 +3,25 @@ guarantee. Pure (no Django, no clock): the selector hands in plain numbers and i
 
 Method, in full, so a "we paid but did not get our share" question has an answer a person can check:
 
-* **Capacity** of a GPU model is the number of GPUs of that model present now (``Gpu.present``), taken as
-  constant over the whole period (the inventory has no history).
+* **Capacity** of a GPU model at a moment is the number of GPUs of that model in the inventory then (each GPU
+  counts from the registration that added it until it left, never past now: ``accounting.capacity``). It
+  comes in as steps, stretches of the period over which it is constant.
 * **Entitled GPUs** of a team on a model = its guarantee + its weighted share of the capacity no one is
   guaranteed: ``g + (capacity - Σg)₊ × w / Σw`` over the teams with a quota on that model. If guarantees add
   up to more than the capacity they are scaled down pro rata, so entitlements on a model always add up to
-  its capacity (when any team has a quota there). A team's several quota rows on one model (per pool) add
-  their guarantees and keep the largest weight. This is the static entitlement: what the team gets when
-  every team wants all it may have; a team that asks for less leaves the rest for others.
-* **Entitled GPU-hours** = entitled GPUs × the hours of the period (up to now for a period still running);
-  **received GPU-hours** come from the usage ledger (the same numbers as the chargeback).
+  its capacity (when any team has a quota there): with no GPUs (before any existed) nobody is entitled to
+  any. A team's several quota rows on one model (per pool) add their guarantees and keep the largest
+  weight. This is the static entitlement: what the team gets when every team wants all it may have; a team
+  that asks for less leaves the rest for others.
+* **Entitled GPU-hours** = entitled GPUs integrated over the period (up to now for a period still running),
+  step by step; **received GPU-hours** come from the usage ledger (the same numbers as the chargeback). A
+  line's capacity, guarantee and entitled GPUs are averages over the hours its model had GPUs (``hours``),
+  so entitled GPU-hours = entitled GPUs × those hours.
 * **Waiting below entitlement**: the time in the period during which the team had at least one job waiting
   (pending or held, from the recorded job transitions) while the GPUs it held (allocations, fractions by
-  share, every model together) added up to less than its guarantee (every model together). Teams with no
-  guarantee never wait below it. The **shortfall** is the integral of ``guarantee - held`` over that time,
-  in GPU-hours: the share the team waited for and did not get.
+  share, every model together) added up to less than its guarantee then (every model together, scaled to the
+  capacity of the moment). Teams with no guarantee never wait below it. The **shortfall** is the integral of
+  ``guarantee - held`` over that time, in GPU-hours: the share the team waited for and did not get.
 """
 
 from collections import defaultdict
@@ -27,6 +31,7 @@ from datetime import datetime
 
 Interval = tuple[datetime, datetime]
 HeldInterval = tuple[datetime, datetime, float]  # [start, end) holding this many GPUs
+Step = tuple[datetime, datetime, Mapping[str, float]]  # [start, end) with this many GPUs per model
 EPSILON = 1e-9
 
 
@@ -88,33 +93,43 @@ class WaitBelow:
 
 
 def wait_below_guarantee(
-    *, start: datetime, end: datetime, guarantee: float, waiting: Sequence[Interval], held: Sequence[HeldInterval]
+    *,
+    start: datetime,
+    end: datetime,
+    guarantee: float | Sequence[HeldInterval],
+    waiting: Sequence[Interval],
+    held: Sequence[HeldInterval],
 ) -> WaitBelow:
     """Sweep ``[start, end)``: at each moment, does the team have a job waiting, and does it hold less than
-    ``guarantee``? Intervals are clipped to the period; overlapping waits count once."""
-    events: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0])  # moment -> [Δwaiting, Δheld]
+    its guarantee? ``guarantee`` is a number of GPUs for the whole period or ``(from, to, GPUs)`` steps (none
+    outside them). Intervals are clipped to the period; overlapping waits count once."""
+    if not isinstance(guarantee, Sequence):
+        guarantee = [(start, end, float(guarantee))]
+    events: dict[datetime, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # moment -> [Δwaiting, Δheld, Δg]
+    for column, intervals in ((1, held), (2, guarantee)):
+        for lo, hi, gpus in intervals:
+            lo, hi = max(lo, start), min(hi, end)
+            if hi > lo and gpus:
+                events[lo][column] += gpus
+                events[hi][column] -= gpus
     for lo, hi in waiting:
         lo, hi = max(lo, start), min(hi, end)
         if hi > lo:
             events[lo][0] += 1
             events[hi][0] -= 1
-    for lo, hi, gpus in held:
-        lo, hi = max(lo, start), min(hi, end)
-        if hi > lo and gpus:
-            events[lo][1] += gpus
-            events[hi][1] -= gpus
     waiting_s = below_s = shortfall = 0.0
-    n_waiting, n_held = 0.0, 0.0
+    n_waiting, n_held, owed = 0.0, 0.0, 0.0
     moments = sorted(events)
     for at, nxt in zip(moments, moments[1:], strict=False):
         n_waiting += events[at][0]
         n_held += events[at][1]
+        owed += events[at][2]
         if n_waiting > 0.5:
             dt = (nxt - at).total_seconds()
             waiting_s += dt
-            if n_held < guarantee - EPSILON:
+            if n_held < owed - EPSILON:
                 below_s += dt
-                shortfall += (guarantee - n_held) * dt
+                shortfall += (owed - n_held) * dt
     return WaitBelow(waiting_s, below_s, shortfall)
 
 
@@ -123,12 +138,13 @@ class FairnessLine:
     """One team on one GPU model: entitled vs received GPU-hours."""
 
     gpu_model: str
-    capacity: float
-    guaranteed: float
+    capacity: float  # GPUs of the model, on average over ``hours``
+    guaranteed: float  # the team's guarantee after scaling, on average over ``hours``
     weight: float
-    entitled_gpus: float
+    entitled_gpus: float  # on average over ``hours``
     entitled_gpu_hours: float
     received_gpu_hours: float
+    hours: float = 0.0  # hours of the period during which the model had GPUs
 
     @property
     def received_ratio(self) -> float | None:
@@ -167,7 +183,7 @@ def fairness_statement(
     start: datetime,
     end: datetime,
     teams: Iterable[str],
-    capacity: Mapping[str, float],
+    capacity: Sequence[Step],
     quotas: Iterable[QuotaTerm],
     received_gpu_s: Mapping[tuple[str, str], float],
     waiting: Mapping[str, Sequence[Interval]],
@@ -175,43 +191,79 @@ def fairness_statement(
 ) -> list[TeamFairness]:
     """The statement for ``teams`` over ``[start, end)`` (pass ``end`` = now for a running period).
 
-    ``quotas`` are every team's (the idle share depends on everyone's weights); ``received_gpu_s`` is ledger
-    GPU-seconds by (team, GPU model)."""
+    ``capacity`` is GPUs per model as steps (``accounting.capacity.capacity_steps``; no GPUs where no step
+    covers); ``quotas`` are every team's (the idle share depends on everyone's weights); ``received_gpu_s`` is
+    ledger GPU-seconds by (team, GPU model)."""
     hours = max((end - start).total_seconds(), 0.0) / 3600
-    by_team: dict[str, list[Entitlement]] = defaultdict(list)
-    for e in entitlements(capacity, quotas):
-        by_team[e.team].append(e)
+    quotas = list(quotas)
+    # per (team, model with a quota): [guaranteed GPU-s, entitled GPU-s, weight]; per model: the seconds it had
+    # GPUs and its GPU-seconds
+    acc = {(e.team, e.gpu_model): [0.0, 0.0, e.weight] for e in entitlements({}, quotas)}
+    model_s: dict[str, float] = defaultdict(float)
+    model_gpu_s: dict[str, float] = defaultdict(float)
+    owed: dict[str, list[HeldInterval]] = defaultdict(list)
+    for lo, hi, gpus in _covering(capacity, start, end):
+        dt = (hi - lo).total_seconds()
+        for model, n in gpus.items():
+            if n > 0:
+                model_s[model] += dt
+                model_gpu_s[model] += n * dt
+        team_g: dict[str, float] = defaultdict(float)
+        for e in entitlements(gpus, quotas):
+            cell = acc[(e.team, e.gpu_model)]
+            cell[0] += e.guaranteed * dt
+            cell[1] += e.gpus * dt
+            team_g[e.team] += e.guaranteed
+        for team, g in team_g.items():
+            owed[team].append((lo, hi, g))
     out = []
     for team in sorted(set(teams)):
-        ents = {e.gpu_model: e for e in by_team.get(team, [])}
-        models = sorted(set(ents) | {m for t, m in received_gpu_s if t == team})
+        models = sorted({m for t, m in acc if t == team} | {m for t, m in received_gpu_s if t == team})
         lines = []
         for m in models:
-            e = ents.get(m)
+            g_s, ent_s, weight = acc.get((team, m), (0.0, 0.0, 0.0))
+            span = model_s.get(m, 0.0)
             lines.append(
                 FairnessLine(
                     gpu_model=m,
-                    capacity=e.capacity if e else float(capacity.get(m, 0.0)),
-                    guaranteed=e.guaranteed if e else 0.0,
-                    weight=e.weight if e else 0.0,
-                    entitled_gpus=e.gpus if e else 0.0,
-                    entitled_gpu_hours=e.gpus * hours if e else 0.0,
+                    capacity=model_gpu_s[m] / span if span else 0.0,
+                    guaranteed=g_s / span if span else 0.0,
+                    weight=weight,
+                    entitled_gpus=ent_s / span if span else 0.0,
+                    entitled_gpu_hours=ent_s / 3600,
                     received_gpu_hours=float(received_gpu_s.get((team, m), 0.0)) / 3600,
+                    hours=span / 3600,
                 )
             )
-        guarantee = sum(e.guaranteed for e in ents.values())
         wait = wait_below_guarantee(
-            start=start, end=end, guarantee=guarantee, waiting=waiting.get(team, ()), held=held.get(team, ())
+            start=start, end=end, guarantee=owed.get(team, []), waiting=waiting.get(team, ()), held=held.get(team, ())
         )
         out.append(
             TeamFairness(
                 team=team,
                 hours=hours,
-                guaranteed=guarantee,
+                guaranteed=sum(ln.guaranteed for ln in lines),
                 lines=lines,
                 waiting_hours=wait.waiting_s / 3600,
                 below_hours=wait.below_s / 3600,
                 shortfall_gpu_hours=wait.shortfall_gpu_s / 3600,
             )
         )
+    return out
+
+
+def _covering(steps: Sequence[Step], start: datetime, end: datetime) -> list[Step]:
+    """``steps`` clipped to ``[start, end)``, with the gaps between them filled with no GPUs."""
+    out: list[Step] = []
+    at = start
+    for lo, hi, gpus in sorted(steps, key=lambda s: s[0]):
+        lo, hi = max(lo, start), min(hi, end)
+        if hi <= lo:
+            continue
+        if lo > at:
+            out.append((at, lo, {}))
+        out.append((lo, hi, gpus))
+        at = max(at, hi)
+    if at < end:
+        out.append((at, end, {}))
     return out

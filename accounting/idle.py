@@ -1,12 +1,13 @@
 """Idle cost, as OpenCost defines it: capacity nobody was allocated, priced at the rate card, and a policy for
 where it goes. Pure (no Django, no clock).
 
-* **Capacity** of a GPU model is the number of its GPUs present now, taken as constant over the period (the
-  inventory keeps no history); capacity GPU-seconds = GPUs × seconds of the period (up to now for a running
-  period).
-* **Idle GPU-seconds** = capacity − allocated (ledger GPU-seconds of every team), never below zero, per
-  period, GPU model and rate card version; priced like usage, at the card in force (a card takes over at the
-  first whole hour at or after its ``effective_from``, as the ledger's hourly rows do).
+* **Capacity** GPU-seconds of a GPU model: each of its GPUs counts from when it joined the inventory until it
+  left (the recorded history, ``accounting.capacity``), up to now for a running period; never before it
+  existed. An allocation proves its GPU was there, so capacity is never less than what was allocated (the
+  history may trail a registration by one rollup): capacity = allocated + idle, always.
+* **Idle GPU-seconds** = capacity − allocated (ledger GPU-seconds of every team), per period, GPU model and
+  rate card version; priced like usage, at the card in force (a card takes over at the first whole hour at or
+  after its ``effective_from``, as the ledger's hourly rows do).
 * **Policy** (``ROTA_IDLE_COST_POLICY``): ``hide`` leaves idle cost out; ``separate`` shows it as its own
   "idle" line (to those who see every team's cost: it is no team's cost); ``share`` hands it to the teams
   pro rata to their allocated cost over the range, in cents that add up exactly (largest remainder). With
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 
+from accounting.capacity import Step, integrate
 from accounting.rating import CENT, RateBook, RateCardVersion, round_money, unrounded_cost
 
 POLICIES = ("hide", "separate", "share")
@@ -40,8 +42,8 @@ class IdleLine:
     period: datetime
     gpu_model: str
     card_version: int | None
-    capacity_gpus: int
-    capacity_gpu_seconds: Decimal
+    capacity_gpus: int  # the most GPUs present at once
+    capacity_gpu_seconds: Decimal  # = allocated + idle
     allocated_gpu_seconds: Decimal
     idle_gpu_seconds: Decimal
     rate: Decimal
@@ -60,32 +62,39 @@ def _ceil_hour(at: datetime) -> datetime:
 def idle_lines(
     *,
     periods: Sequence[tuple[datetime, datetime, datetime]],
-    capacity: Mapping[str, int],
+    capacity: Sequence[Step],
     allocated: Mapping[tuple[datetime, str, int | None], Decimal],
     cards: Iterable[RateCardVersion],
 ) -> list[IdleLine]:
-    """Idle GPU-seconds and cost per (period, GPU model, card version).
+    """Idle GPU-seconds and cost per (period, GPU model, card version), for each model with GPUs or allocations
+    in the period.
 
     ``periods`` are ``(key, start, end)`` spans already clipped to the range, keyed by the period start the
-    ledger groups by; ``allocated`` is ledger GPU-seconds by (period key, model, card version)."""
+    ledger groups by; ``capacity`` is GPUs per model as steps over the range (``accounting.capacity``);
+    ``allocated`` is ledger GPU-seconds by (period key, model, card version)."""
     book = RateBook(cards)
     switches = sorted({_ceil_hour(c.effective_from) for c in book.cards})
+    by_version = {c.version: c for c in book.cards}
+    used: dict[datetime, list[tuple[str, int | None]]] = defaultdict(list)
+    for key, model, version in allocated:
+        used[key].append((model, version))
     out = []
     for key, lo, hi in periods:
         cuts = [lo, *(s for s in switches if lo < s < hi), hi]
-        for model in sorted(capacity):
-            gpus = int(capacity[model])
-            cap_by_version: dict[int | None, Decimal] = defaultdict(Decimal)
-            for a, b in zip(cuts, cuts[1:], strict=False):
-                card = book.card_at(a)
-                seconds = Decimal((b - a).total_seconds())
-                cap_by_version[card.version if card else None] += seconds * gpus
-            for version, cap in cap_by_version.items():
-                used = Decimal(allocated.get((key, model, version), 0))
-                idle = max(cap - used, Decimal(0))
-                card = next((c for c in book.cards if c.version == version), None)
-                rate = card.prices.get(model, Decimal(0)) if card else Decimal(0)
-                out.append(IdleLine(key, model, version, gpus, cap, used, idle, rate, unrounded_cost(idle, rate)))
+        cap: dict[tuple[str, int | None], list] = {k: [Decimal(0), 0] for k in used.get(key, ())}
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            card = book.card_at(a)
+            version = card.version if card else None
+            for model, (seconds, peak) in integrate(capacity, a, b).items():
+                cell = cap.setdefault((model, version), [Decimal(0), 0])
+                cell[0] += seconds
+                cell[1] = max(cell[1], peak)
+        for (model, version), (seconds, peak) in sorted(cap.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            held = Decimal(allocated.get((key, model, version), 0))
+            idle = max(seconds - held, Decimal(0))
+            card = by_version.get(version)
+            rate = card.prices.get(model, Decimal(0)) if card else Decimal(0)
+            out.append(IdleLine(key, model, version, peak, held + idle, held, idle, rate, unrounded_cost(idle, rate)))
     return out
 
 
@@ -126,20 +135,23 @@ class IdleReport:
         return bool(self.lines) and not self.shares
 
     def by_model(self) -> list[tuple[str, int, Decimal, Decimal, Decimal]]:
-        """(GPU model, GPUs, idle GPU-hours, capacity GPU-hours, cost) per model, by model name."""
+        """(GPU model, most GPUs at once, idle GPU-hours, capacity GPU-hours, cost) per model, by model name."""
         acc: dict[str, list] = {}
         for ln in self.lines:
-            row = acc.setdefault(ln.gpu_model, [ln.capacity_gpus, Decimal(0), Decimal(0), Decimal(0)])
+            row = acc.setdefault(ln.gpu_model, [0, Decimal(0), Decimal(0), Decimal(0)])
+            row[0] = max(row[0], ln.capacity_gpus)
             row[1] += ln.idle_gpu_hours
             row[2] += ln.capacity_gpu_seconds / 3600
             row[3] += ln.cost
         return [(m, r[0], r[1], r[2], round_money(r[3])) for m, r in sorted(acc.items())]
 
     def by_model_version(self) -> list[tuple[str, int | None, int, Decimal, Decimal, Decimal]]:
-        """(GPU model, card version, GPUs, idle GPU-hours, rate, cost) per model and card, for export rows."""
+        """(GPU model, card version, most GPUs at once, idle GPU-hours, rate, cost) per model and card, for export
+        rows."""
         acc: dict[tuple, list] = {}
         for ln in self.lines:
-            row = acc.setdefault((ln.gpu_model, ln.card_version), [ln.capacity_gpus, Decimal(0), ln.rate, Decimal(0)])
+            row = acc.setdefault((ln.gpu_model, ln.card_version), [0, Decimal(0), ln.rate, Decimal(0)])
+            row[0] = max(row[0], ln.capacity_gpus)
             row[1] += ln.idle_gpu_hours
             row[3] += ln.cost
         return [

@@ -141,3 +141,31 @@ class Statement(models.Model):
     @property
     def filename(self) -> str:
         return f"rota-statement-{self.month:%Y-%m}-{self.team.name}.{self.format}"
+
+
+class GpuPresence(models.Model):
+    """One stretch a GPU (or MIG slice) was in the inventory as one GPU model: ``[since, until)``, ``until`` null
+    while it still is. The inventory keeps no history (``Gpu.present`` is now), so the usage rollup records it
+    here, and idle capacity and entitlements count each GPU only while it existed (``accounting.capacity``).
+    Kept when the GPU row is deleted (``gpu`` becomes null): past months still had that GPU."""
+
+    gpu = models.ForeignKey("scheduler.Gpu", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    gpu_model = models.ForeignKey("scheduler.GpuModel", on_delete=models.PROTECT, related_name="+")
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["since", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=models.Q(until__isnull=True), name="presence_one_open_per_gpu"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(until__isnull=True) | models.Q(until__gte=models.F("since")),
+                name="presence_interval_ordered",
+            ),
+        ]
+        indexes = [models.Index(fields=["since"], name="presence_since_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} {self.gpu_model_id} {self.since:%Y-%m-%d %H:%M}–{self.until or ''}"

@@ -43,30 +43,38 @@ def next_month(d: date) -> date:
 
 
 def parse_month(value: str | None) -> Range:
-    """``YYYY-MM`` → that month as a range; ValueError naming the expected format and range otherwise."""
+    """``YYYY-MM`` → that month as a range; otherwise ValueError with the expected format and range, phrased to
+    follow the field's name ("Month must be …")."""
     m = _MONTH.match(value or "")
     year, month = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     if not 1 <= month <= 12 or not EARLIEST.year <= year <= LATEST.year:
         raise ValueError(
-            f"expected {MONTH_FORMAT} from {EARLIEST:%Y-%m} to {LATEST:%Y-%m}, e.g. 2026-11; got {value!r}"
+            f"must be a month as {MONTH_FORMAT} from {EARLIEST:%Y-%m} to {LATEST:%Y-%m}, e.g. 2026-11; got {value!r}"
+            if value
+            else f"is required: a month as {MONTH_FORMAT} from {EARLIEST:%Y-%m} to {LATEST:%Y-%m}, e.g. 2026-11"
         )
     first = date(year, month, 1)
     return Range(_at(first), _at(next_month(first)), first.strftime("%B %Y"))
 
 
 def parse_day(value: str) -> date:
-    """``YYYY-MM-DD`` → that day; ValueError naming the expected format and range otherwise."""
+    """``YYYY-MM-DD`` → that day; otherwise ValueError with the expected format and range, phrased to follow the
+    field's name ("From must be …")."""
     try:
         day = date.fromisoformat(value)
     except (TypeError, ValueError):
         day = None
+    if not value:
+        raise ValueError(f"is required: a day as YYYY-MM-DD from {EARLIEST} to {LATEST}")
     if day is None or not EARLIEST <= day <= LATEST:
-        raise ValueError(f"expected YYYY-MM-DD from {EARLIEST} to {LATEST}; got {value!r}")
+        raise ValueError(f"must be a day as YYYY-MM-DD from {EARLIEST} to {LATEST}; got {value!r}")
     return day
 
 
 def preset_range(preset: str, today: date, start: str | None = None, end: str | None = None) -> Range:
-    """The range for a preset (ending with today, inclusive) or a custom ``start``..``end`` (inclusive days)."""
+    """The range for a preset (ending with today, inclusive) or a custom ``start``..``end`` (inclusive days).
+    ValueError phrased to follow the name of the field at fault: the preset, or else ``end``, once both days
+    parse (``parse_day`` names a bad day)."""
     tomorrow = today + timedelta(days=1)
     if preset in ("7d", "30d", "90d"):
         days = int(preset[:-1])
@@ -79,11 +87,11 @@ def preset_range(preset: str, today: date, start: str | None = None, end: str | 
     if preset == "custom":
         lo, hi = parse_day(start), parse_day(end)
         if hi < lo:
-            raise ValueError("end must not be before start")
+            raise ValueError(f"must not be before the first day, {lo}; got {hi}")
         if (hi - lo).days > 366 * 3:
-            raise ValueError("a range spans at most three years")
+            raise ValueError(f"must be at most three years after the first day, {lo}; got {hi}")
         return Range(_at(lo), _at(hi + timedelta(days=1)), f"{lo} – {hi}")
-    raise ValueError(f"preset must be one of {', '.join(PRESETS)}")
+    raise ValueError(f"must be one of {', '.join(PRESETS)}; got {preset!r}")
 
 
 def _period_floor(at: datetime, agg: str) -> datetime:

@@ -6,11 +6,12 @@ from datetime import datetime
 from decimal import Decimal
 
 from accounting import charts
+from accounting.capacity import Step
 from accounting.idle import DEFAULT_POLICY, IdleReport, idle_lines, idle_report
 from accounting.periods import Range, spans
 from accounting.rating import BudgetStatus, RateCardVersion, RatedLine, budget_status, rate_lines, unrounded_cost
 from accounting.selectors import budgets_for, rate_cards, usage_lines
-from accounting.selectors_fairness import capacity_by_model, cluster_allocated
+from accounting.selectors_fairness import capacity_over, cluster_allocated
 
 DEFAULT_CURRENCY = "USD"
 
@@ -100,20 +101,21 @@ def idle_for(
     agg: str,
     visible: set[str] | None,
     cards: list[RateCardVersion],
-    capacity: dict[str, int] | None = None,
+    capacity: list[Step] | None = None,
     allocated: list[tuple] | None = None,
     policy: str | None = None,
 ) -> IdleReport:
     """Idle GPU capacity and its cost in ``rng`` (up to ``now``) under the idle cost policy, for a reader who
-    sees the ``visible`` teams (None: every team). Two queries, one fewer for each of ``capacity`` and
-    ``allocated`` (the rows of ``cluster_allocated`` for ``rng`` and ``agg``) passed in."""
+    sees the ``visible`` teams (None: every team). Two queries, one fewer for each of ``capacity`` (from
+    ``capacity_over`` up to ``min(rng.end, now)``) and ``allocated`` (the rows of ``cluster_allocated`` for
+    ``rng`` and ``agg``) passed in."""
     policy = policy or idle_policy()
     if policy == "hide":
         return IdleReport(policy, currency=currency_of(cards))
     horizon = min(rng.end, now)
     if horizon <= rng.start:
         return IdleReport(policy, currency=currency_of(cards))
-    capacity = capacity_by_model() if capacity is None else capacity
+    capacity = capacity_over(start=rng.start, end=horizon) if capacity is None else capacity
     by_key: dict[tuple, Decimal] = defaultdict(Decimal)
     team_costs: dict[str, Decimal] = defaultdict(Decimal)
     prices = {c.version: c.prices for c in cards}

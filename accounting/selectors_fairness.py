@@ -13,12 +13,13 @@ from decimal import Decimal
 from django.db.models import Count, F, Min, Q, QuerySet, Sum, Window
 from django.db.models.functions import Lead
 
+from accounting.capacity import Presence, Step, capacity_steps
 from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
-from accounting.models import UsageRecord
+from accounting.models import GpuPresence, UsageRecord
 from accounting.selectors import TRUNCS, _card_version
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Team
-from scheduler.models import Allocation, Gpu, Job, JobTransition, Quota
+from scheduler.models import Allocation, Job, JobTransition, Quota
 from scheduler.models.jobs import FINAL_STATES, WAITING_STATES, JobState
 
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
@@ -35,11 +36,16 @@ def _teams(visible: set[str] | None) -> QuerySet[Team]:
     return Team.objects.all() if visible is None else Team.objects.filter(name__in=visible)
 
 
-def capacity_by_model() -> dict[str, int]:
-    """GPUs present now per GPU model name (MIG slices count as GPUs of their own model). One query.
-    Accounting takes this as the capacity over any period: the inventory keeps no history."""
-    rows = Gpu.objects.filter(present=True).values("model__name").annotate(n=Count("id"))
-    return {r["model__name"]: r["n"] for r in rows}
+def capacity_over(*, start: datetime, end: datetime) -> list[Step]:
+    """GPUs present per GPU model over ``[start, end)`` as steps (``accounting.capacity.capacity_steps``), from
+    the recorded inventory history: each GPU counts only while it was there (MIG slices count as GPUs of their
+    own model). Pass ``end`` = now for a range still running. One query."""
+    rows = (
+        GpuPresence.objects.filter(since__lt=end)
+        .filter(Q(until__isnull=True) | Q(until__gt=start))
+        .values_list("gpu_model__name", "since", "until")
+    )
+    return capacity_steps((Presence(m, since, until) for m, since, until in rows), start, end)
 
 
 def waiting_intervals(visible: set[str] | None, *, start: datetime, horizon: datetime) -> list[tuple]:
@@ -97,12 +103,13 @@ def fairness_for(
     end: datetime,
     now: datetime,
     waiting: list[tuple] | None = None,
-    capacity: dict[str, int] | None = None,
+    capacity: list[Step] | None = None,
     allocated: list[tuple] | None = None,
 ) -> list[TeamFairness]:
     """The fairness statement of the visible teams with a quota or usage in ``[start, end)``, counted up to
-    ``now`` for a running period. Five queries, one fewer for each of ``waiting`` (from ``waiting_intervals``)
-    ``capacity`` and ``allocated`` (the rows of ``cluster_allocated`` for the same range) passed in."""
+    ``now`` for a running period. Five queries, one fewer for each of ``waiting`` (from ``waiting_intervals``),
+    ``capacity`` (from ``capacity_over`` up to ``min(end, now)``) and ``allocated`` (the rows of
+    ``cluster_allocated`` for the same range) passed in."""
     horizon = min(end, now)
     if horizon <= start:
         return []
@@ -126,7 +133,7 @@ def fairness_for(
         start=start,
         end=horizon,
         teams=teams,
-        capacity=capacity_by_model() if capacity is None else capacity,
+        capacity=capacity_over(start=start, end=horizon) if capacity is None else capacity,
         quotas=quotas,
         received_gpu_s=received,
         waiting=by_team,

@@ -2,7 +2,8 @@
 
 ``usage_rollup`` recomputes the ledger rows of every allocation that may have changed since the last
 rollup (open ones, and ones that ended since then), so running it twice, or late, or after a crash gives
-the same ledger. Open allocations are counted up to the rollup time and corrected by the next run.
+the same ledger. Open allocations are counted up to the rollup time and corrected by the next run. It also
+records the inventory's history (``capacity_record``): the capacity idle cost and fairness count.
 """
 
 import logging
@@ -12,12 +13,13 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Min, Q, Sum
 
-from accounting.models import RateCard, RateCardEntry, RollupState, Statement, UsageRecord
+from accounting.capacity import InventoryGpu, OpenPresence, reconcile
+from accounting.models import GpuPresence, RateCard, RateCardEntry, RollupState, Statement, UsageRecord
 from accounting.slicing import HOUR, bucket_floor, gpu_seconds, slice_interval, to_us
 from portal import locks
-from scheduler.models import Allocation, GpuModel
+from scheduler.models import Allocation, Gpu, GpuModel
 from scheduler.services.common import db_now
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,7 @@ class RollupReport:
     allocations: int = 0
     rows: int = 0
     deleted: int = 0
+    presence_changes: int = 0
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -76,7 +79,8 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
     with transaction.atomic():
         if not locks.try_xact_lock(locks.USAGE_ROLLUP):
             return RollupReport(ran=False)
-        until = until or db_now()
+        now = db_now()  # the inventory is as of now, whatever ``until`` is
+        until = until or now
         state, _ = RollupState.objects.select_for_update().get_or_create(key="usage")
         allocs = Allocation.objects.select_related("job", "gpu", "node").filter(started_at__lt=until)
         from_bucket = None
@@ -108,10 +112,42 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
             )
         state.rolled_until = until
         state.save(update_fields=["rolled_until", "updated_at"])
-    report = RollupReport(ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted)
+        changes = capacity_record(now=now)
+    report = RollupReport(
+        ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted, presence_changes=changes
+    )
     if allocs:
         log.info("usage rollup: %s", report.as_dict())
     return report
+
+
+def capacity_record(*, now: datetime) -> int:
+    """Record the inventory's history up to ``now`` (``GpuPresence``, rules in ``accounting.capacity.reconcile``):
+    close the stretches of GPUs that are gone or changed model, open one for each present GPU without one.
+    Runs inside the usage rollup (under its lock); returns the rows closed plus opened. Two queries when
+    nothing changed."""
+    open_rows = [
+        OpenPresence(r["id"], r["gpu_id"], r["gpu_model_id"], r["since"])
+        for r in GpuPresence.objects.filter(until__isnull=True).values("id", "gpu_id", "gpu_model_id", "since")
+    ]
+    inventory = [
+        InventoryGpu(r["id"], r["model_id"], r["present"], r["node__registered_at"])
+        for r in Gpu.objects.values("id", "model_id", "present", "node__registered_at")
+    ]
+    plan = reconcile(open_rows, inventory, now=now)
+    recorded = set(GpuPresence.objects.filter(gpu_id__in=list(plan.open)).values_list("gpu_id", flat=True))
+    fresh = [g for g in plan.open if g not in recorded]  # (no query while nothing is to be opened)
+    if fresh:
+        # GPUs never recorded were there before the history began: from their first allocation when that is
+        # earlier than their node's latest registration, so the ledger never holds more than the capacity.
+        first = Allocation.objects.filter(gpu_id__in=fresh).values("gpu_id").annotate(at=Min("started_at"))
+        plan = reconcile(open_rows, inventory, now=now, first_seen={r["gpu_id"]: r["at"] for r in first})
+    for row_id, at in plan.close.items():
+        GpuPresence.objects.filter(pk=row_id, until__isnull=True).update(until=at)
+    GpuPresence.objects.bulk_create(
+        [GpuPresence(gpu_id=g, gpu_model_id=m, since=since) for g, (m, since) in sorted(plan.open.items())]
+    )
+    return len(plan.close) + len(plan.open)
 
 
 def _delete_stale(last_bucket: dict[int, datetime | None]) -> int:

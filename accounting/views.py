@@ -12,7 +12,7 @@ from accounting import charts, periods
 from accounting.reports import budget_statuses, idle_for, rated_usage
 from accounting.selectors import rollup_time, statement_for, statements_for, waste_by_team
 from accounting.selectors_fairness import (
-    capacity_by_model,
+    capacity_over,
     cluster_allocated,
     failure_counts,
     fairness_for,
@@ -27,7 +27,13 @@ def _figure(fig) -> dict:
     return json.loads(pio.to_json(fig, validate=False))
 
 
+# The form's labels: an error names the field as the person filling the form sees it.
+FIELD_LABELS = {"preset": "Range", "start": "From", "end": "To", "agg": "Aggregate by", "group_by": "Group by"}
+
+
 def _params(request, today: date) -> tuple[dict, periods.Range, list[str]]:
+    """The form's values, a bad one replaced by its default with a message naming its field ("Group by must be
+    one of …; got 'planet'")."""
     q = request.GET
     errors = []
     p = {
@@ -37,19 +43,33 @@ def _params(request, today: date) -> tuple[dict, periods.Range, list[str]]:
         "agg": q.get("agg", "day"),
         "group_by": q.get("group_by", "team"),
     }
-    if p["agg"] not in periods.AGGREGATIONS:
-        errors.append(f"agg: expected one of {', '.join(periods.AGGREGATIONS)}")
-        p["agg"] = "day"
-    if p["group_by"] not in charts.GROUP_BYS:
-        errors.append(f"group_by: expected one of {', '.join(charts.GROUP_BYS)}")
-        p["group_by"] = "team"
-    try:
-        rng = periods.preset_range(p["preset"], today, p["start"], p["end"])
-    except ValueError as exc:
-        errors.append(f"range: {exc}")
+    for field, choices, default in (("agg", periods.AGGREGATIONS, "day"), ("group_by", charts.GROUP_BYS, "team")):
+        if p[field] not in choices:
+            errors.append(f"{FIELD_LABELS[field]} must be one of {', '.join(choices)}; got {p[field]!r}")
+            p[field] = default
+    rng, problems = _range(p, today)
+    if problems:
+        errors += problems
         p["preset"] = "30d"
         rng = periods.preset_range("30d", today)
     return p, rng, errors
+
+
+def _range(p: dict, today: date) -> tuple[periods.Range | None, list[str]]:
+    """The range the form asks for, or the messages saying what is wrong with it (each day on its own)."""
+    if p["preset"] == "custom":
+        problems = []
+        for field in ("start", "end"):
+            try:
+                periods.parse_day(p[field])
+            except ValueError as exc:
+                problems.append(f"{FIELD_LABELS[field]} {exc}")
+        if problems:
+            return None, problems
+    try:
+        return periods.preset_range(p["preset"], today, p["start"], p["end"]), []
+    except ValueError as exc:
+        return None, [f"{FIELD_LABELS['end' if p['preset'] == 'custom' else 'preset']} {exc}"]
 
 
 @login_required
@@ -76,7 +96,7 @@ def dashboard(request):
         figures["fig-waste"] = _figure(charts.waste_chart([(w.team, w.gpu_hours_lost, w.queued_hours) for w in waste]))
     if rated.lines:
         figures["fig-efficiency"] = _figure(charts.efficiency_over_time(rated.lines))
-    capacity = capacity_by_model()
+    capacity = capacity_over(start=rng.start, end=horizon)
     allocated = cluster_allocated(start=rng.start, end=rng.end, agg=params["agg"])
     idle = idle_for(
         rng, now=now, agg=params["agg"], visible=visible, cards=rated.cards, capacity=capacity, allocated=allocated

@@ -40,6 +40,12 @@ def test_bad_input_is_a_400_naming_the_field(api, alice):
     response = api(alice).get(URL, {"start": "2026-13-01", "end": "2026-11-30", "group_by": "planet"})
     assert response.status_code == 400
     assert set(response.json()["errors"]) == {"start", "group_by"}
+    assert response.json()["errors"]["group_by"] == [
+        "must be one of team, department, user, kind, gpu_model, pool; got 'planet'"
+    ]
+    assert api(alice).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "agg": "year"}).json()["errors"] == {
+        "agg": ["must be one of hour, day, week, month; got 'year'"]
+    }
     reversed_range = api(alice).get(URL, {"start": "2026-11-30", "end": "2026-11-01"})
     assert reversed_range.status_code == 400 and "end" in reversed_range.json()["errors"]
 

@@ -115,13 +115,14 @@ def test_the_new_figures_build_from_plain_data():
     rated = rate_lines([line(3, "vision", 1, "h100-80gb", 2)], [CARD])
     eff = charts.efficiency_over_time(rated)
     assert [t.name for t in eff.data] == ["allocated GPU-hours (with telemetry)", "utilized GPU-hours", "efficiency %"]
-    idle = idle_lines(periods=periods.spans(T, T + (T - T.replace(day=2)), "day"), capacity={"h100-80gb": 1},
-                      allocated={}, cards=[CARD])  # fmt: skip
+    end = T + (T - T.replace(day=2))
+    idle = idle_lines(periods=periods.spans(T, end, "day"), capacity=[(T, end, {"h100-80gb": 1})], allocated={},
+                      cards=[CARD])  # fmt: skip
     assert list(charts.idle_over_time(idle).data[0].y) == [24.0]
     box = charts.wait_time_chart({"a": [60.0, 600.0]})
     assert box.data[0].type == "box" and list(box.data[0].y) == [1.0, 10.0]
     slots, depth = charts.queue_depth([("a", T, T.replace(hour=2))], T, T.replace(hour=3))
     assert list(charts.queue_depth_chart(slots, depth).data[0].y) == [1.0, 1.0, 0.0]
-    fair = fairness_statement(start=T, end=T.replace(hour=1), teams=["a"], capacity={"m": 1},
+    fair = fairness_statement(start=T, end=T.replace(hour=1), teams=["a"], capacity=[(T, T.replace(hour=1), {"m": 1})],
                               quotas=[QuotaTerm("a", "m", 1, 1)], received_gpu_s={}, waiting={}, held={})  # fmt: skip
     assert [list(t.y) for t in charts.fairness_chart(fair).data] == [[1.0], [0.0]]

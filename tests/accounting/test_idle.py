@@ -16,9 +16,10 @@ V1 = RateCardVersion(1, datetime(2026, 1, 1, tzinfo=UTC), {"h100": Decimal("4.00
 
 
 def one_day(allocated, capacity=None, cards=(V1,)):
+    """Idle lines of one day over which ``capacity`` GPUs per model (default 2 h100) were all present."""
     return idle_lines(
         periods=spans(DAY, DAY + timedelta(days=1), "day"),
-        capacity=capacity or {"h100": 2},
+        capacity=[(DAY, DAY + timedelta(days=1), capacity or {"h100": 2})],
         allocated=allocated,
         cards=list(cards),
     )

@@ -1,4 +1,5 @@
-"""Slicing, rating, periods, charts, fairness and idle cost import without Django: pure functions over plain data."""
+"""Slicing, rating, periods, charts, fairness, idle cost, capacity and number formatting import without Django: pure
+functions over plain data."""
 
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import sys
 for name in ("django", "celery", "rest_framework", "psycopg", "redis"):
     sys.modules[name] = None
 import accounting.slicing, accounting.rating, accounting.periods, accounting.charts  # noqa
-import accounting.fairness, accounting.idle  # noqa
+import accounting.fairness, accounting.idle, accounting.capacity, accounting.numbers  # noqa
 print("ok")
 """
 

@@ -1,7 +1,10 @@
 """The accounting dashboard: charts with local Plotly, tenancy, budgets, presets, a query-count ceiling."""
 
+import json
+import re
 from datetime import timedelta
 from decimal import Decimal
+from html import unescape
 
 import pytest
 
@@ -9,7 +12,7 @@ from accounting.models import Budget
 from accounting.services import usage_rollup
 from scheduler.models import Job
 from scheduler.services.common import db_now
-from tests.accounting.helpers import allocate, history, make_job
+from tests.accounting.helpers import T0, allocate, history, make_job
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -49,6 +52,37 @@ def test_a_user_in_no_team_sees_no_usage(client, usage):
     client.force_login(UserFactory(username="dave"))
     html = client.get(URL, NOVEMBER).content.decode()
     assert "No usage in this range" in html and "resnet" not in html
+    # the empty tables say what is empty; nothing was filtered but the range
+    assert '<td colspan="3" class="muted">No usage in this range.</td>' in html
+    assert '<td colspan="4" class="muted">No jobs used GPUs in this range.</td>' in html
+    assert "No jobs match" not in html
+
+
+def figure(html: str, name: str) -> dict:
+    return json.loads(unescape(re.search(rf'id="{name}" type="application/json">(.*?)</script>', html).group(1)))
+
+
+def test_small_amounts_read_alike_in_tiles_tables_and_charts(client, alice, cluster):
+    """Nine seconds on an h100 at 4.00/h: 0.0025 GPU-hours for 0.01; the job queued 84 s (0.023 h) first."""
+    from accounting.services import rate_card_create
+
+    rate_card_create(version=1, effective_from=T0 - timedelta(days=30), prices={"h100-80gb": Decimal("4.00")})
+    job = make_job(alice, cluster["vision"], name="blink")
+    allocate(job, "GPU-h100-0", T0, T0 + timedelta(seconds=9))
+    history(job, ("pending", T0 - timedelta(seconds=84)), ("admitted", T0), ("running", T0))
+    usage_rollup(until=T0 + timedelta(hours=1))
+    client.force_login(alice)
+    html = client.get(URL, NOVEMBER).content.decode()
+    assert "<b>0.0025</b><span>GPU-hours</span>" in html and "<b>0.01</b><span>cost (USD)</span>" in html
+    assert '<td>vision</td><td class="num">0.0025</td><td class="num">0.01</td>' in html
+    assert '<td class="num">0.0025</td><td class="num">0.01</td></tr>' in html.split("Top jobs by cost")[1]
+    assert '<td>vision</td><td class="num">0</td><td class="num">0</td><td class="num">0.023</td>' in html
+    queued = next(t for t in figure(html, "fig-waste")["data"] if t["name"] == "hours queued")
+    assert queued["customdata"] == ["0.023"] and "%{customdata}" in queued["hovertemplate"]
+    [usage_bar] = figure(html, "fig-usage")["data"]
+    assert usage_bar["customdata"] == ["0.0025"]
+    [cost_bar] = figure(html, "fig-cost")["data"]
+    assert cost_bar["customdata"] == ["0.01"]
 
 
 @pytest.mark.parametrize(
@@ -73,10 +107,44 @@ def test_presets_render(client, alice, preset):
     assert client.get(URL, {"preset": preset}).status_code == 200
 
 
+def messages(response) -> list[str]:
+    """The error messages above the form, as a person reads them."""
+    html = response.content.decode()
+    return [unescape(m) for m in re.findall(r'<li class="msg error">(.*?)</li>', html)]
+
+
 def test_bad_parameters_fall_back_with_a_message(client, alice):
     client.force_login(alice)
-    html = client.get(URL, {"preset": "custom", "start": "nope", "end": "2026-01-01", "group_by": "x"}).content
-    assert b"range: expected YYYY-MM-DD" in html and b"group_by: expected one of" in html
+    response = client.get(URL, {"preset": "custom", "start": "nope", "end": "2026-01-01", "group_by": "x"})
+    assert messages(response) == [
+        "Group by must be one of team, department, user, kind, gpu_model, pool; got 'x'",
+        "From must be a day as YYYY-MM-DD from 1970-01-01 to 9998-12-31; got 'nope'",
+    ]
+    assert 'value="30d" selected' in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"agg": "hour"}, "Aggregate by must be one of day, week, month; got 'hour'"),
+        ({"preset": "fortnight"}, "Range must be one of 7d, 30d, 90d, this-month, last-month, custom; got 'fortnight'"),
+        (
+            {"preset": "custom", "end": "2026-11-30"},
+            "From is required: a day as YYYY-MM-DD from 1970-01-01 to 9998-12-31",
+        ),
+        (
+            {"preset": "custom", "start": "2026-11-30", "end": "2026-11-01"},
+            "To must not be before the first day, 2026-11-30; got 2026-11-01",
+        ),
+        (
+            {"preset": "custom", "start": "2020-01-01", "end": "2026-11-01"},
+            "To must be at most three years after the first day, 2020-01-01; got 2026-11-01",
+        ),
+    ],
+)
+def test_each_bad_parameter_is_named_as_the_form_labels_it(client, alice, params, message):
+    client.force_login(alice)
+    assert messages(client.get(URL, params)) == [message]
 
 
 @pytest.mark.parametrize("agg", ["day", "week", "month"])
@@ -84,9 +152,12 @@ def test_days_out_of_range_fall_back_with_a_message_naming_the_range(client, ali
     client.force_login(alice)
     response = client.get(URL, {"preset": "custom", "start": "9999-12-01", "end": "9999-12-31", "agg": agg})
     assert response.status_code == 200
-    assert b"range: expected YYYY-MM-DD from 1970-01-01 to 9998-12-31" in response.content
+    assert messages(response) == [
+        "From must be a day as YYYY-MM-DD from 1970-01-01 to 9998-12-31; got '9999-12-01'",
+        "To must be a day as YYYY-MM-DD from 1970-01-01 to 9998-12-31; got '9999-12-31'",
+    ]
     last = client.get(URL, {"preset": "custom", "start": "9998-12-01", "end": "9998-12-31", "agg": agg})
-    assert last.status_code == 200 and b"range: expected" not in last.content
+    assert last.status_code == 200 and messages(last) == []
 
 
 def test_it_warns_when_a_team_nears_its_budget(client, alice, cluster):
