@@ -126,10 +126,44 @@ def test_an_admin_changes_a_waiting_jobs_priority_class_with_audit_and_a_cycle(
     assert queue[0] == "waits-c"
 
 
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_a_priority_class_change_needs_a_reason(staff, backlog, reason):
+    job = backlog["c"]
+    response = client_for(staff).post(f"/govern/queue/{job.pk}/priority/",
+                                      {"priority_class": "interactive", "reason": reason}, follow=True)
+    assert f"Job #{job.pk}: a reason is required" in response.content.decode()
+    job.refresh_from_db()
+    assert job.priority_class.name == "batch" and not AuditEntry.objects.exists()
+
+
+def test_the_queue_page_asks_for_the_reason(staff, backlog):
+    page = client_for(staff).get("/govern/queue/").content.decode()
+    assert 'name="reason" placeholder="reason (required)" maxlength="500" required' in page
+
+
+@pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": " "}])
+def test_the_api_needs_a_reason_to_change_a_priority_class(api, staff, backlog, body):
+    job = backlog["c"]
+    response = api(staff).post(f"/api/v1/jobs/{job.pk}/priority-class/", {"priority_class": "interactive", **body},
+                               format="json")
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert set(errors) == {"reason"} and errors["reason"][0].startswith("a reason is required")
+    job.refresh_from_db()
+    assert job.priority_class.name == "batch" and not AuditEntry.objects.exists()
+
+
+def test_every_problem_of_a_priority_class_change_is_named_at_once(api, staff, backlog):
+    running = Job.objects.get(name="fills")
+    response = api(staff).post(f"/api/v1/jobs/{running.pk}/priority-class/", {"priority_class": "batch"},
+                               format="json")
+    assert set(response.json()["errors"]) == {"reason", "state"}
+
+
 def test_a_running_job_keeps_its_priority_class(staff, backlog):
     running = Job.objects.get(name="fills")
-    response = client_for(staff).post(f"/govern/queue/{running.pk}/priority/", {"priority_class": "batch"},
-                                      follow=True)
+    response = client_for(staff).post(f"/govern/queue/{running.pk}/priority/",
+                                      {"priority_class": "batch", "reason": "cheaper"}, follow=True)
     running.refresh_from_db()
     assert running.priority_class.name == "training"
     assert "only a pending or held job" in response.content.decode()
