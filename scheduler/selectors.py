@@ -56,6 +56,11 @@ class JobFilter:
             f.state = ""
         return f
 
+    @property
+    def narrowed(self) -> bool:
+        """Whether anything but the default scope is filtered (an empty table then says "no match")."""
+        return bool(self.state or self.kind or self.team or self.q or self.scope != "team")
+
     def as_query(self) -> str:
         from urllib.parse import urlencode
 

@@ -183,3 +183,10 @@ def test_the_gpu_chart_draws_each_gpus_two_lines_in_one_colour_under_one_legend_
     assert colours[0][1] == colours[1][1] != colours[2][1] == colours[3][1]
     assert [c[2] for c in colours] == [True, False, True, False]
     assert list(fig.data[1].y) == [2.0]
+
+
+def test_an_empty_jobs_table_says_whether_filters_hid_the_jobs(alice, browser):
+    client = browser(alice)
+    assert "No jobs yet." in client.get("/").content.decode()
+    assert "No jobs yet." in client.get("/jobs/").content.decode()
+    assert "No jobs match these filters." in client.get("/jobs/?state=running").content.decode()
