@@ -6,6 +6,7 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduler.models import Job, JobTransition
+from scheduler.models.jobs import FINAL_STATES
 
 
 def db_now() -> datetime:
@@ -31,7 +32,11 @@ def job_transition(
 ) -> bool:
     """Move job ``job_id`` to ``to_state`` only if it is in one of ``from_states`` (a guarded UPDATE whose
     row count is checked) and record the transition. Returns False, changing nothing, if the job had
-    already moved on. ``extra`` sets further fields; ``where`` adds further guards."""
+    already moved on. ``extra`` sets further fields; ``where`` adds further guards. A job that ends keeps
+    no waiting reason (nothing is left to wait for)."""
+    if to_state in FINAL_STATES:
+        extra = {"pending_reason_code": "", "pending_reason_message": "", "pending_reason_details": {},
+                 "queue_position": None, "estimated_start": None, **(extra or {})}
     current = Job.objects.filter(pk=job_id, state__in=from_states, **(where or {})).values_list(
         "state", flat=True
     ).first()

@@ -172,3 +172,13 @@ def test_logs_refuse_an_attempt_the_job_never_had(api, alice):
     for attempt in (0, -1, 2):
         response = client.get(f"/api/v1/jobs/{job_id}/logs/?attempt={attempt}")
         assert response.status_code == 400 and "between 1 and 1" in str(response.json()["errors"]["attempt"])
+
+
+def test_a_cancelled_job_keeps_no_waiting_reason(api, alice):
+    client = api(alice)
+    job_id = submit(client, gpus=13).json()["id"]
+    Job.objects.filter(pk=job_id).update(pending_reason_code="QuotaExceeded", pending_reason_message="over",
+                                         pending_reason_details={"limit": 12}, queue_position=1)
+    body = client.post(f"/api/v1/jobs/{job_id}/cancel/").json()
+    assert body["state"] == "cancelled" and body["pending_reason"] is None and body["queue_position"] is None
+    assert Job.objects.get(pk=job_id).pending_reason_details == {}
