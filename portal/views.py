@@ -3,11 +3,18 @@
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch, Q, Sum
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 
 from portal.access import is_finance_only, jobs_for, teams_for
 from scheduler.models import Allocation, Gpu, Node, Quota
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState
 from scheduler.selectors import DEFAULT_COLUMNS
+
+
+def favicon(request):
+    """``/favicon.ico``, which browsers ask for on pages that name no icon (Django's error pages): the
+    shipped one."""
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 @login_required

@@ -38,3 +38,8 @@ def test_every_page_names_its_icon_and_the_icon_is_a_shipped_static_file(client,
     client.force_login(alice)
     assert '<link rel="icon" href="/static/favicon.svg"' in client.get("/").content.decode()
     assert finders.find("favicon.svg")
+
+
+def test_favicon_ico_leads_to_the_shipped_icon_without_a_login(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response.url == "/static/favicon.svg"
