@@ -201,7 +201,9 @@ def efficiency_over_time(lines: list[RatedLine]) -> go.Figure:
         barmode="group",
         xaxis_type="category",
         yaxis_title="GPU-hours",
-        yaxis2={"title": "%", "overlaying": "y", "side": "right", "range": [0, 100]},
+        # Whole quarters on the right axis, without gridlines of its own (they would not meet the left's).
+        yaxis2={"title": "%", "overlaying": "y", "side": "right", "range": [0, 100], "tickmode": "linear",
+                "tick0": 0, "dtick": 25, "showgrid": False},
         **_compact("Allocated vs utilized (efficiency)"),
     )
     return fig
@@ -251,7 +253,9 @@ def wait_time_chart(waits: dict[str, list[float]]) -> go.Figure:
     fig = go.Figure(
         [go.Box(name=team, y=[s / 60 for s in waits[team]], boxpoints="outliers") for team in sorted(waits)]
     )
-    fig.update_layout(yaxis_title="minutes", showlegend=False, **_compact("Wait time to first admission"))
+    # Plain numbers: SI prefixes ("350μ") mean nothing on an axis of minutes.
+    fig.update_layout(yaxis_title="minutes", yaxis_exponentformat="none", yaxis_rangemode="tozero", showlegend=False,
+                      **_compact("Wait time to first admission"))
     return fig
 
 
@@ -304,7 +308,8 @@ def queue_depth_chart(slots: list[datetime], depth: dict[str, list[float]]) -> g
             for t in sorted(depth)
         ]
     )
-    fig.update_layout(yaxis_title="jobs waiting", **_compact("Queue depth (jobs waiting, hourly)"))
+    fig.update_layout(yaxis_title="jobs waiting (hourly average)", yaxis_exponentformat="none",
+                      **_compact("Queue depth (jobs waiting, hourly average)"))
     return fig
 
 

@@ -126,3 +126,16 @@ def test_the_new_figures_build_from_plain_data():
     fair = fairness_statement(start=T, end=T.replace(hour=1), teams=["a"], capacity=[(T, T.replace(hour=1), {"m": 1})],
                               quotas=[QuotaTerm("a", "m", 1, 1)], received_gpu_s={}, waiting={}, held={})  # fmt: skip
     assert [list(t.y) for t in charts.fairness_chart(fair).data] == [[1.0], [0.0]]
+
+
+def test_chart_axes_read_as_plain_numbers_and_whole_percent_quarters():
+    from datetime import UTC, datetime
+
+    from accounting.charts import efficiency_over_time, queue_depth_chart, wait_time_chart
+
+    wait = wait_time_chart({"vision": [0.02, 0.03]}).layout.yaxis
+    assert wait.exponentformat == "none" and wait.rangemode == "tozero"
+    depth = queue_depth_chart([datetime(2026, 12, 1, tzinfo=UTC)], {"vision": [0.03]}).layout.yaxis
+    assert depth.exponentformat == "none"
+    y2 = efficiency_over_time([]).layout.yaxis2
+    assert (y2.tickmode, y2.dtick, y2.showgrid, tuple(y2.range)) == ("linear", 25, False, (0, 100))
