@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import math
 import os
 import shlex
 import sys
@@ -23,6 +24,8 @@ import requests
 TIMEOUT_S = 30
 FOLLOW_INTERVAL_S = 2.0
 SCRIPT_PREFIX = "#ROTA"
+PAGE = 200  # jobs per API page
+MAX_QUEUE = 10_000  # the most active jobs `rota queue` reads
 
 # CLI flag (dest) -> API field for ``rota submit``.
 SUBMIT_FIELDS = {
@@ -53,6 +56,8 @@ def load_config() -> dict[str, str]:
             config = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise CliError(f"cannot read {path}: {exc}") from None
+        if not isinstance(config, dict):
+            raise CliError(f"cannot read {path}: expected a JSON object with url and token; run `rota login`")
     if os.environ.get("ROTA_URL"):
         config["url"] = os.environ["ROTA_URL"]
     if os.environ.get("ROTA_TOKEN"):
@@ -82,7 +87,8 @@ def format_api_error(body: Any, status: int) -> str:
             parts = []
             for field, msgs in errors.items():
                 msgs = msgs if isinstance(msgs, list) else [msgs]
-                parts.append(f"{field}: {'; '.join(str(m) for m in msgs)}")
+                text = "; ".join(str(m) for m in msgs)
+                parts.append(text if field == "non_field_errors" else f"{field}: {text}")
             return "\n".join(f"error: {p}" for p in parts)
         if "detail" in body:
             return f"error: {body['detail']}"
@@ -104,14 +110,33 @@ class Client:
     def request(self, method: str, path: str, **kwargs) -> Any:
         try:
             response = self.session.request(method, f"{self.url}{path}", timeout=TIMEOUT_S, **kwargs)
+        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL):
+            raise CliError(f"{self.url} is not a portal URL: write it as http(s)://host[:port]") from None
+        except requests.exceptions.Timeout:
+            raise CliError(f"cannot reach {self.url}: no answer within {TIMEOUT_S} s") from None
+        except requests.exceptions.SSLError:
+            raise CliError(f"cannot reach {self.url}: the TLS handshake failed (http vs https?)") from None
+        except requests.exceptions.ConnectionError as exc:
+            text = str(exc)
+            why = ("connection refused (is the portal running?)" if "refused" in text.lower() else
+                   "the host name does not resolve" if "resolve" in text.lower() or "Name or service" in text else
+                   "the connection failed")
+            raise CliError(f"cannot reach {self.url}: {why}") from None
         except requests.RequestException as exc:
-            raise CliError(f"cannot reach {self.url}: {exc}") from None
+            raise CliError(f"cannot reach {self.url}: {type(exc).__name__}") from None
         try:
             body = response.json()
         except ValueError:
             body = None
         if response.status_code >= 400:
+            if body is None:  # not the API's JSON: a wrong URL, or another server
+                raise ApiError(f"error: HTTP {response.status_code} from {self.url}{path}: is {self.url} the "
+                               "portal's address?")
             raise ApiError(format_api_error(body, response.status_code))
+        if not isinstance(body, dict | list):
+            raise CliError(f"{self.url} did not answer like a Rota portal (HTTP {response.status_code}, "
+                           f"{response.headers.get('Content-Type', 'no content type')}): check the URL")
         return body
 
     def get(self, path: str, **params) -> Any:
@@ -194,7 +219,10 @@ def parse_script(text: str) -> tuple[list[str], str]:
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith(SCRIPT_PREFIX):
-            flags.extend(shlex.split(stripped[len(SCRIPT_PREFIX):], comments=True))
+            try:
+                flags.extend(shlex.split(stripped[len(SCRIPT_PREFIX):], comments=True))
+            except ValueError as exc:  # an unclosed quote
+                raise CliError(f"script header: {exc.args[0].lower()} in {stripped!r}") from None
         elif stripped and not stripped.startswith("#"):
             break
     return flags, text
@@ -248,6 +276,9 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
         command = command[1:]
     values = vars(args)
     script_text = None
+    if args.script and args.command:
+        raise CliError(f"arguments after the script {args.script} are not passed to it: put them in the script, "
+                       "or give a command after `--` instead of a script")
     if args.script:
         path = Path(args.script)
         try:
@@ -274,7 +305,8 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
         raise CliError("command: give a command after `--` or a script file")
     data = {**template, **{api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}}
     data["command"] = command_text
-    data.setdefault("name", (command[0] if command else "job").rsplit("/", 1)[-1][:100])
+    fallback = command[0] if command else (args.template if getattr(args, "template", None) else "job")
+    data.setdefault("name", fallback.rsplit("/", 1)[-1][:100])
     job = client_from_config().post("/api/v1/jobs/", data)
     if args.json:
         print_json(job)
@@ -283,16 +315,28 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def fetch_jobs(client: Client, most: int, **params) -> tuple[list[dict], int]:
+    """Up to ``most`` jobs matching ``params``, newest first, read page by page; and how many match."""
+    jobs: list[dict] = []
+    count = 0
+    while len(jobs) < most:
+        body = client.get("/api/v1/jobs/", limit=min(PAGE, most - len(jobs)), offset=len(jobs), **params)
+        count = body.get("count", 0)
+        jobs.extend(body["results"])
+        if not body.get("next") or not body["results"]:
+            break
+    return jobs, count
+
+
 def cmd_queue(args) -> int:
     client = client_from_config()
-    params: dict[str, Any] = {"limit": 200}
-    if args.state:
-        params["state"] = args.state
-    if args.team:
-        params["team"] = args.team
-    jobs = client.get("/api/v1/jobs/", **params)["results"]
-    if not args.all and not args.state:
-        jobs = [j for j in jobs if j["state"] in ("pending", "held", "admitted", "starting", "running")]
+    # The filter runs on the portal: active jobs by default (every one of them, however many finished
+    # since), finished ones only when asked, the newest --limit.
+    state = args.state or (None if args.all else "active")
+    most = args.limit if (args.all or args.state) else MAX_QUEUE
+    jobs, count = fetch_jobs(client, most, state=state, team=args.team)
+    if count > len(jobs):
+        print(f"showing the newest {len(jobs)} of {count} jobs (see --limit)", file=sys.stderr)
     if args.json:
         print_json(jobs)
         return 0
@@ -352,10 +396,19 @@ def cmd_logs(args) -> int:
     return 0
 
 
+FINAL = ("succeeded", "failed", "cancelled", "timed-out", "node-lost")
+
+
 def cmd_action(args) -> int:
-    job = client_from_config().post(f"/api/v1/jobs/{args.id}/{args.action}/")
+    client = client_from_config()
+    before = client.get(f"/api/v1/jobs/{args.id}/")["state"] if args.action == "cancel" else None
+    job = client.post(f"/api/v1/jobs/{args.id}/{args.action}/")
     if args.json:
         print_json(job)
+    elif before in FINAL:
+        print(f"job {job['id']}: already {before}; nothing to cancel")
+    elif args.action == "cancel" and job["state"] not in FINAL:
+        print(f"job {job['id']}: cancel requested ({job['state']}; it ends once its processes are stopped)")
     else:
         print(f"job {job['id']}: {job['state']}")
     return 0
@@ -401,12 +454,20 @@ def cmd_share(args) -> int:
 # --- parser -----------------------------------------------------------------------------------------
 
 
+def finite_float(text: str) -> float:
+    """A number argparse accepts for a fraction: finite (nan and inf are not amounts)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number; got {text}")
+    return value
+
+
 def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name")
     p.add_argument("--team")
     p.add_argument("--kind", help="training, inference, notebook, data-processing, evaluation, agent")
     p.add_argument("--gpus", type=int)
-    p.add_argument("--gpu-fraction", type=float)
+    p.add_argument("--gpu-fraction", type=finite_float, help="share of one GPU, e.g. 0.25")
     p.add_argument("--gpu-model")
     p.add_argument("--cpus", type=int)
     p.add_argument("--memory-gb", type=int)
@@ -417,10 +478,13 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(add_help=False)
+    top.add_argument("--json", action="store_true", help="machine-readable output")
+    # A subcommand's --json must not reset one given before the subcommand (`rota --json queue`).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     parser = argparse.ArgumentParser(prog="rota", description="Submit and watch GPU work on a Rota portal.",
-                                     parents=[common])
+                                     parents=[top])
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("login", parents=[common], help="get an API token and save it")
@@ -434,9 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run")
 
     p = sub.add_parser("queue", parents=[common], help="active jobs you may see, with reasons")
-    p.add_argument("--all", action="store_true", help="include finished jobs")
-    p.add_argument("--state")
+    p.add_argument("--all", action="store_true", help="include finished jobs (the newest --limit)")
+    p.add_argument("--state", help="one state (pending, running, …), or active / finished")
     p.add_argument("--team")
+    p.add_argument("--limit", type=int, default=PAGE, help=f"with --all or --state: at most this many (default {PAGE})")
 
     p = sub.add_parser("show", parents=[common], help="one job in detail")
     p.add_argument("id", type=int)
@@ -477,7 +542,13 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if args.cmd == "queue" and args.limit < 1:
+        parser.error("--limit must be at least 1")
     if args.cmd == "submit" and command:
+        if args.script and Path(args.script).is_file() and not args.command:
+            print(f"error: {args.script} is a script: it takes no arguments after `--` (put them in the script), "
+                  "and a command after `--` needs no script", file=sys.stderr)
+            return 1
         if args.script:  # the positional was the first word of a command, not a script
             command = [args.script, *(args.command or []), *command]
             args.script = None
@@ -499,6 +570,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except EOFError:
+        print("error: no input to read (standard input is closed); give --username and ROTA_PASSWORD",
+              file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `rota queue | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from scheduler.api.serializers import (
     PriorityClassSerializer,
 )
 from scheduler.models import Allocation, Gpu, Job, Node, PriorityClass
-from scheduler.models.jobs import JobState
+from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
 from scheduler.services import jobs as job_services
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
@@ -42,7 +42,8 @@ def _service_call(fn, **kwargs):
 
 
 class JobListCreateAPI(APIView):
-    """List the jobs you may see (filter with ?state=, ?team=, ?kind=) or submit a new one."""
+    """List the jobs you may see (filter with ?state= (a state, or ``active`` / ``finished``), ?team=,
+    ?kind=) or submit a new one."""
 
     pagination_class = LimitOffsetPagination  # also tells the schema the list is paginated
 
@@ -52,10 +53,15 @@ class JobListCreateAPI(APIView):
     )
     def get(self, request):
         qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
-        for field in ("state", "kind"):
-            value = request.query_params.get(field)
-            if value:
-                qs = qs.filter(**{field: value})
+        state = request.query_params.get("state")
+        if state:
+            groups = {"active": ACTIVE_STATES, "finished": FINAL_STATES}
+            if state not in groups and state not in JobState.values:
+                raise ValidationError({"state": f"must be active, finished or one of {', '.join(JobState.values)}"})
+            qs = qs.filter(state__in=groups[state]) if state in groups else qs.filter(state=state)
+        kind = request.query_params.get("kind")
+        if kind:
+            qs = qs.filter(kind=kind)
         team = request.query_params.get("team")
         if team:
             qs = qs.filter(team__name=team)

@@ -232,3 +232,91 @@ def test_it_lists_templates_and_submits_from_one_with_flags_winning(rota, alice,
     capsys.readouterr()
     assert rota(alice, "submit", "--template", "missing") == 1
     assert "no template named 'missing'" in out_of(capsys)[1]
+
+
+def test_a_template_without_a_name_names_its_jobs_after_itself(rota, alice, cluster, capsys):
+    from scheduler.models import JobTemplate
+
+    JobTemplate.objects.create(team=cluster["vision"], name="quick", kind="evaluation",
+                               fields={"command": "python eval.py", "gpus": 1})
+    assert rota(alice, "submit", "--template", "quick") == 0
+    assert Job.objects.get().name == "quick"
+
+
+def test_queue_lists_every_waiting_job_however_many_finished_since(rota, alice, capsys):
+    rota(alice, "submit", "--name", "waits", "--", "true")
+    first = Job.objects.get()
+    fields = {f.attname: getattr(first, f.attname) for f in Job._meta.concrete_fields if f.name != "id"}
+    Job.objects.bulk_create([Job(**{**fields, "name": f"done-{i}", "state": JobState.SUCCEEDED})
+                             for i in range(cli.PAGE + 5)])
+    capsys.readouterr()
+    assert rota(alice, "queue", "--json") == 0
+    assert [j["name"] for j in json.loads(out_of(capsys)[0])] == ["waits"]
+    assert rota(alice, "queue", "--all", "--limit", "3", "--json") == 0
+    out, err = out_of(capsys)
+    assert len(json.loads(out)) == 3 and f"showing the newest 3 of {cli.PAGE + 6} jobs" in err
+
+
+def test_json_given_before_the_subcommand_counts(rota, alice, capsys):
+    rota(alice, "submit", "--name", "x", "--", "true")
+    capsys.readouterr()
+    assert rota(alice, "--json", "queue") == 0
+    assert [j["name"] for j in json.loads(out_of(capsys)[0])] == ["x"]
+
+
+def test_cancel_says_what_happened(rota, alice, capsys):
+    rota(alice, "submit", "--name", "x", "--", "true")
+    job = Job.objects.get()
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    capsys.readouterr()
+    assert rota(alice, "cancel", str(job.pk)) == 0
+    assert "cancel requested (running" in out_of(capsys)[0]
+    Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED)
+    assert rota(alice, "cancel", str(job.pk)) == 0
+    assert "already succeeded; nothing to cancel" in out_of(capsys)[0]
+
+
+@pytest.mark.parametrize("url_suffix", ["/login/?next=", "/nowhere"])
+def test_a_url_that_is_not_the_portal_is_named_without_a_traceback(rota, alice, live_server, monkeypatch, capsys,
+                                                                   url_suffix):
+    monkeypatch.setenv("ROTA_URL", live_server.url + url_suffix)
+    assert rota(alice, "queue") == 1
+    err = out_of(capsys)[1]
+    assert err.startswith("error: ") and ("did not answer like a Rota portal" in err or "portal's address" in err)
+
+
+def test_unreachable_and_malformed_urls_get_one_short_line(rota, alice, monkeypatch, capsys):
+    monkeypatch.setenv("ROTA_URL", "http://127.0.0.1:9")
+    assert rota(alice, "queue") == 1
+    err = out_of(capsys)[1].strip()
+    assert err == "error: cannot reach http://127.0.0.1:9: connection refused (is the portal running?)"
+    monkeypatch.setenv("ROTA_URL", "127.0.0.1:8400")
+    assert rota(alice, "queue") == 1
+    assert "write it as http(s)://host[:port]" in out_of(capsys)[1]
+
+
+def test_bad_local_input_is_an_error_line_not_a_traceback(rota, alice, tmp_path, monkeypatch, capsys):
+    import io
+
+    script = tmp_path / "train.sh"
+    script.write_text('#!/bin/sh\n#ROTA --gpus 1 --gpu-model "h100-80gb\npython train.py\n')
+    assert rota(alice, "submit", str(script)) == 1
+    assert "no closing quotation" in out_of(capsys)[1]
+    script.write_text("#ROTA --gpus 1\npython train.py\n")
+    assert rota(alice, "submit", str(script), "arg1") == 1
+    assert "are not passed to it" in out_of(capsys)[1]
+    assert rota(alice, "submit", str(script), "--", "arg1") == 1
+    assert "is a script" in out_of(capsys)[1]
+    with pytest.raises(SystemExit) as exc:
+        rota(alice, "submit", "--gpu-fraction", "nan", "--", "true")
+    assert exc.value.code == 2 and "must be a finite number" in out_of(capsys)[1]
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert cli.main(["login", "--url", "http://127.0.0.1:9"]) == 1
+    assert "standard input is closed" in out_of(capsys)[1]
+    config = tmp_path / "config" / "rota" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("[1, 2]")
+    monkeypatch.delenv("ROTA_TOKEN")
+    assert cli.main(["queue"]) == 1
+    assert "expected a JSON object" in out_of(capsys)[1]
+    assert Job.objects.count() == 0

@@ -182,3 +182,13 @@ def test_a_cancelled_job_keeps_no_waiting_reason(api, alice):
     body = client.post(f"/api/v1/jobs/{job_id}/cancel/").json()
     assert body["state"] == "cancelled" and body["pending_reason"] is None and body["queue_position"] is None
     assert Job.objects.get(pk=job_id).pending_reason_details == {}
+
+
+def test_the_job_list_filters_by_state_group_and_refuses_an_unknown_state(api, alice):
+    client = api(alice)
+    waiting, done = submit(client).json()["id"], submit(client).json()["id"]
+    Job.objects.filter(pk=done).update(state="succeeded")
+    assert [j["id"] for j in client.get("/api/v1/jobs/?state=active").json()["results"]] == [waiting]
+    assert [j["id"] for j in client.get("/api/v1/jobs/?state=finished").json()["results"]] == [done]
+    response = client.get("/api/v1/jobs/?state=bogus")
+    assert response.status_code == 400 and "active, finished or one of pending" in str(response.json()["errors"])
