@@ -12,7 +12,7 @@ from portal import views as portal_views
 
 urlpatterns = [
     path("", portal_views.home, name="home"),
-    path("favicon.ico", portal_views.favicon),
+    path("favicon.ico", portal_views.favicon, name="favicon"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("scheduler.urls")),

@@ -11,7 +11,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from scheduler.models import WhatIfRun
 
-PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs"}
+PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs", "favicon"}  # favicon: a redirect to a static file
 NODE_ROUTES_PREFIX = "api/v1/node/"
 STAFF_PREFIXES = ("govern/", "whatif/", "admin/")
 # Platform-admin endpoints that name a job: refused (403) before the job is looked up, so the answer is the
