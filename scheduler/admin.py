@@ -1,8 +1,27 @@
-"""Django admin for the cluster, quotas, priority classes and jobs (governance pages come with issue 6)."""
+"""Django admin for the cluster, quotas, priority classes and jobs.
+
+What the governance pages and services change (quotas, priority classes, which teams may use a pool, a
+node's state) and what the scheduler owns (jobs, allocations) is read-only here: those changes go through
+the services, which check them and write the audit log. The admin still creates pools and GPU models and
+edits node details.
+"""
 
 from django.contrib import admin
 
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobTransition, Node, NodeToken, Pool, PriorityClass, Quota
+
+
+class ReadOnly:
+    """Admin mixin: view only (changes go through an audited service; see the module docstring)."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(GpuModel)
@@ -13,10 +32,12 @@ class GpuModelAdmin(admin.ModelAdmin):
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
     list_display = ["name", "description"]
-    filter_horizontal = ["teams"]
+    readonly_fields = ["teams"]  # Govern -> Pools (audited)
 
 
-class GpuInline(admin.TabularInline):
+class GpuInline(ReadOnly, admin.TabularInline):
+    """The agent reports GPUs; health is acknowledged by resuming the node on Govern -> Nodes (audited)."""
+
     model = Gpu
     extra = 0
     fields = ["index", "uuid", "model", "memory_mb", "healthy", "health_reason", "present"]
@@ -27,6 +48,9 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "pool", "state", "state_reason", "driver_version", "last_heartbeat_at"]
     list_filter = ["state", "pool"]
     inlines = [GpuInline]
+    # Drain and resume on Govern -> Nodes (audited); the agent reports the rest.
+    readonly_fields = ["state", "state_reason", "state_changed_at", "state_changed_by", "last_heartbeat_at",
+                       "heartbeat_seq", "registered_at"]
 
 
 @admin.register(NodeToken)
@@ -36,12 +60,12 @@ class NodeTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(PriorityClass)
-class PriorityClassAdmin(admin.ModelAdmin):
+class PriorityClassAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["name", "value", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["team", "gpu_model", "pool", "guaranteed", "limit", "weight", "non_lendable"]
     list_filter = ["gpu_model", "team"]
 
@@ -53,7 +77,7 @@ class TransitionInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["id", "name", "team", "kind", "gpus", "state", "pending_reason_code", "created_at"]
     list_filter = ["state", "kind", "team"]
     search_fields = ["name", "command"]
@@ -62,6 +86,6 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(ReadOnly, admin.ModelAdmin):
     list_display = ["job", "attempt", "node", "gpu", "share_milli", "started_at", "ended_at"]
     list_filter = ["node"]
