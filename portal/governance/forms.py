@@ -45,11 +45,13 @@ def attach_errors(rows: list[list[QuotaCell]], errors: dict[str, str]) -> None:
 
 
 class ReasonMixin(forms.Form):
-    reason = forms.CharField(max_length=500, required=False, help_text="why (kept in the audit log)")
+    reason = forms.CharField(max_length=500, required=False,
+                             help_text="why, required for a change (kept in the audit log)")
 
 
 class PriorityClassForm(forms.ModelForm):
-    reason = forms.CharField(max_length=500, required=False, help_text="why (kept in the audit log)")
+    reason = forms.CharField(max_length=500, required=False,
+                             help_text="why, required for a change (kept in the audit log)")
 
     class Meta:
         model = PriorityClass

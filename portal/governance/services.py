@@ -292,7 +292,7 @@ def priority_class_snapshot(pc: PriorityClass) -> dict:
 def priority_class_set(*, user, name: str, values: dict, reason: str = "",
                        instance: PriorityClass | None = None) -> PriorityClass:
     """Create priority class ``name`` or update ``instance`` with ``values`` (fields of PRIORITY_FIELDS).
-    Values must be unique across classes."""
+    Values must be unique across classes; a change needs a reason."""
     _require_admin(user)
     with transaction.atomic():
         clash = PriorityClass.objects.filter(value=values["value"])
@@ -310,8 +310,10 @@ def priority_class_set(*, user, name: str, values: dict, reason: str = "",
         for field in PRIORITY_FIELDS:
             setattr(pc, field, values[field])
         pc.full_clean()
-        pc.save()
         after = priority_class_snapshot(pc)
+        if before != after and reason_errors(reason):
+            raise ValidationError(reason_errors(reason))
+        pc.save()
         if before != after:
             audit_record(actor=user, action="priority-class.create" if before is None else "priority-class.update",
                          object_type="priority-class", object_id=pc.pk, object_name=pc.name, before=before,
@@ -320,13 +322,15 @@ def priority_class_set(*, user, name: str, values: dict, reason: str = "",
 
 
 def pool_set_teams(*, user, pool: Pool, teams: list[Team], reason: str = "") -> Pool:
-    """Set which teams may use ``pool`` (tenant isolation): exactly ``teams``."""
+    """Set which teams may use ``pool`` (tenant isolation): exactly ``teams``. A change needs a reason."""
     _require_admin(user)
     with transaction.atomic():
         pool = Pool.objects.select_for_update().get(pk=pool.pk)
         before = sorted(pool.teams.values_list("name", flat=True))
-        pool.teams.set(teams)
         after = sorted(t.name for t in teams)
+        if before != after and reason_errors(reason):
+            raise ValidationError(reason_errors(reason))
+        pool.teams.set(teams)
         if before != after:
             audit_record(actor=user, action="pool.teams", object_type="pool", object_id=pool.pk,
                          object_name=pool.name, before={"teams": before}, after={"teams": after}, reason=reason)

@@ -148,8 +148,12 @@ def pool_teams(request, name: str):
     if not form.is_valid():
         messages.error(request, f"{pool.name}: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
         return redirect("govern-pools")
-    services.pool_set_teams(user=request.user, pool=pool, teams=list(form.cleaned_data["teams"]),
-                            reason=form.cleaned_data["reason"])
+    try:
+        services.pool_set_teams(user=request.user, pool=pool, teams=list(form.cleaned_data["teams"]),
+                                reason=form.cleaned_data["reason"])
+    except ValidationError as exc:
+        messages.error(request, f"{pool.name}: " + "; ".join(" ".join(v) for v in exc.message_dict.values()))
+        return redirect("govern-pools")
     messages.success(request, f"Teams of pool {pool.name} saved.")
     return redirect("govern-pools")
 

@@ -312,3 +312,18 @@ def test_governance_lists_use_a_fixed_number_of_queries(staff, cluster, url, dja
     client = client_for(staff)
     with django_assert_max_num_queries(12):
         assert client.get(url).status_code == 200
+
+
+def test_pool_access_and_priority_class_changes_need_a_reason_and_save_nothing_without_one(staff, cluster):
+    client = client_for(staff)
+    response = client.post("/govern/pools/train/teams/", {"train-teams": [cluster["vision"].pk], "train-reason": " "},
+                           follow=True)
+    assert "a reason is required" in response.content.decode()
+    assert sorted(cluster["pool"].teams.values_list("name", flat=True)) == ["nlp", "vision"]
+    same = {"train-teams": [cluster["vision"].pk, cluster["nlp"].pk], "train-reason": ""}
+    assert client.post("/govern/pools/train/teams/", same).status_code == 302  # nothing changes: no reason needed
+    form = {"name": "urgent", "value": 900, "description": "", "preemptible": "", "may_preempt": "on",
+            "min_runtime_s": 0, "grace_period_s": 30, "reason": ""}
+    response = client.post("/govern/priority-classes/new/", form)
+    assert response.status_code == 400 and "a reason is required" in response.content.decode()
+    assert not PriorityClass.objects.filter(name="urgent").exists() and not AuditEntry.objects.exists()
