@@ -6,13 +6,30 @@ from django.db.models import Prefetch, Q, QuerySet
 
 from portal.access import jobs_for
 from scheduler.models import Allocation, Job
-from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
 
 SORTS = {
     "id": "id", "-id": "-id", "name": "name", "-name": "-name", "state": "state", "-state": "-state",
     "team": "team__name", "-team": "-team__name", "gpus": "gpus", "-gpus": "-gpus",
     "position": "queue_position", "-position": "-queue_position",
 }
+# ``state`` filters of the jobs table and the jobs API: a state, or a group of them.
+STATE_GROUPS = {"active": ACTIVE_STATES, "finished": FINAL_STATES}
+STATE_RULE = f"active, finished or one of {', '.join(JobState.values)}"
+
+
+def valid_state(state: str) -> bool:
+    """Whether ``state`` is a filter value (see STATE_GROUPS); blank means no filter."""
+    return not state or state in STATE_GROUPS or state in JobState.values
+
+
+def filter_state(qs: QuerySet[Job], state: str) -> QuerySet[Job]:
+    """``qs`` narrowed to ``state`` (a valid_state value)."""
+    if not state:
+        return qs
+    return qs.filter(state__in=STATE_GROUPS[state]) if state in STATE_GROUPS else qs.filter(state=state)
+
+
 SORT_LABELS = {
     "-id": "newest first", "id": "oldest first", "name": "name A–Z", "-name": "name Z–A",
     "state": "state A–Z", "-state": "state Z–A", "team": "team A–Z", "-team": "team Z–A",
@@ -51,8 +68,8 @@ class JobFilter:
         if f.sort not in SORTS:
             f.errors.append(f"sort must be one of {', '.join(SORTS)}")
             f.sort = "-id"
-        if f.state not in ("", "active", "finished", *JobState.values):
-            f.errors.append(f"state must be active, finished or one of {', '.join(JobState.values)}")
+        if not valid_state(f.state):
+            f.errors.append(f"state must be {STATE_RULE}")
             f.state = ""
         return f
 
@@ -80,12 +97,7 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
         qs = qs.filter(submitted_by=user)
     elif f.scope == "team" and not user.is_staff:
         pass  # jobs_for already limits members to their teams
-    if f.state == "active":
-        qs = qs.filter(state__in=ACTIVE_STATES)
-    elif f.state == "finished":
-        qs = qs.exclude(state__in=ACTIVE_STATES)
-    elif f.state:
-        qs = qs.filter(state=f.state)
+    qs = filter_state(qs, f.state)
     if f.kind:
         qs = qs.filter(kind=f.kind)
     if f.team:

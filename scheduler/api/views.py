@@ -22,7 +22,8 @@ from scheduler.api.serializers import (
     PriorityClassSerializer,
 )
 from scheduler.models import Allocation, Gpu, Job, Node, PriorityClass
-from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
+from scheduler.models.jobs import JobState
+from scheduler.selectors import STATE_RULE, filter_state, valid_state
 from scheduler.services import jobs as job_services
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
@@ -53,12 +54,10 @@ class JobListCreateAPI(APIView):
     )
     def get(self, request):
         qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
-        state = request.query_params.get("state")
-        if state:
-            groups = {"active": ACTIVE_STATES, "finished": FINAL_STATES}
-            if state not in groups and state not in JobState.values:
-                raise ValidationError({"state": f"must be active, finished or one of {', '.join(JobState.values)}"})
-            qs = qs.filter(state__in=groups[state]) if state in groups else qs.filter(state=state)
+        state = request.query_params.get("state", "")
+        if not valid_state(state):
+            raise ValidationError({"state": f"must be {STATE_RULE}"})
+        qs = filter_state(qs, state)
         kind = request.query_params.get("kind")
         if kind:
             qs = qs.filter(kind=kind)
