@@ -8,20 +8,8 @@ edits node details.
 
 from django.contrib import admin
 
+from portal.admin import ReadOnly
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobTransition, Node, NodeToken, Pool, PriorityClass, Quota
-
-
-class ReadOnly:
-    """Admin mixin: view only (changes go through an audited service; see the module docstring)."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(GpuModel)
