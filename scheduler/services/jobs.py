@@ -37,12 +37,20 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 32 and c not in "\t\n\r" for c in text)
 
 
+def _map_errors(value, most: int, what: str) -> str | None:
+    """Why ``value`` is not a mapping of strings to strings with at most ``most`` entries (``what``), or None."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return "must be an object of string keys and string values"
+    if len(value) > most:
+        return f"at most {most} {what}; got {len(value)}"
+    return None
+
+
 def _env_errors(env) -> str | None:
     """Why ``env`` is not a usable process environment, or None."""
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        return "must be an object of string keys and string values"
-    if len(env) > MAX_ENV:
-        return f"at most {MAX_ENV} variables; got {len(env)}"
+    problem = _map_errors(env, MAX_ENV, "variables")
+    if problem:
+        return problem
     for name, value in env.items():
         if len(name) > MAX_ENV_NAME:
             return f"variable names must be at most {MAX_ENV_NAME} characters; got {len(name)}"
@@ -58,10 +66,9 @@ def _env_errors(env) -> str | None:
 
 def _labels_errors(labels) -> str | None:
     """Why ``labels`` are not node-label constraints (short printable strings), or None."""
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        return "must be an object of string keys and string values"
-    if len(labels) > MAX_LABELS:
-        return f"at most {MAX_LABELS} labels; got {len(labels)}"
+    problem = _map_errors(labels, MAX_LABELS, "labels")
+    if problem:
+        return problem
     for key, value in labels.items():
         for what, text in (("keys", key), ("values", value)):
             if not text.strip() or len(text) > MAX_LABEL:
