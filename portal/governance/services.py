@@ -66,6 +66,13 @@ def reason_errors(reason: str | None) -> dict[str, str]:
     return {} if (reason or "").strip() else {"reason": REASON_REQUIRED}
 
 
+def _require_reason(reason: str | None) -> None:
+    """Raise ValidationError (``reason``) when ``reason`` is blank (see reason_errors)."""
+    errors = reason_errors(reason)
+    if errors:
+        raise ValidationError(errors)
+
+
 def quota_snapshot(quota: Quota | None) -> dict | None:
     if quota is None:
         return None
@@ -311,8 +318,8 @@ def priority_class_set(*, user, name: str, values: dict, reason: str = "",
             setattr(pc, field, values[field])
         pc.full_clean()
         after = priority_class_snapshot(pc)
-        if before != after and reason_errors(reason):
-            raise ValidationError(reason_errors(reason))
+        if before != after:
+            _require_reason(reason)
         pc.save()
         if before != after:
             audit_record(actor=user, action="priority-class.create" if before is None else "priority-class.update",
@@ -328,8 +335,8 @@ def pool_set_teams(*, user, pool: Pool, teams: list[Team], reason: str = "") -> 
         pool = Pool.objects.select_for_update().get(pk=pool.pk)
         before = sorted(pool.teams.values_list("name", flat=True))
         after = sorted(t.name for t in teams)
-        if before != after and reason_errors(reason):
-            raise ValidationError(reason_errors(reason))
+        if before != after:
+            _require_reason(reason)
         pool.teams.set(teams)
         if before != after:
             audit_record(actor=user, action="pool.teams", object_type="pool", object_id=pool.pk,
@@ -340,8 +347,7 @@ def pool_set_teams(*, user, pool: Pool, teams: list[Team], reason: str = "") -> 
 def node_change_state(*, user, node: Node, state: str, reason: str) -> Node:
     """Drain or resume ``node`` (a reason is required) and record it in the audit log."""
     _require_admin(user)
-    if not (reason or "").strip():
-        raise ValidationError({"reason": "a reason is required"})
+    _require_reason(reason)
     with transaction.atomic():
         before = {"state": node.state, "state_reason": node.state_reason}
         try:
