@@ -74,6 +74,12 @@ def charlie(cluster):
 
 
 @pytest.fixture
+def staff(cluster):
+    """A platform admin (staff): governs quotas, priority classes, pools, nodes and the queue."""
+    return UserFactory(username="root", is_staff=True)
+
+
+@pytest.fixture
 def api():
     def make(user=None):
         client = APIClient()

@@ -5,14 +5,8 @@ import pytest
 
 from portal.models import AuditEntry
 from scheduler.models import Quota
-from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff(cluster):
-    return UserFactory(username="root", is_staff=True)
 
 
 def put(client, *cells, reason="api edit"):

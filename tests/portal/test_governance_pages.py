@@ -24,11 +24,6 @@ POSTS = ["/govern/quotas/", "/govern/pools/train/teams/", "/govern/nodes/node-h1
          "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/"]
 
 
-@pytest.fixture
-def staff(cluster):
-    return UserFactory(username="root", is_staff=True)
-
-
 def client_for(user=None) -> Client:
     client = Client()
     if user is not None:

@@ -11,14 +11,9 @@ from portal.models import AuditEntry
 from scheduler.cycle import run_cycle
 from scheduler.models import Gpu, Job
 from scheduler.services.jobs import job_submit
-from tests.factories import GpuFactory, GpuModelFactory, NodeFactory, PoolFactory, UserFactory
+from tests.factories import GpuFactory, GpuModelFactory, NodeFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff(cluster):
-    return UserFactory(username="root", is_staff=True)
 
 
 def client_for(user) -> Client:

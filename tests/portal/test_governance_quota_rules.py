@@ -13,14 +13,9 @@ from django.test import Client
 from portal.governance import services
 from portal.models import AuditEntry
 from scheduler.models import Quota
-from tests.factories import TeamFactory, UserFactory
+from tests.factories import TeamFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff(cluster):
-    return UserFactory(username="root", is_staff=True)
 
 
 def client_for(user) -> Client:
