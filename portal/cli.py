@@ -400,13 +400,11 @@ FINAL = ("succeeded", "failed", "cancelled", "timed-out", "node-lost")
 
 
 def cmd_action(args) -> int:
-    client = client_from_config()
-    before = client.get(f"/api/v1/jobs/{args.id}/")["state"] if args.action == "cancel" else None
-    job = client.post(f"/api/v1/jobs/{args.id}/{args.action}/")
+    job = client_from_config().post(f"/api/v1/jobs/{args.id}/{args.action}/")
     if args.json:
         print_json(job)
-    elif before in FINAL:
-        print(f"job {job['id']}: already {before}; nothing to cancel")
+    elif args.action == "cancel" and job["state"] in FINAL and job["state"] != "cancelled":
+        print(f"job {job['id']}: already {job['state']}; nothing to cancel")  # cancel leaves an ended job be
     elif args.action == "cancel" and job["state"] not in FINAL:
         print(f"job {job['id']}: cancel requested ({job['state']}; it ends once its processes are stopped)")
     else:
