@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, insort
+from dataclasses import fields
+from operator import attrgetter
 
 from scheduler.core.types import JobInfo, NodeInfo, Placement, Snapshot
 
 EPS = 1e-9
+_job_values = attrgetter(*(f.name for f in fields(JobInfo)))  # every field, to find an equal copy of a job
 
 
 class Device:
@@ -88,10 +91,11 @@ class Group:
 
 class Held:
     """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle (and
-    reused by the next cycle over the same static index for the very same, immutable, job object).
+    reused by the next cycle over the same static index for a job equal in every field: the same immutable
+    object, as the simulator hands in, or an equal copy, as the live cycle reads from the database).
     Never changed once built; ``rec`` caches what preemption derives from it."""
 
-    __slots__ = ("amounts", "job", "nodes", "rec", "shares")
+    __slots__ = ("amounts", "job", "nodes", "rec", "shares", "values")
 
     def __init__(self, job: JobInfo):
         self.job = job
@@ -99,6 +103,15 @@ class Held:
         self.nodes: list[Node] = []  # in placement order, each once
         self.amounts: dict[tuple[str, str], float] = {}  # (pool, model) -> GPUs held there
         self.rec = None  # preemption.Running, built on first use
+        self.values: tuple | None = None  # every field of ``job``, read when an equal copy is looked for
+
+    def holds_for(self, job: JobInfo) -> bool:
+        """Whether this hold is ``job``'s: built for the same object or for one equal in every field."""
+        if self.job is job:
+            return True
+        if self.values is None:
+            self.values = _job_values(self.job)
+        return self.values == _job_values(job)
 
 
 class Cluster:
@@ -125,12 +138,12 @@ class Cluster:
                 node.cpus_free = float(info.cpus) if info.cpus else None
                 node.mem_free = float(info.memory_mb) if info.memory_mb else None
         self.held: list[Held] = []
-        self._held_by_id: dict[int, Held] = {}  # id(job) -> its Held, for the next cycle (see Held)
+        self._held_by_id: dict[int, Held] = {}  # job id -> its Held, for the next cycle (see Held)
         devices = self.devices
         for job in snapshot.jobs:
             if job.placements:
-                held = last_held.get(id(job))
-                if held is not None and held.job is job:
+                held = last_held.get(job.id)
+                if held is not None and held.holds_for(job):
                     for gpu_id, share in held.shares.items():
                         devices[gpu_id].free -= share
                     self._keep(held)
@@ -222,7 +235,7 @@ class Cluster:
         its CPU/RAM share."""
         job = held.job
         self.held.append(held)
-        self._held_by_id[id(job)] = held
+        self._held_by_id[job.id] = held
         if job.cpus or job.memory_mb:
             _charge_host(self, job, {n.name for n in held.nodes}, sign=-1.0)
 
