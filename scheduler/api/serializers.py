@@ -42,12 +42,19 @@ class JobInputSerializer(serializers.Serializer):
     env = serializers.DictField(child=serializers.CharField(max_length=job_services.MAX_ENV_VALUE,
                                                             allow_blank=True), required=False)
 
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            allowed = ", ".join(self.fields)
-            raise serializers.ValidationError({name: f"unknown field; allowed: {allowed}" for name in unknown})
-        return attrs
+    def to_internal_value(self, data):
+        """The fields' own checks, with every unknown field named beside their errors (all at once)."""
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, dict) else []
+        errors = {name: [f"unknown field; allowed: {', '.join(self.fields)}"] for name in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from exc
+            raise
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
 
 
 class PendingReasonSerializer(serializers.Serializer):

@@ -153,6 +153,9 @@ def test_unknown_fields_and_kinds_are_named_with_what_is_allowed(api, alice):
     assert set(body["errors"]) == {"gpu", "foo"} and "allowed: name, team, kind" in body["errors"]["gpu"][0]
     body = submit(api(alice), kind="mining").json()
     assert "allowed: training, inference" in body["errors"]["kind"][0]
+    # Every mistake at once: an unknown field does not hide a bad value of a known one (nor the reverse).
+    body = submit(api(alice), gpu=4, gpus=0).json()
+    assert set(body["errors"]) == {"gpu", "gpus"} and "greater than or equal to 1" in body["errors"]["gpus"][0]
     quote = api(alice).post("/api/v1/jobs/quote/", {**VALID, "gpu": 4}, format="json")
     assert quote.status_code == 400 and "gpu" in quote.json()["errors"]
 
