@@ -123,7 +123,7 @@ def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datet
 
 def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
     """Write the pending reasons, positions and estimates of the jobs of ``infos`` that still wait; return
-    how many still wait.
+    how many still wait. A held job keeps its message while it stays held: it names who held it, and why.
 
     On PostgreSQL this is one statement with the values as arrays, sent in binary (Django's bulk_update
     builds a CASE WHEN per row, and its client-side parameter quoting costs ~50 us per array element). Rows
@@ -139,9 +139,10 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
                       .values_list("pk", flat=True))
         for pk, code, message, details, position, estimate in zip(*columns, strict=True):
             if pk in waiting:
+                keep = code == "Held" and Job.objects.filter(pk=pk, pending_reason_code="Held").exists()
                 Job.objects.filter(pk=pk).update(
-                    pending_reason_code=code, pending_reason_message=message,
-                    pending_reason_details=json.loads(details), queue_position=position, estimated_start=estimate)
+                    pending_reason_code=code, pending_reason_details=json.loads(details), queue_position=position,
+                    estimated_start=estimate, **({} if keep else {"pending_reason_message": message}))
         return len(waiting)
     connection.ensure_connection()
     # A plain psycopg cursor on Django's connection (same transaction; Django's cursors bind on the client),
@@ -155,14 +156,16 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
             ), waiting AS (
                 SELECT v.* FROM v JOIN scheduler_job j ON j.id = v.id WHERE j.state IN ('pending', 'held')
             ), changed AS (  -- runs whether or not the query below reads it
-                UPDATE scheduler_job j SET pending_reason_code = w.code, pending_reason_message = w.message,
-                       pending_reason_details = w.details::jsonb, queue_position = w.position,
-                       estimated_start = w.estimate
+                UPDATE scheduler_job j SET pending_reason_code = w.code, pending_reason_details = w.details::jsonb,
+                       queue_position = w.position, estimated_start = w.estimate,
+                       -- a held job keeps the message of whoever held it (who, and why)
+                       pending_reason_message = CASE WHEN j.pending_reason_code = 'Held' AND w.code = 'Held'
+                                                     THEN j.pending_reason_message ELSE w.message END
                   FROM waiting w
                  WHERE j.id = w.id
-                   AND (j.pending_reason_code, j.pending_reason_message, j.pending_reason_details::text,
-                        j.queue_position, j.estimated_start)
-                       IS DISTINCT FROM (w.code, w.message, w.details::jsonb::text, w.position, w.estimate)
+                   AND (j.pending_reason_code, j.pending_reason_details::text, j.queue_position, j.estimated_start,
+                        j.pending_reason_code = 'Held' AND w.code = 'Held' OR j.pending_reason_message = w.message)
+                       IS DISTINCT FROM (w.code, w.details::jsonb::text, w.position, w.estimate, true)
             )
             SELECT count(*) FROM waiting
             """,

@@ -26,6 +26,7 @@ QUOTA_STEP = Decimal("0.001")
 QUOTA_FIELDS = ("guaranteed", "limit", "weight")
 QUOTA_DEFAULTS = {"guaranteed": Decimal(0), "limit": None, "weight": Decimal(1)}
 REASON_REQUIRED = "a reason is required: say why (it is kept in the audit log)"
+MAX_REASON = 500  # AuditEntry.reason
 
 
 class StaleEdit(Exception):
@@ -63,7 +64,12 @@ def _require_admin(user) -> None:
 
 def reason_errors(reason: str | None) -> dict[str, str]:
     """``{"reason": …}`` when ``reason`` is blank: changes that land in the audit log must say why."""
-    return {} if (reason or "").strip() else {"reason": REASON_REQUIRED}
+    reason = (reason or "").strip()
+    if not reason:
+        return {"reason": REASON_REQUIRED}
+    if len(reason) > MAX_REASON:
+        return {"reason": f"at most {MAX_REASON} characters (this one has {len(reason)})"}
+    return {}
 
 
 def _require_reason(reason: str | None) -> None:
@@ -398,11 +404,12 @@ def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: 
 
 def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
     """Hold (``hold``) or release a waiting job from the admin queue: the job service's hold/release, plus
-    an audit entry in the same transaction."""
+    an audit entry in the same transaction. The reason is required: the team reads it on its job."""
     _require_admin(user)
+    _require_reason(reason)
     with transaction.atomic():
         before = job.state
-        job = (job_hold if hold else job_release)(user=user, job=job)
+        job = (job_hold if hold else job_release)(user=user, job=job, why=reason.strip())
         audit_record(actor=user, action="job.hold" if hold else "job.release", object_type="job", object_id=job.pk,
                      object_name=f"#{job.pk} {job.name}", before={"state": before}, after={"state": job.state},
                      reason=reason)

@@ -254,28 +254,29 @@ def job_cancel(*, user, job: Job) -> Job:
     return job
 
 
-def job_hold(*, user, job: Job) -> Job:
-    """Hold a pending job: the scheduler skips it until it is released."""
+def job_hold(*, user, job: Job, why: str = "") -> Job:
+    """Hold a pending job: the scheduler skips it until it is released (``why``: shown to the team)."""
     if not can_manage_job(user, job):
         raise NotAllowed("only the submitter, a team-admin or a platform admin may hold this job")
+    cause = f"held by {user}: {why}" if why else f"held by {user}"
     with transaction.atomic():
         if not job_transition(
-            job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=f"held by {user}",
-            at=db_now(), actor=user,
-            extra={"pending_reason_code": "Held", "pending_reason_message": f"held by {user}"},
+            job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=cause,
+            at=db_now(), actor=user, extra={"pending_reason_code": "Held", "pending_reason_message": cause[:500]},
         ):
             raise ValidationError({"state": f"only a pending job can be held; this one is {job.state}"})
     job.refresh_from_db()
     return job
 
 
-def job_release(*, user, job: Job) -> Job:
-    """Release a held job back to the queue."""
+def job_release(*, user, job: Job, why: str = "") -> Job:
+    """Release a held job back to the queue (``why``: shown to the team)."""
     if not can_manage_job(user, job):
         raise NotAllowed("only the submitter, a team-admin or a platform admin may release this job")
     with transaction.atomic():
         if not job_transition(
-            job.pk, from_states=(JobState.HELD,), to_state=JobState.PENDING, cause=f"released by {user}",
+            job.pk, from_states=(JobState.HELD,), to_state=JobState.PENDING,
+            cause=f"released by {user}: {why}" if why else f"released by {user}",
             at=db_now(), actor=user,
         ):
             raise ValidationError({"state": f"only a held job can be released; this one is {job.state}"})

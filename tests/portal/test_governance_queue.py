@@ -89,17 +89,27 @@ def test_a_job_is_listed_in_each_pool_it_could_use(staff, alice, cluster):
 def test_an_admin_holds_and_releases_with_audit(staff, backlog, django_capture_on_commit_callbacks):
     job = backlog["b"]
     client = client_for(staff)
-    response = client.post(f"/govern/queue/{job.pk}/hold/", {"pool": "train"})
+    # Without a reason (or with one longer than the audit log keeps) nothing changes, and the page says why.
+    for reason, error in (("", "a reason is required"), ("x" * 501, "at most 500 characters (this one has 501)")):
+        response = client.post(f"/govern/queue/{job.pk}/hold/", {"pool": "train", "reason": reason}, follow=True)
+        assert error in response.content.decode()
+        job.refresh_from_db()
+        assert job.state == "pending"
+    response = client.post(f"/govern/queue/{job.pk}/hold/", {"pool": "train", "reason": "disk quota incident"})
     assert response.status_code == 302 and response.url == "/govern/queue/?pool=train"
     job.refresh_from_db()
     assert job.state == "held"
+    # The team reads the admin's reason on its job.
+    assert job.pending_reason_message == f"held by {staff}: disk quota incident"
     with django_capture_on_commit_callbacks() as callbacks:
-        client.post(f"/govern/queue/{job.pk}/release/")
+        client.post(f"/govern/queue/{job.pk}/release/", {"reason": "incident over"})
     job.refresh_from_db()
     assert job.state == "pending" and callbacks
-    assert list(AuditEntry.objects.order_by("id").values_list("action", "before", "after")) == [
-        ("job.hold", {"state": "pending"}, {"state": "held"}),
-        ("job.release", {"state": "held"}, {"state": "pending"}),
+    assert list(job.transitions.order_by("id").values_list("cause", flat=True))[-2:] == [
+        f"held by {staff}: disk quota incident", f"released by {staff}: incident over"]
+    assert list(AuditEntry.objects.order_by("id").values_list("action", "before", "after", "reason")) == [
+        ("job.hold", {"state": "pending"}, {"state": "held"}, "disk quota incident"),
+        ("job.release", {"state": "held"}, {"state": "pending"}, "incident over"),
     ]
 
 
