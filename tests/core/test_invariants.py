@@ -10,6 +10,7 @@ import os
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -253,3 +254,35 @@ def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     finally:
         Cycle.reuse_waits = True
     assert fast == slow
+
+
+@pytest.mark.parametrize(("policy", "seed"), [("rota", 7), ("tiresias", 8), ("fifo", 7)])
+def test_reused_waits_change_no_decision_on_a_large_busy_cluster(policy, seed):
+    """The bench's cluster over a few cycles, victims stopping before they requeue (so jobs claim their
+    devices, plans are made and reservations kept): decisions are those of the walk without any reuse of
+    look-alike waits."""
+    from scheduler.bench import build
+    from scheduler.core.engine import Cycle
+
+    snapshot = build(2000, 200, seed=seed, policy=policy)
+    started = preempted = 0
+    for _ in range(4):
+        decisions = schedule(snapshot)
+        started, preempted = started + len(decisions.starts), preempted + len(decisions.preemptions)
+        assert check_invariants(snapshot, decisions) == []
+        Cycle.reuse_waits = False
+        try:
+            assert schedule(snapshot) == decisions
+        finally:
+            Cycle.reuse_waits = True
+        jobs = {j.id: j for j in snapshot.jobs}
+        for job in snapshot.jobs:
+            if job.terminating:  # gone from its node: requeued
+                jobs[job.id] = replace(job, state=PENDING, placements=(), started_at=None, terminating=False)
+        for start in decisions.starts:
+            jobs[start.job_id] = replace(jobs[start.job_id], state=RUNNING, placements=start.placements,
+                                         started_at=snapshot.now)
+        for pre in decisions.preemptions:
+            jobs[pre.job_id] = replace(jobs[pre.job_id], terminating=True)
+        snapshot = replace(snapshot, now=snapshot.now + 60.0, jobs=tuple(jobs[k] for k in sorted(jobs)))
+    assert started and (preempted or not snapshot.policy.preemption)  # the walk had things to do
