@@ -172,6 +172,7 @@ def _job_context(request, job_id):
         "preemptions": list(job.preemptions.select_related("by_job")),
         "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),
+        "can_release": job_services.can_release(request.user, job),
     }
 
 

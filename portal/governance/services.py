@@ -409,7 +409,10 @@ def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
     _require_reason(reason)
     with transaction.atomic():
         before = job.state
-        job = (job_hold if hold else job_release)(user=user, job=job, why=reason.strip())
+        if hold:
+            job = job_hold(user=user, job=job, why=reason.strip(), admin=True)
+        else:
+            job = job_release(user=user, job=job, why=reason.strip())
         audit_record(actor=user, action="job.hold" if hold else "job.release", object_type="job", object_id=job.pk,
                      object_name=f"#{job.pk} {job.name}", before={"state": before}, after={"state": job.state},
                      reason=reason)

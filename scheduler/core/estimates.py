@@ -12,18 +12,30 @@ from typing import TYPE_CHECKING
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS
-from scheduler.core.types import PendingInfo, Reason
+from scheduler.core.types import HELD, PendingInfo, Reason
 
 if TYPE_CHECKING:
     from scheduler.core.engine import Cycle
 
 
 def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
-    """Queue positions and estimated starts for every waiting job, in queue order."""
+    """Queue positions and estimated starts for every waiting job, in queue order. A held job has neither:
+    the walk skips it, so it stands nowhere in the queue until it is released."""
+    waiting = cycle.waiting
     if not cycle.snapshot.estimate_starts:
         new = tuple.__new__  # PendingInfo(job.id, reason, pos, None), without the keyword-argument layer
-        return tuple(new(PendingInfo, (job.id, reason, pos, None))
-                     for pos, (job, reason, _group, _req) in enumerate(cycle.waiting, start=1))
+        if not any(job.state == HELD for job, _r, _g, _q in waiting):
+            return tuple(new(PendingInfo, (job.id, reason, pos, None))
+                         for pos, (job, reason, _group, _req) in enumerate(waiting, start=1))
+        out_held = []
+        pos = 0
+        for job, reason, _group, _req in waiting:
+            if job.state == HELD:
+                out_held.append(new(PendingInfo, (job.id, reason, None, None)))
+            else:
+                pos += 1
+                out_held.append(new(PendingInfo, (job.id, reason, pos, None)))
+        return tuple(out_held)
     out = []
     append = out.append
     timeline = cycle.timeline
@@ -31,7 +43,12 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
     quota_eta: dict[tuple, float | None] = {}
     profiles: dict[int, Callable] = {}  # id(group) -> its profile's estimate
     preempting, preempting_eta = R.PREEMPTING, cycle.preempting_eta
-    for pos, (job, reason, group, req) in enumerate(cycle.waiting, start=1):
+    pos = 0
+    for job, reason, group, req in waiting:
+        if job.state == HELD:
+            append(PendingInfo(job.id, reason, None, None))
+            continue
+        pos += 1
         est: float | None = None
         code = reason.code
         if code == preempting:

@@ -231,7 +231,7 @@ class PendingInfo(NamedTuple):
 
     job_id: int
     reason: Reason
-    queue_position: int
+    queue_position: int | None  # None for a held job (the walk skips it)
     estimated_start: float | None = None
 
 

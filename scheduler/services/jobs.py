@@ -6,7 +6,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from portal.access import can_manage_job, submit_teams_for
+from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
 from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Pool, PriorityClass
@@ -83,6 +83,12 @@ def _check_range(errors: dict, field: str, value, low, high) -> None:
         return
     if value < low or value > high:
         errors[field] = f"must be between {low} and {high}; got {value}"
+
+
+def waiting_for_cycle() -> dict:
+    """What a job that joins (or rejoins) the queue says until the next cycle has looked at it."""
+    return {"pending_reason_code": "Scheduling", "pending_reason_message": "waiting for the next scheduling cycle",
+            "pending_reason_details": {}, "queue_position": None, "estimated_start": None}
 
 
 def job_request_build(
@@ -206,7 +212,7 @@ def job_request_build(
         min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
         priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
         idle_timeout_minutes=idle_timeout_minutes,
-        pending_reason_code="Scheduling", pending_reason_message="waiting for the next scheduling cycle",
+        **waiting_for_cycle(),
     )
 
 
@@ -254,30 +260,50 @@ def job_cancel(*, user, job: Job) -> Job:
     return job
 
 
-def job_hold(*, user, job: Job, why: str = "") -> Job:
-    """Hold a pending job: the scheduler skips it until it is released (``why``: shown to the team)."""
-    if not can_manage_job(user, job):
+def job_hold(*, user, job: Job, why: str = "", admin: bool = False) -> Job:
+    """Hold a pending job: the scheduler skips it until it is released (``why``: shown to the team).
+    ``admin``: a platform admin's hold from the admin queue, which only a platform admin may release."""
+    if not can_manage_job(user, job) or (admin and not is_platform_admin(user)):
         raise NotAllowed("only the submitter, a team-admin or a platform admin may hold this job")
-    cause = f"held by {user}: {why}" if why else f"held by {user}"
+    by = f"by {user}: {why}" if why else f"by {user}"
     with transaction.atomic():
         if not job_transition(
-            job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=cause,
-            at=db_now(), actor=user, extra={"pending_reason_code": "Held", "pending_reason_message": cause[:500]},
+            job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=f"held {by}",
+            at=db_now(), actor=user, details={"admin_hold": True} if admin else None,
+            # the team reads "Held by …"; the cycle keeps this message while the job stays held
+            extra={"pending_reason_code": "Held", "pending_reason_message": by[:500]},
         ):
             raise ValidationError({"state": f"only a pending job can be held; this one is {job.state}"})
     job.refresh_from_db()
     return job
 
 
+def held_by_admin(job: Job) -> bool:
+    """Whether ``job`` is held by a platform admin's hold from the admin queue (see ``job_hold``)."""
+    if job.state != JobState.HELD:
+        return False
+    details = job.transitions.filter(to_state=JobState.HELD).order_by("-id").values_list("details", flat=True).first()
+    return bool(details and details.get("admin_hold"))
+
+
+def can_release(user, job: Job) -> bool:
+    """Whether ``user`` may release ``job``: who may manage it, unless a platform admin held it (then only a
+    platform admin)."""
+    return can_manage_job(user, job) and (is_platform_admin(user) or not held_by_admin(job))
+
+
 def job_release(*, user, job: Job, why: str = "") -> Job:
     """Release a held job back to the queue (``why``: shown to the team)."""
     if not can_manage_job(user, job):
         raise NotAllowed("only the submitter, a team-admin or a platform admin may release this job")
+    if not can_release(user, job):
+        raise NotAllowed("a platform admin held this job (its reason says why); only a platform admin may "
+                         "release it")
     with transaction.atomic():
         if not job_transition(
             job.pk, from_states=(JobState.HELD,), to_state=JobState.PENDING,
             cause=f"released by {user}: {why}" if why else f"released by {user}",
-            at=db_now(), actor=user,
+            at=db_now(), actor=user, extra=waiting_for_cycle(),
         ):
             raise ValidationError({"state": f"only a held job can be released; this one is {job.state}"})
         _wake_cycle()

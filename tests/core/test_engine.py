@@ -97,6 +97,19 @@ def test_it_gives_held_jobs_the_held_reason_and_never_starts_them():
     assert check_invariants(s, d) == []
 
 
+def test_held_jobs_stand_nowhere_in_the_queue_and_take_no_position_from_others():
+    from dataclasses import replace
+
+    n1 = node("n1", gpus=4, first_id=0)
+    jobs = [running(9, "vision", gpu_ids(n1, 4)), JobInfo(1, "vision", gpus=4, submitted_at=1, state=HELD),
+            JobInfo(2, "vision", gpus=4, submitted_at=2), JobInfo(3, "vision", gpus=4, submitted_at=3)]
+    s = snap([n1], jobs, [quota("vision", limit=8)], policy="fifo")
+    for snapshot in (s, replace(s, estimate_starts=False)):  # with or without estimated starts
+        d = schedule(snapshot)
+        assert [(p.job_id, p.queue_position) for p in d.pending] == [(1, None), (2, 1), (3, 2)]
+        assert d.pending[0].estimated_start is None
+
+
 def test_it_marks_a_job_larger_than_any_node_with_a_fixed_node_count_unsatisfiable():
     n1 = node("n1", first_id=0)
     d = schedule(snap([n1], [JobInfo(1, "vision", gpus=16, nodes=1)], [quota("vision")]))

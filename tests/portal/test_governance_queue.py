@@ -86,7 +86,7 @@ def test_a_job_is_listed_in_each_pool_it_could_use(staff, alice, cluster):
     assert [q.name for q in queue_by_pool(pool="spare")] == ["spare"]
 
 
-def test_an_admin_holds_and_releases_with_audit(staff, backlog, django_capture_on_commit_callbacks):
+def test_an_admin_holds_and_releases_with_audit(api, staff, backlog, django_capture_on_commit_callbacks):
     job = backlog["b"]
     client = client_for(staff)
     # Without a reason (or with one longer than the audit log keeps) nothing changes, and the page says why.
@@ -99,12 +99,22 @@ def test_an_admin_holds_and_releases_with_audit(staff, backlog, django_capture_o
     assert response.status_code == 302 and response.url == "/govern/queue/?pool=train"
     job.refresh_from_db()
     assert job.state == "held"
-    # The team reads the admin's reason on its job.
-    assert job.pending_reason_message == f"held by {staff}: disk quota incident"
+    # The team reads the admin's reason on its job ("Held by …"), and may not release an admin's hold.
+    assert job.pending_reason_message == f"by {staff}: disk quota incident"
+    owner = client_for(job.submitted_by)
+    assert "Release</button>" not in owner.get(f"/jobs/{job.pk}/").content.decode()
+    refused = owner.post(f"/jobs/{job.pk}/release/")
+    assert refused.status_code == 403 and "only a platform admin may release it" in refused.content.decode()
+    refused = api(job.submitted_by).post(f"/api/v1/jobs/{job.pk}/release/")
+    assert refused.status_code == 403 and "only a platform admin may release it" in refused.json()["detail"]
+    job.refresh_from_db()
+    assert job.state == "held"
     with django_capture_on_commit_callbacks() as callbacks:
         client.post(f"/govern/queue/{job.pk}/release/", {"reason": "incident over"})
     job.refresh_from_db()
+    # Back in the queue: it says so until the next cycle has placed it, not "Held".
     assert job.state == "pending" and callbacks
+    assert (job.pending_reason_code, job.queue_position) == ("Scheduling", None)
     assert list(job.transitions.order_by("id").values_list("cause", flat=True))[-2:] == [
         f"held by {staff}: disk quota incident", f"released by {staff}: incident over"]
     assert list(AuditEntry.objects.order_by("id").values_list("action", "before", "after", "reason")) == [
@@ -143,7 +153,9 @@ def test_a_priority_class_change_needs_a_reason(staff, backlog, reason):
 
 def test_the_queue_page_asks_for_the_reason(staff, backlog):
     page = client_for(staff).get("/govern/queue/").content.decode()
-    assert 'name="reason" placeholder="reason (required)" maxlength="500" required' in page
+    # Each action asks for its own reason: to hold (or release), and to change the priority class.
+    assert 'name="reason" placeholder="why hold (required)" maxlength="500" required' in page
+    assert 'name="reason" placeholder="why (required)" maxlength="500" required' in page
 
 
 @pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": " "}])

@@ -56,15 +56,19 @@ def test_running_the_cycle_twice_changes_nothing_more(alice):
 
 
 def test_a_held_job_is_skipped_with_reason_held(alice):
-    from scheduler.services.jobs import job_hold
+    from scheduler.services.jobs import job_hold, job_release
 
     job = job_hold(user=alice, job=submit(alice), why="waiting for the new dataset")
     run_cycle()
     job.refresh_from_db()
-    assert job.state == "held" and job.pending_reason_code == "Held" and job.queue_position == 1
-    # The cycle keeps the message of whoever held it, and why.
-    assert job.pending_reason_message == "held by alice: waiting for the new dataset"
+    # It stands nowhere in the queue (the walk skips it), and the cycle keeps who held it, and why.
+    assert job.state == "held" and job.pending_reason_code == "Held" and job.queue_position is None
+    assert job.pending_reason_message == "by alice: waiting for the new dataset"
     assert not Allocation.objects.exists()
+    # Its own hold, its submitter may release.
+    job = job_release(user=alice, job=job)
+    assert (job.state, job.pending_reason_code, job.pending_reason_message) == (
+        "pending", "Scheduling", "waiting for the next scheduling cycle")
 
 
 @pytest.mark.django_db(transaction=True)
