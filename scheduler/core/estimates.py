@@ -27,15 +27,13 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
         if not any(job.state == HELD for job, _r, _g, _q in waiting):
             return tuple(new(PendingInfo, (job.id, reason, pos, None))
                          for pos, (job, reason, _group, _req) in enumerate(waiting, start=1))
-        out_held = []
+        plain = []
         pos = 0
         for job, reason, _group, _req in waiting:
-            if job.state == HELD:
-                out_held.append(new(PendingInfo, (job.id, reason, None, None)))
-            else:
+            if job.state != HELD:
                 pos += 1
-                out_held.append(new(PendingInfo, (job.id, reason, pos, None)))
-        return tuple(out_held)
+            plain.append(new(PendingInfo, (job.id, reason, None if job.state == HELD else pos, None)))
+        return tuple(plain)
     out = []
     append = out.append
     timeline = cycle.timeline
