@@ -130,12 +130,28 @@ class RatedLine:
 
 
 def rate_lines(lines: Iterable[UsageLine], cards: Iterable[RateCardVersion]) -> list[RatedLine]:
-    """Price each line with the rate card version it was grouped under; unpriced lines cost 0."""
+    """Price each line with the rate card version it was grouped under; unpriced lines cost 0.
+
+    Rounding is cumulative per job, GPU model and card version, in period order: a line costs the rounded
+    running total up to its period minus the rounded running total before it. So whatever the periods
+    (hours, days, weeks, months), a job's lines over a range add up to its exact cost over that range
+    rounded once, and every total built from lines agrees with the monthly chargeback; each line is still
+    within a cent of its own exact cost."""
     by_version = {c.version: c for c in cards}
-    rated = []
+    lines = list(lines)
+    priced = []
     for line in lines:
         card = by_version.get(line.card_version) if line.card_version is not None else None
         price = card.prices.get(line.gpu_model, Decimal(0)) if card else Decimal(0)
-        currency = card.currency if card else "USD"
-        rated.append(RatedLine(usage=line, rate=price, cost=cost(line.gpu_seconds, price), currency=currency))
-    return rated
+        priced.append((price, card.currency if card else "USD"))
+    costs: list[Decimal] = [Decimal(0)] * len(lines)
+    running: dict[tuple, tuple[Decimal, Decimal]] = {}  # (job, model, card) -> (exact so far, rounded so far)
+    for i in sorted(range(len(lines)), key=lambda k: lines[k].period):
+        line = lines[i]
+        key = (line.job_id, line.gpu_model, line.card_version)
+        exact, rounded = running.get(key, (Decimal(0), Decimal(0)))
+        exact += unrounded_cost(line.gpu_seconds, priced[i][0])
+        costs[i] = round_money(exact) - rounded
+        running[key] = (exact, round_money(exact))
+    return [RatedLine(usage=line, rate=price, cost=c, currency=currency)
+            for line, (price, currency), c in zip(lines, priced, costs, strict=True)]

@@ -1,5 +1,6 @@
 """Rating is a pure function: usage × the rate card version in force → cost, rounded half-up to cents."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -63,6 +64,25 @@ def test_rate_lines_uses_the_version_each_line_was_grouped_under_and_zero_when_u
         (0, 0),
     ]
     assert rated[0].team == "vision"
+
+
+def test_a_jobs_lines_add_up_to_its_cost_rounded_once_whatever_the_periods():
+    """3 s a day at $4/h is $0.0033 a day: rounded alone each day says 0.00, yet the two days cost $0.0067,
+    0.01 on the monthly chargeback. By day, the first day says 0.00 and the second what the running total
+    adds (0.01): the same 0.01 in both views."""
+    day1, day2 = T0, T0 + timedelta(days=1)
+
+    def at(period, seconds, job=1):
+        return replace(line(1, seconds), period=period, job_id=job)
+
+    card = RateCardVersion(1, datetime(2026, 1, 1, tzinfo=UTC), {"h100-80gb": Decimal("4.00")})
+    by_day = rate_lines([at(day2, 3), at(day1, 3), at(day1, 9, job=2)], [card])  # in any order
+    by_month = rate_lines([at(day1, 6), at(day1, 9, job=2)], [card])
+    assert [r.cost for r in by_day] == [Decimal("0.01"), Decimal("0.00"), Decimal("0.01")]
+    assert sum(r.cost for r in by_day) == sum(r.cost for r in by_month) == Decimal("0.02")
+    ten = rate_lines([at(day1 + timedelta(days=d), 3) for d in range(10)], [card])
+    assert sum(r.cost for r in ten) == round_money(Decimal(30) * 4 / 3600) == Decimal("0.03")
+    assert all(abs(r.cost - Decimal(3) * 4 / 3600) < Decimal("0.01") for r in ten)  # each line near its own
 
 
 def test_budget_status_warns_at_the_threshold_and_flags_overruns():
