@@ -13,6 +13,7 @@ from accounting.services import usage_rollup
 from scheduler.models import Job
 from scheduler.services.common import db_now
 from tests.accounting.helpers import T0, allocate, history, make_job
+from tests.assets import external_assets
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +27,7 @@ def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, dj
         response = client.get(URL, NOVEMBER)
     assert response.status_code == 200
     html = response.content.decode()
-    assert "/static/vendor/plotly/plotly.min.js" in html and "cdn" not in html.lower()
+    assert "/static/vendor/plotly/plotly.min.js" in html and external_assets(html) == []
     for fig in ("fig-usage", "fig-cost", "fig-by_model", "fig-by_kind", "fig-top_jobs", "fig-waste"):
         assert f'id="{fig}"' in html
     assert "resnet" in html and "82.50" in html

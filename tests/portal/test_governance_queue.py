@@ -11,6 +11,7 @@ from portal.models import AuditEntry
 from scheduler.cycle import run_cycle
 from scheduler.models import Gpu, Job
 from scheduler.services.jobs import job_submit
+from tests.assets import external_assets
 from tests.factories import GpuFactory, GpuModelFactory, NodeFactory, PoolFactory
 
 pytestmark = pytest.mark.django_db
@@ -204,7 +205,7 @@ def test_the_nodes_page_draws_a_gpu_utilization_heatmap_from_local_plotly(staff,
     assert trace["z"][1][1] == 87.2 or trace["z"][1][1] == 87.3
     assert trace["z"][3][0] is None  # node-a100 has two GPUs
     page = client_for(staff).get("/govern/nodes/").content.decode()
-    assert "/static/vendor/plotly/plotly.min.js" in page and "cdn" not in page.lower()
+    assert "/static/vendor/plotly/plotly.min.js" in page and external_assets(page) == []
     data = page.split('id="gpu-heatmap-data" type="application/json">', 1)[1].split("</script>", 1)[0]
     assert json.loads(data)["data"][0]["type"] == "heatmap"
 
