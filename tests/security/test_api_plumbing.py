@@ -130,3 +130,24 @@ def test_the_other_error_handlers_answer_json_under_the_api_and_html_elsewhere(r
     assert "detail" in json.loads(answer.content)
     page = handler(rf.get("/jobs/"), Exception())
     assert page.status_code == status and page["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("url", [
+    "/api/v1/usage/?start=2026-11-01&end=2026-11-30&team=vision%00",
+    "/api/v1/reports/chargeback/?month=2026-11&format=csv&team=vision%00",
+    "/api/v1/jobs/?state=pend%00ing",
+    "/api/v1/jobs/?te%00am=vision",
+])
+def test_a_nul_character_in_a_query_parameter_is_a_400_naming_it(client_for, url):
+    body = assert_json(client_for("owner").get(url), 400)
+    assert list(body["errors"].values()) == [["must not contain a NUL character"]]
+    assert body["detail"].startswith("invalid input: ")
+
+
+def test_a_nul_character_in_a_page_query_is_a_400_and_in_a_form_field_a_form_error(client_for, world):
+    owner = client_for("owner")
+    page = owner.get("/accounting/?team=vision%00")
+    assert page.status_code == 400 and "team must not contain a NUL character" in page.content.decode()
+    form = owner.post("/jobs/new/", {"team": "vision", "name": "nul\x00job", "command": "true"})
+    assert form.status_code == 200 and "Null characters are not allowed" in form.content.decode()
+    assert not Job.objects.filter(name__startswith="nul").exists()
