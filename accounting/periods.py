@@ -18,7 +18,8 @@ AGGREGATIONS = ("day", "week", "month")
 # that period arithmetic (the next month, the next week, an exclusive end) never overflows.
 EARLIEST = date(1970, 1, 1)
 LATEST = date(9998, 12, 31)
-_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+_MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")  # ASCII digits only (\d would take other scripts' digits)
+_DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,11 @@ class Range:
     start: datetime
     end: datetime
     label: str
+
+    @property
+    def last_day(self) -> date:
+        """The last day the range covers (its end is exclusive: a month ends at the next month's first)."""
+        return (self.end - timedelta(microseconds=1)).date()
 
 
 def _at(d: date) -> datetime:
@@ -60,9 +66,9 @@ def parse_month(value: str | None) -> Range:
 def parse_day(value: str) -> date:
     """``YYYY-MM-DD`` → that day; otherwise ValueError with the expected format and range, phrased to follow the
     field's name ("From must be …")."""
-    try:
-        day = date.fromisoformat(value)
-    except (TypeError, ValueError):
+    try:  # fromisoformat alone would also take 20261101 or 2026-W48-3
+        day = date.fromisoformat(value) if _DAY.match(value or "") else None
+    except ValueError:
         day = None
     if not value:
         raise ValueError(f"is required: a day as YYYY-MM-DD from {EARLIEST} to {LATEST}")

@@ -67,6 +67,16 @@ def test_month_parsing_and_presets():
     assert (week.start.date(), week.end.date()) == (date(2026, 11, 23), date(2026, 11, 30))
     with pytest.raises(ValueError, match="YYYY-MM"):
         periods.parse_month("2026-00")
+    # The range ends before the first of the next month, and says so in whole days.
+    assert (nov.last_day, week.last_day) == (date(2026, 11, 30), date(2026, 11, 29))
+    # Plain ASCII YYYY-MM and YYYY-MM-DD only: not other scripts' digits, nor ISO's other forms of a day.
+    for month in ("\uff12026-11", "2026-\u0661\u0661"):
+        with pytest.raises(ValueError, match="YYYY-MM"):
+            periods.parse_month(month)
+    for day in ("20261101", "2026-W48-3", "\uff12026-11-01"):
+        with pytest.raises(ValueError, match="YYYY-MM-DD"):
+            periods.parse_day(day)
+    assert periods.parse_day("2026-11-01") == date(2026, 11, 1)
 
 
 def test_months_and_days_stay_where_period_arithmetic_cannot_overflow():

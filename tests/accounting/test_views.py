@@ -232,3 +232,15 @@ def test_the_fairness_wait_and_failure_sections_show_only_your_team(client, alic
     html = client.get(URL, NOVEMBER).content.decode()
     waits = html.split('id="waits"')[1].split("</section>")[0]
     assert '<td>nlp</td><td class="num">1</td><td class="num">6.0</td>' in waits and "vision" not in waits
+
+
+def test_the_header_names_the_last_day_a_preset_covers(client, alice, usage):
+    from datetime import date
+
+    from accounting import periods
+
+    client.force_login(alice)
+    html = client.get(URL, {"preset": "this-month"}).content.decode()
+    month = periods.preset_range("this-month", date.today())
+    assert f"{month.start:%Y-%m-%d} to {month.last_day:%Y-%m-%d}" in html
+    assert f"to {month.end:%Y-%m-%d}" not in html  # the first day of next month is not in it
