@@ -20,6 +20,7 @@ from accounting.selectors_fairness import (
     wait_seconds,
     waiting_intervals,
 )
+from portal.access import jobs_for
 from scheduler.services.common import db_now
 
 
@@ -134,6 +135,8 @@ def dashboard(request):
         "totals": charts.totals_by(rated.lines, charts.key_of(group_by)),
         "group_label": charts.LABELS[group_by],
         "top_jobs": top,
+        # finance sees every team's costs, not every team's jobs: link only the jobs the reader may open
+        "openable_jobs": set(jobs_for(request.user).filter(pk__in=[r[0] for r in top]).values_list("pk", flat=True)),
         "figures": figures,
         "budgets": budget_statuses(request.user, this_month),
         "waste": waste,

@@ -35,3 +35,12 @@ def test_finance_sees_no_jobs_and_governs_nothing(api, fiona, alice, client):
 def test_a_plain_member_still_sees_only_their_team(api, charlie, usage):
     data = api(charlie).get(URL, {"start": "2026-11-01", "end": "2026-11-30", "group_by": "team"}).json()
     assert {r["group"] for r in data["results"]} == {"nlp"}
+
+
+def test_finance_reads_top_jobs_without_links_to_job_pages_it_cannot_open(client, fiona, alice, usage):
+    client.force_login(fiona)
+    html = client.get("/accounting/", {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}).content.decode()
+    assert "resnet" in html and "/jobs/" not in html
+    client.force_login(alice)  # a member opens its own team's jobs from the same table
+    html = client.get("/accounting/", {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}).content.decode()
+    assert "resnet</a>" in html
