@@ -96,7 +96,9 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
             records.extend(rows)
             end = min(alloc.ended_at, until) if alloc.ended_at else until
             last_bucket[alloc.pk] = bucket_floor(end - timedelta(microseconds=1)) if end > alloc.started_at else None
-        deleted = _delete_stale(last_bucket)
+        # A repair rebuilds the ledger from the allocations: rows an edited allocation no longer covers go,
+        # at either end. Otherwise only the tails past the recomputed allocations' (new) ends can be stale.
+        deleted = UsageRecord.objects.all().delete()[0] if full else _delete_stale(last_bucket)
         if full or (state.rolled_until is not None and until < state.rolled_until):
             # A rollup into the past (or a repair): drop what had not started by ``until``.
             deleted += UsageRecord.objects.filter(

@@ -66,6 +66,17 @@ def test_running_the_rollup_twice_changes_nothing(alice, cluster):
     assert len(first) == 6
 
 
+def test_a_repair_run_rebuilds_an_allocation_whose_start_was_corrected_later(alice, cluster):
+    job = make_job(alice, cluster["vision"])
+    alloc = allocate(job, "GPU-h100-0", T0, T0 + 150 * M)
+    usage_rollup(until=T0 + 4 * H)
+    alloc.started_at = T0 + 90 * M  # a manual fix: it really started later
+    alloc.save()
+    report = usage_rollup(until=T0 + 4 * H, full=True)
+    assert rows(job) == [(T0 + H, Decimal(1800)), (T0 + 2 * H, Decimal(1800))]
+    assert report.deleted == 3
+
+
 def test_an_allocation_that_ended_long_ago_is_not_recomputed_but_stays_billed(alice, cluster):
     job = make_job(alice, cluster["vision"])
     allocate(job, "GPU-h100-0", T0, T0 + H)
