@@ -371,8 +371,8 @@ def node_job_log(*, node: Node, job_id: int, attempt: int, offset: int, data: st
 
 
 def nodes_check_liveness() -> list[str]:
-    """Mark nodes silent for longer than the heartbeat timeout (by the database clock) ``down`` and requeue
-    their jobs. Returns the names of the nodes marked down."""
+    """Mark nodes silent for longer than the heartbeat timeout (by the database clock) ``down`` and settle
+    their jobs' attempts there (see ``_lose_node``). Returns the names of the nodes marked down."""
     marked = []
     with transaction.atomic():
         now = db_now()
@@ -388,16 +388,39 @@ def nodes_check_liveness() -> list[str]:
             for alloc_job in Job.objects.filter(
                 allocations__node=node, allocations__ended_at__isnull=True, state__in=HOLDING_STATES
             ).distinct():
-                Allocation.objects.filter(job=alloc_job, ended_at__isnull=True).update(ended_at=now)
-                job_transition(
-                    alloc_job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
-                    cause=f"node {node.name} lost: requeued", at=now,
-                    extra={"attempt": alloc_job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
-                           "started_at": None, "pending_reason_code": "Requeued",
-                           "pending_reason_message": f"node {node.name} stopped answering; requeued"},
-                )
+                _lose_node(alloc_job, node, now)
             marked.append(node.name)
     return marked
+
+
+def _lose_node(job: Job, node: Node, now) -> None:
+    """``node`` went silent while ``job`` held devices there. Its allocations there end (the node is down:
+    nothing is placed on it until it registers again, and its agent then stops what it still runs). A gang
+    member on other nodes keeps its devices until those nodes confirm its processes are gone, as any stop:
+    the job is asked to stop (keeping a stop already asked for), and settles on their reports. Otherwise
+    the job settles now: a cancel, time limit or idle reclaim asked for before ends it as asked; anything
+    else is requeued."""
+    job = Job.objects.select_for_update().get(pk=job.pk)  # a node's report about it waits, then sees this
+    if job.state not in HOLDING_STATES:
+        return
+    lost = list(Allocation.objects.filter(job=job, node=node, ended_at__isnull=True))
+    Allocation.objects.filter(pk__in=[a.pk for a in lost]).update(ended_at=now)
+    gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in lost)
+    Job.objects.filter(pk=job.pk).update(attained_gpu_seconds=F("attained_gpu_seconds") + gpu_seconds)
+    if Allocation.objects.filter(job=job, ended_at__isnull=True).exists():
+        Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.NODE_UNHEALTHY)
+        return
+    job.refresh_from_db()
+    if job.stop_reason in (StopReason.CANCEL, StopReason.TIMEOUT, StopReason.IDLE):
+        _settle(job, {"type": "stopped", "message": f"node {node.name} lost"}, now)
+        return
+    job_transition(
+        job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
+        cause=f"node {node.name} lost: requeued", at=now,
+        extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
+               "started_at": None, "pending_reason_code": "Requeued",
+               "pending_reason_message": f"node {node.name} stopped answering; requeued"},
+    )
 
 
 def node_set_state(*, node: Node, state: str, reason: str, user) -> Node:

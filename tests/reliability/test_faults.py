@@ -244,3 +244,58 @@ def test_telemetry_from_a_node_with_a_skewed_clock_lands_on_the_portal_clock(ali
     assert nodes_check_liveness() == []  # liveness is judged by the portal's clock, not the node's
     assert Node.objects.get(pk=node.pk).state == "ready"
     assert_sound()
+
+
+def test_a_cancel_asked_before_the_node_went_silent_ends_the_job_cancelled(alice, cluster, settings):
+    settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 5
+    node = cluster["nodes"][0]
+    node_register(node=node, report=REGISTER)
+    job = submit(alice, gpus=1)
+    run_cycle()
+    run_on_node(node, job, 1)
+    job_cancel(user=alice, job=job)  # the node never confirms: it has gone quiet
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))
+    assert nodes_check_liveness() == [node.name]
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == ("cancelled", 1)  # not requeued to run again
+    assert not Allocation.objects.filter(ended_at__isnull=True).exists()
+    run_cycle()
+    assert state_of(job.pk) == "cancelled"
+    assert_sound()
+
+
+def test_a_gang_that_loses_one_node_keeps_its_other_devices_until_that_node_confirms_the_stop(
+    alice, cluster, settings
+):
+    from tests.factories import GpuFactory, NodeFactory
+
+    settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 5
+    lost, kept = cluster["nodes"][0], NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=kept, index=i, model=cluster["h100"], memory_mb=81559, uuid=f"GPU-h100-b{i}")
+    node_register(node=lost, report=REGISTER)
+    node_register(node=kept, report={"gpus": [{**g, "uuid": g["uuid"].replace("h100-", "h100-b")}
+                                              for g in REGISTER["gpus"]]})
+    cluster["vision"].quotas.filter(gpu_model=cluster["h100"]).update(limit=8)
+    gang = submit(alice, gpus=8, nodes=2)
+    run_cycle()
+    assert set(Allocation.objects.filter(job=gang).values_list("node__name", flat=True)) == {lost.name, kept.name}
+    for node in (lost, kept):
+        node_heartbeat(node=node, report={"seq": 1})
+        node_job_event(node=node, job_id=gang.pk, event={"type": "started", "attempt": 1, "pid": 1})
+    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))
+    assert nodes_check_liveness() == [lost.name]
+    gang.refresh_from_db()
+    # The healthy node's devices stay held (its processes still run there) and it is told to stop them.
+    assert gang.state == "running" and gang.stop_reason == "node-unhealthy"
+    assert set(Allocation.objects.filter(job=gang, ended_at__isnull=True).values_list("node__name", flat=True)) == {
+        kept.name}
+    other = submit(alice, gpus=4)
+    run_cycle()
+    assert state_of(other.pk) == "pending"  # nothing is placed on the devices the gang still holds
+    assert_sound()
+    node_job_event(node=kept, job_id=gang.pk, event={"type": "stopped", "attempt": 1, "signal": 15})
+    gang.refresh_from_db()
+    assert (gang.state, gang.attempt) == ("pending", 2)
+    assert not Allocation.objects.filter(job=gang, ended_at__isnull=True).exists()
+    assert_sound()
