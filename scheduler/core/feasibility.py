@@ -115,15 +115,23 @@ def analyse(cluster: Cluster, job: JobInfo, req: Request, pools: Sequence[str], 
 
 def _healthy_or_reason(healthy: list[Group], passing: Sequence[Group], req: Request,
                        node_ok: Callable[[Node], bool]) -> Feasibility:
-    """The groups that can hold the job now, or NodesUnhealthy naming the nodes that could."""
+    """The groups that can hold the job now, or NodesUnhealthy naming the nodes that could, but are down,
+    draining or have unhealthy GPUs (and, when some could still be used, how many: too few for the job)."""
     if healthy:
         return Feasibility(tuple(healthy), None)
-    names = sorted({n.name for g in passing for n in g.nodes if node_ok(n)})
+    out, usable = set(), set()
+    for g in passing:
+        for n in g.nodes:
+            if node_ok(n):
+                whole = n.schedulable and all(d.healthy for d in n.by_model.get(g.model, ()))
+                (usable if whole else out).add(n.name)
+    names = sorted(out - usable)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    rest = f"; {len(usable)} usable node(s) are not enough" if usable else ""
     return Feasibility((), R.reason(
         R.NODES_UNHEALTHY,
-        f"the nodes that could hold {shape_text(req)} are down, draining or have unhealthy GPUs: {shown}",
-        nodes=names,
+        f"the nodes that could hold {shape_text(req)} are down, draining or have unhealthy GPUs: {shown}{rest}",
+        nodes=names, usable_nodes=len(usable),
     ))
 
 

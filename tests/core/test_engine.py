@@ -136,6 +136,16 @@ def test_it_says_nodes_unhealthy_when_only_broken_nodes_could_hold_the_job():
     assert "n0" in d.pending[0].reason.message
 
 
+def test_nodes_unhealthy_names_only_the_broken_nodes_and_counts_the_usable_ones():
+    """A 2-node gang with one of its two possible nodes down: the healthy one is not named as broken."""
+    down, fine = node("n0", first_id=0, schedulable=False), node("n1", first_id=10)
+    d = schedule(snap([down, fine], [JobInfo(1, "vision", gpus=16, nodes=2)], [quota("vision")]))
+    reason = d.pending[0].reason
+    assert reason.code == R.NODES_UNHEALTHY
+    assert reason.details["nodes"] == ["n0"] and reason.details["usable_nodes"] == 1
+    assert reason.message.endswith("unhealthy GPUs: n0; 1 usable node(s) are not enough")
+
+
 def test_it_returns_the_same_decisions_for_the_same_snapshot():
     nodes = [node(f"n{i}", first_id=i * 10) for i in range(4)]
     jobs = [JobInfo(i, f"t{i % 3}", gpus=1 + i % 4, priority=i % 2, submitted_at=i % 5) for i in range(30)]
