@@ -136,13 +136,15 @@ class QuotaBook:
         if not preemptible:
             np_used = self.non_preemptible.get((team, model), 0.0)
             if np_used + amount > g + EPS:
+                never = amount > g + EPS  # larger than the whole guarantee: waiting cannot help
                 return R.reason(
                     R.NON_PREEMPTIBLE_OVER_QUOTA,
                     f"team {team} runs {R.fmt_gpus(np_used)} non-preemptible {model} of its "
                     f"{R.fmt_gpus(g)} guaranteed; job needs {R.fmt_gpus(amount)} (non-preemptible work must "
-                    "fit in guaranteed quota)",
+                    "fit in guaranteed quota)"
+                    + ("; it cannot start unless the guarantee is raised or it is made preemptible" if never else ""),
                     team=team, gpu_model=model, in_use=R.num(np_used), guaranteed=R.num(g),
-                    requested=R.num(amount))
+                    requested=R.num(amount), never=never)
         used = self.team_used(team, model) - credit
         after = used + amount - g
         if after <= EPS:

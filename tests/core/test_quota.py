@@ -72,8 +72,17 @@ def test_it_keeps_non_preemptible_work_inside_the_guarantee():
     assert started == {1, 3}
     assert pending[2].reason.code == R.NON_PREEMPTIBLE_OVER_QUOTA
     assert pending[2].reason.details == {"team": "serving", "gpu_model": "h100-80gb", "in_use": 2,
-                                         "guaranteed": 3, "requested": 2}
+                                         "guaranteed": 3, "requested": 2, "never": False}
+    assert "cannot start" not in pending[2].reason.message  # it starts once job 1 ends
     assert check_invariants(s, d) == []
+
+
+def test_non_preemptible_work_larger_than_the_whole_guarantee_is_told_it_cannot_start():
+    n1 = node("n1", first_id=0)
+    s = snap([n1], [JobInfo(1, "serving", gpus=4, preemptible=False)], [quota("serving", guaranteed=2, limit=8)])
+    reason = schedule(s).pending[0].reason
+    assert reason.code == R.NON_PREEMPTIBLE_OVER_QUOTA and reason.details["never"] is True
+    assert reason.message.endswith("it cannot start unless the guarantee is raised or it is made preemptible")
 
 
 def test_it_stops_at_the_guarantee_when_borrowing_is_off():
