@@ -15,3 +15,12 @@ def from_now(value):
         return ""
     seconds = (value - timezone.now()).total_seconds()
     return "in " + fmt_duration(seconds) if seconds >= 0.5 else "now"
+
+
+@register.filter
+def ago(value):
+    """ "12 s ago", "3 min ago", "2 h 5 min ago" for a past moment (to the second, unlike ``timesince``)."""
+    if value is None:
+        return "never"
+    seconds = (timezone.now() - value).total_seconds()
+    return fmt_duration(seconds) + " ago" if seconds >= 0.5 else "just now"

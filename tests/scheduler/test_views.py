@@ -145,6 +145,20 @@ def test_the_cluster_page_shows_each_gpus_latest_utilization(alice, cluster, bro
     assert "83% · 40/80 GiB · 64°C" in body
 
 
+def test_a_down_node_shows_its_gpus_offline_with_no_stale_readings(alice, cluster, browser):
+    from datetime import timedelta
+
+    from scheduler.models import Gpu, Node
+
+    node = cluster["nodes"][0]
+    Gpu.objects.filter(node=node).update(last_sample_at=db_now(), util_pct=83.0, mem_used_mb=40960)
+    Node.objects.filter(pk=node.pk).update(state=Node.DOWN, last_heartbeat_at=db_now() - timedelta(seconds=40))
+    body = browser(alice).get("/cluster/").content.decode()
+    section = body.split(f"<h2>{node.name}</h2>", 1)[1].split("</section>", 1)[0]
+    assert "last heartbeat 40 s ago" in section or "last heartbeat 41 s ago" in section
+    assert section.count(">offline<") == 4 and "free" not in section and "83%" not in section
+
+
 def test_the_detail_page_says_when_a_waiting_job_should_start_in_the_reasons_words(alice, browser):
     from datetime import timedelta
 
