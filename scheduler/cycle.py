@@ -15,6 +15,7 @@ from portal import locks
 from scheduler.core import schedule
 from scheduler.core.types import PENDING, Snapshot
 from scheduler.dispatch import expire_time_limits, mark_waiting, persist_decisions, reclaim_idle
+from scheduler.models import SchedulerBeat
 from scheduler.services.common import db_now
 from scheduler.snapshot import build_snapshot
 
@@ -67,6 +68,7 @@ def run_cycle() -> CycleReport:
         result = persist_decisions(decisions, gpu_nodes, now)
         if over_budget:
             mark_waiting(over_budget, code="BudgetExceeded")
+        SchedulerBeat.record(SchedulerBeat.CYCLE, now)
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
     report = CycleReport(

@@ -3,7 +3,7 @@ Kueue's. Built from the latest sample kept on each GPU row and job counts: a fix
 
 from django.db.models import Count, Sum
 
-from scheduler.models import Allocation, Gpu, Job, Node
+from scheduler.models import Allocation, Gpu, Job, Node, SchedulerBeat
 from scheduler.models.jobs import JobState
 
 GPU_METRICS = [
@@ -70,4 +70,10 @@ def render_metrics() -> str:
     node_counts = dict(Node.objects.values_list("state").annotate(n=Count("id")))
     for state, _label_text in Node.STATES:
         lines.append(f"rota_nodes{_labels(state=state)} {node_counts.get(state, 0)}")
+    # Alert on ``time() - rota_scheduler_last_run_timestamp_seconds > 60``: the worker or beat has stopped.
+    lines += ["# HELP rota_scheduler_last_run_timestamp_seconds When the scheduler's periodic task last completed "
+              "(task: cycle, liveness), in Unix seconds.",
+              "# TYPE rota_scheduler_last_run_timestamp_seconds gauge"]
+    for name, at in SchedulerBeat.objects.order_by("name").values_list("name", "at"):
+        lines.append(f"rota_scheduler_last_run_timestamp_seconds{_labels(task=name)} {at.timestamp():.3f}")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """Scheduler domain models: the cluster (GPU models, pools, nodes, GPUs), quotas, priority classes,
 jobs with their history, and allocations (the source of truth for who holds which GPU)."""
 
+from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
 from scheduler.models.quota import Quota
@@ -25,5 +26,6 @@ __all__ = [
     "Preemption",
     "PriorityClass",
     "Quota",
+    "SchedulerBeat",
     "WhatIfRun",
 ]

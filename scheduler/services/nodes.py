@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node
+from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
 from scheduler.services.common import db_now, job_transition
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
@@ -390,6 +390,7 @@ def nodes_check_liveness() -> list[str]:
             ).distinct():
                 _lose_node(alloc_job, node, now)
             marked.append(node.name)
+        SchedulerBeat.record(SchedulerBeat.LIVENESS, now)
     return marked
 
 

@@ -165,3 +165,33 @@ def test_resuming_a_node_acknowledges_the_fault_its_agent_still_reports(alice, c
         {"uuid": "GPU-h100-3", "healthy": False, "reason": "XID 48"}]}, format="json")
     node.refresh_from_db()
     assert node.state == Node.UNHEALTHY, "the same fault after a healthy report is a new fault"
+
+
+def test_a_stopped_scheduler_shows_in_the_metrics_and_on_every_page(alice, cluster):
+    from datetime import timedelta
+
+    from scheduler.models import SchedulerBeat
+    from scheduler.services.nodes import nodes_check_liveness
+
+    before = db_now()
+    run_cycle()
+    nodes_check_liveness()
+    beats = dict(SchedulerBeat.objects.values_list("name", "at"))
+    assert set(beats) == {"cycle", "liveness"} and all(at >= before for at in beats.values())
+    admin, member = Client(), Client()
+    alice.is_staff = True
+    alice.save()
+    admin.force_login(alice)
+    body = admin.get("/metrics").content.decode()
+    assert f'rota_scheduler_last_run_timestamp_seconds{{task="cycle"}} {beats["cycle"].timestamp():.3f}' in body
+    assert "Scheduling has stopped" not in admin.get("/jobs/").content.decode()  # it just ran
+    SchedulerBeat.objects.filter(name="cycle").update(at=db_now() - timedelta(minutes=4))  # the worker died
+    page = admin.get("/jobs/").content.decode()
+    assert "Scheduling has stopped: the last cycle ran 4 min ago" in page and "Celery worker" in page
+    alice.is_staff = False
+    alice.save()
+    member.force_login(alice)
+    page = member.get("/jobs/").content.decode()
+    assert "Scheduling has stopped" in page and "nothing is lost" in page and "Celery" not in page
+    run_cycle()  # it is back
+    assert "Scheduling has stopped" not in member.get("/jobs/").content.decode()
