@@ -18,4 +18,6 @@ class SchedulerBeat(models.Model):
 
     @classmethod
     def record(cls, name: str, at) -> None:
-        cls.objects.update_or_create(name=name, defaults={"at": at})
+        """One statement (INSERT … ON CONFLICT UPDATE), the same on the first run as on every later one."""
+        cls.objects.bulk_create([cls(name=name, at=at)], update_conflicts=True, unique_fields=["name"],
+                                update_fields=["at"])
