@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from scheduler.core.policies import PRESETS
 from scheduler.models import Pool, PriorityClass, Quota
+from scheduler.whatif import MAX_SCALE, PRIORITY_MAX, PRIORITY_MIN
 
 
 class WhatIfForm(forms.Form):
@@ -31,10 +32,10 @@ class WhatIfForm(forms.Form):
         self.classes = list(PriorityClass.objects.all())
         for pc in self.classes:
             self.fields[f"p:{pc.name}"] = forms.IntegerField(initial=pc.value, label=f"{pc.name} value",
-                                                             min_value=-100000, max_value=100000)
+                                                             min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
         self.pools = list(Pool.objects.all())
         for pool in self.pools:
-            self.fields[f"s:{pool.name}"] = forms.FloatField(initial=1.0, min_value=0, max_value=10,
+            self.fields[f"s:{pool.name}"] = forms.FloatField(initial=1.0, min_value=0, max_value=MAX_SCALE,
                                                              label=f"{pool.name} size factor")
 
     def quota_cells(self):

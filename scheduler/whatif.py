@@ -10,6 +10,7 @@ one and is left out otherwise (counted in ``skipped``)."""
 
 import dataclasses
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -18,7 +19,7 @@ from django.db.models import Count, Min, Q
 from portal.models import Team
 from scheduler.core.policies import PRESETS, policy_by_name
 from scheduler.core.types import GpuDevice, NodeInfo, QuotaInfo
-from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Preemption, PriorityClass
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Preemption, PriorityClass, Quota
 from scheduler.models.whatif import WhatIfRun
 from scheduler.services.common import db_now
 from scheduler.sim.cluster import Cluster
@@ -31,7 +32,9 @@ from scheduler.snapshot import priority_class_infos, quota_infos, team_infos
 
 MAX_PERIOD = timedelta(days=92)
 MAX_SCALE = 10.0
-SUMMARY_KEYS = ("jobs", "completed", "unfinished", "jct_avg_s", "queue_avg_s", "queue_p95_s", "utilization",
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1  # PriorityClass.value's column, as the priority classes page
+# The simulator's summary figures a replay keeps (names as ``scheduler.sim.metrics.summarize`` gives them).
+SUMMARY_KEYS = ("jobs", "completed", "unfinished", "avg_jct_s", "avg_queue_s", "p95_queue_s", "utilization",
                 "preemptions", "gpu_hours_lost", "quota_violations", "invariant_violations", "wall_s")
 
 
@@ -65,16 +68,22 @@ def _clean_changes(changes: dict) -> dict:
             if not low <= value <= 100_000:
                 errors[f"{where}.{key}"] = f"must be between {low} and 100000; got {value}"
             clean[key] = value
-        if "limit" in clean and "guaranteed" in clean and clean["limit"] < clean["guaranteed"]:
-            errors[f"{where}.limit"] = "must be at least guaranteed"
         quotas.append(clean)
-    classes = set(PriorityClass.objects.values_list("name", flat=True))
+    if not any(key.startswith("changes.quotas") for key in errors):
+        errors |= _quota_rules(quotas)
+    classes = dict(PriorityClass.objects.values_list("name", "value"))
     priorities = {}
     for name, value in (changes.get("priorities") or {}).items():
-        if name not in classes or not isinstance(value, int) or not -100_000 <= value <= 100_000:
-            errors[f"changes.priorities.{name}"] = "needs a known priority class and an integer value"
+        if name not in classes or not isinstance(value, int) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+            errors[f"changes.priorities.{name}"] = (f"needs a known priority class and a whole number from "
+                                                   f"{PRIORITY_MIN} to {PRIORITY_MAX}")
         else:
             priorities[name] = value
+    merged = {**classes, **priorities}
+    for name, value in sorted(priorities.items()):
+        clash = sorted(other for other, v in merged.items() if v == value and other != name)
+        if clash:  # as on the priority classes page: the order between two classes must be clear
+            errors[f"changes.priorities.{name}"] = f"value {value} is already used by {', '.join(clash)}"
     pools = set(Pool.objects.values_list("name", flat=True))
     scale = {}
     for name, value in (changes.get("pool_scale") or {}).items():
@@ -85,6 +94,23 @@ def _clean_changes(changes: dict) -> dict:
     if errors:
         raise ValidationError(errors)
     return {"quotas": quotas, "priorities": priorities, "pool_scale": scale}
+
+
+def _quota_rules(quotas: list[dict]) -> dict[str, str]:
+    """The quota page's rules on today's quotas with ``quotas`` applied (fields left out keep today's value):
+    limit at least guaranteed, each parent's guarantee covering its children's, values within bounds. Keys
+    are ``changes.quotas.TEAM/MODEL.FIELD``."""
+    from portal.governance.services import QUOTA_DEFAULTS, QuotaChange, quota_validate
+
+    current = {(q.team.name, q.gpu_model.name): q for q in
+               Quota.objects.filter(pool__isnull=True).select_related("team", "gpu_model")}
+    wanted = []
+    for row in quotas:
+        q = current.get((row["team"], row["gpu_model"]))
+        values = {f: Decimal(str(row[f])) if f in row else (getattr(q, f) if q else QUOTA_DEFAULTS[f])
+                  for f in ("guaranteed", "limit", "weight")}
+        wanted.append(QuotaChange(team=row["team"], gpu_model=row["gpu_model"], updated_at=None, **values))
+    return {f"changes.quotas.{key}": message for key, message in quota_validate(wanted).items()}
 
 
 def whatif_create(*, user, name: str, period_start: datetime, period_end: datetime, policy: str = "rota",

@@ -68,6 +68,10 @@ def test_a_bigger_limit_cuts_the_replayed_wait_of_a_quota_bound_team(admin_user,
     assert changed["gpu_hours"] == pytest.approx(6.0, rel=0.01)
     assert run.result["summary"]["changed"]["quota_violations"] == 0
     assert run.result["summary"]["changed"]["invariant_violations"] == 0
+    # The whole period's figures are kept under the simulator's names, so none is lost on the way.
+    before, after = run.result["summary"]["baseline"], run.result["summary"]["changed"]
+    assert all(before[k] is not None for k in ("avg_jct_s", "avg_queue_s", "p95_queue_s", "utilization"))
+    assert after["avg_queue_s"] < before["avg_queue_s"] and after["avg_jct_s"] < before["avg_jct_s"]
 
 
 def test_a_what_if_runs_once_even_if_asked_twice(admin_user, quota_bound_history):
@@ -86,8 +90,13 @@ def test_a_what_if_runs_once_even_if_asked_twice(admin_user, quota_bound_history
     ({"policy": "lottery"}, "policy"),
     ({"changes": {"quotas": [{"team": "nope", "gpu_model": "h100-80gb", "limit": 3}]}}, "changes.quotas[0]"),
     ({"changes": {"quotas": [{"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 5, "limit": 3}]}},
-     "changes.quotas[0].limit"),
+     "changes.quotas.vision/h100-80gb.guaranteed"),
     ({"changes": {"pool_scale": {"train": 50}}}, "changes.pool_scale.train"),
+    # The quota page's rules hold against today's values: a guarantee above today's limit of 4 ...
+    ({"changes": {"quotas": [{"team": "vision", "gpu_model": "h100-80gb", "guaranteed": 20}]}},
+     "changes.quotas.vision/h100-80gb.guaranteed"),
+    # ... and the priority classes page's: batch has 300 already.
+    ({"changes": {"priorities": {"training": 300}}}, "changes.priorities.training"),
     ({"changes": {"priorities": {"training": "high"}}}, "changes.priorities.training"),
     ({"changes": {"budget": 1}}, "changes"),
 ])
@@ -133,6 +142,25 @@ def test_the_form_queues_only_what_changed_and_the_detail_page_compares(admin_cl
     whatif_execute(run.pk)
     body = admin_client.get(f"/whatif/{run.pk}/").content.decode()
     assert "whatif-figures" in body and "vision" in body and "Replay with changes" in body
+    assert "Average job completion time" in body and "<td class=\"num\">—</td>" not in body.split("Per team")[0]
+
+
+def test_the_form_shows_each_refused_value_beside_its_field(admin_client, quota_bound_history):
+    t0 = quota_bound_history
+    fmt = "%Y-%m-%dT%H:%M"
+    base = {"name": "bad", "period_start": (t0 - timedelta(hours=1)).strftime(fmt),
+            "period_end": (t0 + timedelta(hours=1)).strftime(fmt), "policy": "rota",
+            "p:production-inference": 1000, "p:interactive": 800, "p:training": 500, "p:batch": 300, "s:train": "1"}
+    body = admin_client.post("/whatif/", {**base, "s:train": "11"}).content.decode()
+    assert "Nothing was replayed" in body and "Ensure this value is less than or equal to 10.0" in body
+    body = admin_client.post("/whatif/", {**base, "p:training": 300,
+                                          "q:vision:h100-80gb:guaranteed": "20"}).content.decode()
+    assert "value 300 is already used by batch" in body
+    assert "vision/h100-80gb: guaranteed 20 is above the limit 4" in body
+    assert not WhatIfRun.objects.exists()
+    # A value the priority classes page accepts is one a replay accepts.
+    admin_client.post("/whatif/", {**base, "p:training": 200000})
+    assert WhatIfRun.objects.get().changes["priorities"] == {"training": 200000}
 
 
 def test_only_gpu_time_inside_the_period_counts(quota_bound_history):
