@@ -178,11 +178,13 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     node_names = {row[0]: row[1] for row in nodes}
     gpus_by_node: dict[int, list[GpuDevice]] = {}
     node_of_gpu: dict[int, int] = {}
-    for pk, node_id, index, model, memory_mb, healthy in Gpu.objects.filter(present=True).order_by(
-            "node_id", "index").values_list("id", "node_id", "index", "model__name", "memory_mb", "healthy"):
+    for pk, node_id, index, model, memory_mb, healthy, mig in Gpu.objects.filter(present=True).order_by(
+            "node_id", "index").values_list("id", "node_id", "index", "model__name", "memory_mb", "healthy",
+                                            "model__is_mig_profile"):
         node_of_gpu[pk] = node_id
         gpus_by_node.setdefault(node_id, []).append(GpuDevice(
-            id=pk, node=node_names[node_id], index=index, model=model, memory_mb=memory_mb, healthy=healthy))
+            id=pk, node=node_names[node_id], index=index, model=model, memory_mb=memory_mb, healthy=healthy,
+            mig=mig))
     node_infos = tuple(
         NodeInfo(
             name=name, pool=pool, gpus=tuple(gpus_by_node.get(pk, ())), cpus=cpus, memory_mb=int(memory_mb),

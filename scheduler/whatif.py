@@ -214,7 +214,7 @@ def cluster_now(pool_scale: dict[str, float]) -> Cluster:
             devices = []
             for g in gpus[node.pk]:
                 devices.append(GpuDevice(id=next_id, node=name, index=g.index, model=g.model.name,
-                                         memory_mb=g.memory_mb))
+                                         memory_mb=g.memory_mb, mig=g.model.is_mig_profile))
                 next_id += 1
             out.append(NodeInfo(name=name, pool=pool, gpus=tuple(devices), labels=dict(node.labels or {}),
                                 driver_version=node.driver_version, cuda_version=node.cuda_version))

@@ -23,15 +23,17 @@ _job_values = attrgetter(*(f.name for f in fields(JobInfo)))  # every field, to 
 class Device:
     """One device's live state: ``free`` is the unheld share (1.0 = idle)."""
 
-    __slots__ = ("free", "healthy", "id", "index", "memory_mb", "model", "node")
+    __slots__ = ("free", "healthy", "id", "index", "memory_mb", "mig", "model", "node")
 
-    def __init__(self, id: int, node: Node, index: int, model: str, memory_mb: int, healthy: bool):
+    def __init__(self, id: int, node: Node, index: int, model: str, memory_mb: int, healthy: bool,
+                 mig: bool = False):
         self.id = id
         self.node = node
         self.index = index
         self.model = model
         self.memory_mb = memory_mb
         self.healthy = healthy
+        self.mig = mig
         self.free = 1.0
 
 
@@ -170,7 +172,7 @@ class Cluster:
             self.nodes[info.name] = node
             self.node_by_order.append(node)
             for gpu in sorted(info.gpus, key=lambda g: (g.index, g.id)):
-                dev = Device(gpu.id, node, gpu.index, gpu.model, gpu.memory_mb, gpu.healthy)
+                dev = Device(gpu.id, node, gpu.index, gpu.model, gpu.memory_mb, gpu.healthy, gpu.mig)
                 self.devices[gpu.id] = dev
                 node.by_model.setdefault(gpu.model, []).append(dev)
         for node in self.node_by_order:

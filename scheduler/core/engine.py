@@ -120,6 +120,7 @@ class Cycle(Preempting):
         self._feasible: dict[tuple, Feasibility] = {}
         self._pools_of: dict[str, tuple[str, ...]] = {}
         self._models_of: dict[str, tuple[str, ...]] = {}
+        self._slices: frozenset[str] | None = None  # see slice_models
         self._quota_blocked: dict[tuple, Reason] = {}
         self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
         self.claims = 0  # devices of stopping jobs claimed so far
@@ -221,16 +222,24 @@ class Cycle(Preempting):
                     R.NO_MATCHING_POOL, f"team {job.team} may not use any pool that has nodes",
                     team=job.team, allowed=sorted(allowed or ())))
         models = job.gpu_models
-        if not models:
+        if not models:  # any model: the team's (else the cluster's) whole GPUs, never a MIG slice
             models = self._models_of.get(job.team)
             if models is None:
-                models = tuple(sorted(self.quota.models_of_team.get(job.team, ()))) or self.models_in_cluster
+                slices = self.slice_models()
+                models = tuple(m for m in sorted(self.quota.models_of_team.get(job.team, ())) if m not in slices)
+                models = models or tuple(m for m in self.models_in_cluster if m not in slices)
                 self._models_of[job.team] = models
         key = (pools, models, id(req))
         hit = self._feasible.get(key)
         if hit is None:
             hit = self._feasible[key] = analyse(self.cluster, job, req, pools, models)
         return hit
+
+    def slice_models(self) -> frozenset[str]:
+        """The models whose devices are MIG slices (found once a cycle, when a job asks for any model)."""
+        if self._slices is None:
+            self._slices = frozenset(d.model for d in self.cluster.devices.values() if d.mig)
+        return self._slices
 
     def plan_borrowing(self, looks: Iterable[Look]) -> None:
         """Find, per model, the teams that borrow or would borrow, and split borrowable capacity by weight

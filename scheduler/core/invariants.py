@@ -184,6 +184,8 @@ def _check_start(job: JobInfo, placements, devices, team_pools, rows) -> list[st
             out.append(f"job {job.id} started on unhealthy device {gpu.id} of {node.name}")
         if job.gpu_models and gpu.model not in job.gpu_models:
             out.append(f"job {job.id} started on {gpu.model}, not one of {', '.join(job.gpu_models)}")
+        if not job.gpu_models and gpu.mig:
+            out.append(f"job {job.id} asked for any GPU model and started on MIG slice {gpu.model}")
         if gpu.memory_mb < job.gpu_memory_mb:
             out.append(f"job {job.id} needs {job.gpu_memory_mb} MiB GPUs, got {gpu.memory_mb} on device {gpu.id}")
         if job.pool is not None and node.pool != job.pool:

@@ -37,6 +37,7 @@ class GpuDevice:
     model: str  # GPU model name, e.g. "h100-80gb" or "a100-1g.10gb"
     memory_mb: int
     healthy: bool = True
+    mig: bool = False  # a MIG slice: only jobs that name its model get it (never "any model")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ def node(name: str, model: str = "h100-80gb", gpus: int = 8, pool: str = "train"
     """A node called ``name`` with ``gpus`` devices of ``model``; device ids default to a per-name base."""
     base = first_id if first_id is not None else (abs(hash(name)) % 10_000) * 100
     unhealthy = set(kw.pop("unhealthy", ()))
+    mig = kw.pop("mig", False)  # the devices are MIG slices
     devs = tuple(
         GpuDevice(id=base + i, node=name, index=i, model=model, memory_mb=MEMORY.get(model, 16384),
-                  healthy=i not in unhealthy)
+                  healthy=i not in unhealthy, mig=mig)
         for i in range(gpus)
     )
     return NodeInfo(name=name, pool=pool, gpus=devs, **kw)

@@ -86,6 +86,21 @@ def test_it_schedules_mig_slices_as_their_own_model():
     assert check_invariants(s, d) == []
 
 
+def test_a_job_for_any_model_gets_whole_gpus_never_a_mig_slice():
+    """A team with quota for whole A100s and for 1g.10gb slices (which sort first by name)."""
+    mig = node("m1", model="a100-1g.10gb", gpus=7, first_id=0, mig=True)
+    whole = node("w1", model="a100-40gb", gpus=1, first_id=100)
+    quotas = [quota("vision", model="a100-1g.10gb"), quota("vision", model="a100-40gb")]
+    jobs = [JobInfo(1, "vision", submitted_at=1), JobInfo(2, "vision", submitted_at=2),
+            JobInfo(3, "vision", gpu_models=("a100-1g.10gb",), submitted_at=3)]
+    s = snap([mig, whole], jobs, quotas, policy="fifo")
+    d = schedule(s)
+    placed = {st.job_id: st.placements[0].gpu_id for st in d.starts}
+    assert placed == {1: 100, 3: 0}  # job 2 waits for a whole A100 though six slices are idle
+    assert by_id(d)[1][2].reason.code == R.RESOURCES and "a100-40gb" in by_id(d)[1][2].reason.message
+    assert check_invariants(s, d) == []
+
+
 def test_it_checks_host_cpus_and_memory():
     n1 = node("n1", first_id=0, cpus=16, memory_mb=64000)
     n2 = node("n2", first_id=100, cpus=64, memory_mb=512000)

@@ -289,3 +289,19 @@ def test_decayed_usage_weighs_each_allocation_by_the_age_of_its_end(alice, clust
     usage = decayed_usage(now, half_life_s=86400)
     assert set(usage) == {"vision"}
     assert usage["vision"] == pytest.approx(1800 + 900 + 3600 * 0.5 ** (4 - 1 / 24), rel=1e-9)
+
+
+def test_a_job_for_any_model_never_gets_a_mig_slice_in_the_live_cycle(alice, cluster):
+    """The node registered 1g.10gb slices (a MIG profile); vision has quota for them too."""
+    from tests.factories import GpuFactory, GpuModelFactory, NodeFactory, QuotaFactory
+
+    slice_model = GpuModelFactory(name="a100-1g.10gb", memory_mb=9728, is_mig_profile=True)
+    mig = NodeFactory(name="node-mig", pool=cluster["pool"])
+    for i in range(7):
+        GpuFactory(node=mig, index=i, model=slice_model, memory_mb=9728, uuid=f"MIG-{i}")
+    QuotaFactory(team=cluster["vision"], gpu_model=slice_model, guaranteed=7, limit=7)
+    anything = submit(alice, gpu_model=None, gpus=1)
+    sliced = submit(alice, gpu_model="a100-1g.10gb", gpus=1)
+    run_cycle()
+    models = dict(Allocation.objects.values_list("job_id", "gpu__model__name"))
+    assert models[sliced.pk] == "a100-1g.10gb" and models[anything.pk] != "a100-1g.10gb"
