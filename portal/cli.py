@@ -30,7 +30,8 @@ MAX_QUEUE = 10_000  # the most active jobs `rota queue` reads
 # CLI flag (dest) -> API field for ``rota submit``.
 SUBMIT_FIELDS = {
     "name": "name", "team": "team", "kind": "kind", "gpus": "gpus", "gpu_fraction": "gpu_fraction",
-    "gpu_model": "gpu_model", "cpus": "cpus", "memory_gb": "memory_gb", "time_limit": "time_limit_minutes",
+    "gpu_model": "gpu_model", "gpu_memory_gb": "gpu_memory_gb", "cpus": "cpus", "memory_gb": "memory_gb",
+    "time_limit": "time_limit_minutes",
     "priority_class": "priority_class", "nodes": "nodes", "pool": "pool",
 }
 
@@ -467,6 +468,7 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int)
     p.add_argument("--gpu-fraction", type=finite_float, help="share of one GPU, e.g. 0.25")
     p.add_argument("--gpu-model")
+    p.add_argument("--gpu-memory-gb", type=int, help="GPU memory the job needs (with --gpu-fraction: in its share)")
     p.add_argument("--cpus", type=int)
     p.add_argument("--memory-gb", type=int)
     p.add_argument("--time-limit", type=int, help="minutes")

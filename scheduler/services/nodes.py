@@ -159,6 +159,9 @@ def node_assignments(node: Node) -> list[dict]:
                 "stop_reason": job.stop_reason,
             }
         entry["gpus"].append({"index": alloc.gpu.index, "uuid": alloc.gpu.uuid, "share": alloc.share})
+        if alloc.share < 1:  # a fraction of a GPU: the job learns its share and the memory it may use
+            entry["env"]["ROTA_GPU_FRACTION"] = f"{alloc.share:g}"
+            entry["env"]["ROTA_GPU_MEMORY_LIMIT_MB"] = str(int(alloc.share * alloc.gpu.memory_mb))
     # Members of a multi-node gang learn their peers: node names in a stable order and their own rank.
     peers: dict[int, list[str]] = {}
     for job_id, name in (

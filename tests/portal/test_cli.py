@@ -2,6 +2,7 @@
 
 import json
 import stat
+from decimal import Decimal
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -68,6 +69,15 @@ def test_it_submits_a_command_after_double_dash(rota, alice, capsys):
     assert job.name == "resnet" and job.gpus == 2 and job.gpu_model.name == "h100-80gb"
     assert job.command == "python train.py --lr 0.1" and job.time_limit_minutes == 60
     assert job.team.name == "vision" and job.submitted_by == alice
+
+
+def test_it_submits_a_fraction_of_a_gpu_with_the_memory_it_needs(rota, alice, capsys):
+    status = rota(alice, "submit", "--gpu-fraction", "0.25", "--gpu-memory-gb", "10", "--gpu-model", "h100-80gb",
+                  "--json", "--", "python", "serve.py")
+    out, err = out_of(capsys)
+    assert status == 0, err
+    job = Job.objects.get(pk=json.loads(out)["id"])
+    assert (job.gpu_fraction, job.gpu_memory_gb) == (Decimal("0.25"), 10)
 
 
 def test_it_submits_a_script_whose_header_gives_the_flags(rota, alice, tmp_path, capsys):

@@ -65,6 +65,17 @@ def test_heartbeats_must_increase_and_return_the_nodes_assignments(alice, cluste
     assert replay.status_code == 409 and replay.json()["field"] == "seq"
 
 
+def test_a_fraction_of_a_gpu_tells_the_job_its_share_and_memory_limit(alice, cluster, node_client):
+    client = node_client()
+    client.post("/api/v1/node/register/", H100_REPORT, format="json")
+    whole = admitted_job(alice, gpus=1)
+    part = admitted_job(alice, gpus=1, gpu_fraction="0.25", gpu_memory_gb=10)
+    env = {a["job_id"]: a["env"] for a in beat(client, 1).json()["assignments"]}
+    assert env[part.pk]["ROTA_GPU_FRACTION"] == "0.25"
+    assert env[part.pk]["ROTA_GPU_MEMORY_LIMIT_MB"] == str(int(0.25 * 81559))  # a quarter of the card
+    assert "ROTA_GPU_FRACTION" not in env[whole.pk] and "ROTA_GPU_MEMORY_LIMIT_MB" not in env[whole.pk]
+
+
 def test_a_job_runs_then_succeeds_and_its_gpus_are_released_only_then(alice, cluster, node_client):
     client = node_client()
     job = admitted_job(alice)
