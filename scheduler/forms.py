@@ -113,7 +113,7 @@ class JobSubmitForm(forms.Form):
                             help_text="Where the runtime uses one, e.g. nvcr.io/nvidia/pytorch:24.05-py3")
     gpus = forms.IntegerField(label="GPUs", min_value=1, max_value=job_services.MAX_GPUS, initial=1)
     gpu_fraction = forms.DecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
-                                      decimal_places=3,
+                                      decimal_places=3, error_messages=job_services.FRACTION_ERRORS,
                                       help_text="Share one GPU, e.g. 0.25 (leave blank for whole GPUs)")
     gpu_model = forms.ChoiceField(label="GPU model", required=False,
                                   help_text="Only models in pools your team may use")

@@ -21,7 +21,7 @@ class JobInputSerializer(serializers.Serializer):
     image = serializers.CharField(max_length=job_services.MAX_IMAGE, required=False, allow_blank=True, default="")
     gpus = serializers.IntegerField(min_value=1, max_value=job_services.MAX_GPUS, default=1)
     gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, required=False, allow_null=True,
-                                            min_value=0, max_value=1)
+                                            min_value=0, max_value=1, error_messages=job_services.FRACTION_ERRORS)
     gpu_model = serializers.CharField(max_length=63, required=False, allow_blank=True, allow_null=True)
     gpu_memory_gb = serializers.IntegerField(min_value=0, max_value=job_services.MAX_GPU_MEMORY_GB, default=0)
     cpus = serializers.IntegerField(min_value=0, max_value=job_services.MAX_CPUS, default=0)

@@ -535,6 +535,14 @@ class Cycle(Preempting):
                     f"gang of {shape_text(req)} of {group.model}: only {ready} of {req.nodes} nodes have "
                     f"{req.gpus // req.nodes} free GPUs in pool {group.pool}",
                     gpu_model=group.model, pool=group.pool, nodes_ready=ready, nodes=req.nodes)
+        if req.fraction is not None:  # what counts is the largest free share of one device
+            largest = 1.0 if group.max_free() else max((free for free, _gpu in group.partial), default=0.0)
+            return R.reason(
+                R.RESOURCES,
+                f"needs {shape_text(req)} of {group.model} in pool {group.pool}; the largest free share of a "
+                f"device is {R.fmt_gpus(largest)}",
+                gpu_model=group.model, pool=group.pool, requested=R.num(req.amount),
+                largest_free_share=R.num(largest))
         most = group.max_free()
         total = group.total_free()
         return R.reason(

@@ -85,6 +85,12 @@ def _check_range(errors: dict, field: str, value, low, high) -> None:
         errors[field] = f"must be between {low} and {high}; got {value}"
 
 
+FRACTION_RULE = "must be greater than 0 and less than 1, with at most 3 decimals (e.g. 0.25)"
+# The messages of every check of a GPU fraction's text (form and API fields), so each says the same rule.
+FRACTION_ERRORS = {key: FRACTION_RULE for key in ("invalid", "min_value", "max_value", "max_digits",
+                                                  "max_decimal_places", "max_whole_digits")}
+
+
 def waiting_for_cycle() -> dict:
     """What a job that joins (or rejoins) the queue says until the next cycle has looked at it."""
     return {"pending_reason_code": "Scheduling", "pending_reason_message": "waiting for the next scheduling cycle",
@@ -157,7 +163,7 @@ def job_request_build(
     if gpu_fraction is not None:
         gpu_fraction = Decimal(str(gpu_fraction)).quantize(Decimal("0.001"))
         if not (Decimal("0") < gpu_fraction < Decimal("1")):
-            errors["gpu_fraction"] = f"must be greater than 0 and less than 1; got {gpu_fraction}"
+            errors["gpu_fraction"] = f"{FRACTION_RULE}; got {gpu_fraction}"
         elif gpus != 1:
             errors["gpu_fraction"] = "a fractional request shares one GPU: set gpus to 1"
     _check_range(errors, "gpu_memory_gb", gpu_memory_gb, 0, MAX_GPU_MEMORY_GB)

@@ -78,6 +78,18 @@ def test_it_packs_gpu_fractions_onto_shared_devices_without_overcommitting():
     assert check_invariants(s, d) == []
 
 
+def test_a_fraction_that_fits_no_device_says_the_largest_free_share():
+    n1 = node("n1", first_id=0, gpus=2)
+    jobs = [running(1, "vision", (0,), share=0.3, gpu_fraction=0.3, gpus=1),
+            running(2, "vision", (1,), share=0.8, gpu_fraction=0.8, gpus=1),
+            JobInfo(3, "vision", gpu_fraction=0.75)]
+    d = schedule(snap([n1], jobs, [quota("vision")]))
+    reason = d.pending[0].reason
+    assert reason.code == R.RESOURCES and reason.details["largest_free_share"] == 0.7
+    assert "needs 0.75 of one GPU of h100-80gb" in reason.message
+    assert reason.message.endswith("the largest free share of a device is 0.7")
+
+
 def test_it_schedules_mig_slices_as_their_own_model():
     mig = node("m1", model="a100-1g.10gb", gpus=7, first_id=0)
     s = snap([mig], [JobInfo(1, "vision", gpu_models=("a100-1g.10gb",))], [quota("vision", model="a100-1g.10gb")])

@@ -149,6 +149,14 @@ def test_the_openapi_schema_generates_without_warnings_or_errors():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.parametrize("fraction", ["1.5", "1", "0", "-0.1", "0.3333", "abc"])
+def test_every_bad_gpu_fraction_is_told_the_same_rule(api, alice, fraction):
+    """Not "≤ 1" when 1 is refused too, nor "no more than 4 digits" for 0.3333: the rule itself."""
+    body = submit(api(alice), gpu_fraction=fraction).json()
+    assert body["errors"]["gpu_fraction"][0].startswith(
+        "must be greater than 0 and less than 1, with at most 3 decimals (e.g. 0.25)")
+
+
 def test_unknown_fields_and_kinds_are_named_with_what_is_allowed(api, alice):
     body = submit(api(alice), gpu=4, foo="bar").json()
     assert set(body["errors"]) == {"gpu", "foo"} and "allowed: name, team, kind" in body["errors"]["gpu"][0]
