@@ -40,6 +40,15 @@ class Rated:
         return sum(r.usage.utilized_gpu_seconds for r in self.lines) / measured if measured else None
 
     @property
+    def unpriced(self) -> list[tuple[str, Decimal]]:
+        """(GPU model, GPU-hours) used with no price on the rate card in force: their cost reads 0."""
+        hours: dict[str, Decimal] = defaultdict(Decimal)
+        for r in self.lines:
+            if not r.rate and r.usage.gpu_seconds:
+                hours[r.usage.gpu_model] += r.usage.gpu_hours
+        return sorted(hours.items())
+
+    @property
     def total_gpu_hours(self) -> Decimal:
         return sum((r.usage.gpu_hours for r in self.lines), Decimal(0))
 

@@ -135,6 +135,7 @@ def dashboard(request):
         "totals": charts.totals_by(rated.lines, charts.key_of(group_by)),
         "group_label": charts.LABELS[group_by],
         "top_jobs": top,
+        "unpriced": rated.unpriced,
         # finance sees every team's costs, not every team's jobs: link only the jobs the reader may open
         "openable_jobs": set(jobs_for(request.user).filter(pk__in=[r[0] for r in top]).values_list("pk", flat=True)),
         "figures": figures,

@@ -244,3 +244,18 @@ def test_the_header_names_the_last_day_a_preset_covers(client, alice, usage):
     month = periods.preset_range("this-month", date.today())
     assert f"{month.start:%Y-%m-%d} to {month.last_day:%Y-%m-%d}" in html
     assert f"to {month.end:%Y-%m-%d}" not in html  # the first day of next month is not in it
+
+
+def test_usage_on_a_model_with_no_price_is_called_out(client, alice, cluster, usage):
+    from tests.factories import GpuFactory, GpuModelFactory
+
+    client.force_login(alice)
+    assert "No price on the rate card" not in client.get(URL, NOVEMBER).content.decode()  # all priced
+    sliced = GpuModelFactory(name="a100-1g.10gb", memory_mb=9728, is_mig_profile=True)
+    gpu = GpuFactory(node=cluster["nodes"][1], index=7, model=sliced, memory_mb=9728, uuid="MIG-x")
+    job = make_job(alice, cluster["vision"], name="on-a-slice")
+    start = usage["train"].allocations.first().started_at
+    allocate(job, gpu, start, start + timedelta(hours=3))
+    usage_rollup(until=start + timedelta(days=20), full=True)
+    page = client.get(URL, NOVEMBER).content.decode()
+    assert "No price on the rate card for a100-1g.10gb (3.00 GPU-h)" in page
