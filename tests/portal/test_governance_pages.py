@@ -173,6 +173,17 @@ def test_the_preview_shows_the_impact_without_saving(staff, cluster, alice):
     assert Quota.objects.get(team=cluster["vision"], gpu_model=cluster["h100"]).limit == 4
 
 
+def test_the_preview_warns_when_guarantees_outgrow_the_cluster(staff, cluster):
+    """4 healthy H100s; nlp keeps its guarantee of 1, so vision's 2 → 5 makes 6 promised."""
+    fits = matrix_post(cluster, **{"vision/h100-80gb": ("3", "4", "1")}) | {"action": "preview"}
+    assert "not every guarantee can be met" not in client_for(staff).post("/govern/quotas/", fits).content.decode()
+    data = matrix_post(cluster, **{"vision/h100-80gb": ("5", "6", "1")}) | {"action": "preview"}
+    page = client_for(staff).post("/govern/quotas/", data).content.decode()
+    assert ("h100-80gb: the top-level teams&#x27; guarantees add up to 6 GPUs, but the cluster has 4 healthy ones, "
+            "so not every guarantee can be met at once") in page
+    assert 'value="save"' in page  # a warning, not a refusal
+
+
 def test_a_stale_quota_edit_is_refused_not_silently_overwritten(staff, cluster):
     data = matrix_post(cluster, **{"vision/h100-80gb": ("3", "6", "1")})
     q = Quota.objects.get(team=cluster["vision"], gpu_model=cluster["h100"])
