@@ -158,10 +158,16 @@ def priority_class_edit(request, name: str | None = None):
 
 @staff_only
 def pools(request):
-    pool_list = selectors.pools_with_teams()
-    forms_ = [(pool, PoolTeamsForm(initial={"teams": list(pool.teams.all())}, prefix=pool.name))
-              for pool in pool_list]
-    return render(request, "governance/pools.html", {"pools": forms_, "section": "pools"})
+    return _pools_page(request)
+
+
+def _pools_page(request, bound: PoolTeamsForm | None = None):
+    """The pools page; ``bound``: one pool's submitted form, shown as it was sent, with its errors (400)."""
+    forms_ = [(pool, bound if bound is not None and bound.prefix == pool.name
+               else PoolTeamsForm(initial={"teams": list(pool.teams.all())}, prefix=pool.name))
+              for pool in selectors.pools_with_teams()]
+    return render(request, "governance/pools.html", {"pools": forms_, "section": "pools"},
+                  status=400 if bound is not None else 200)
 
 
 @staff_only
@@ -170,14 +176,14 @@ def pool_teams(request, name: str):
     pool = get_object_or_404(Pool, name=name)
     form = PoolTeamsForm(request.POST, prefix=pool.name)
     if not form.is_valid():
-        messages.error(request, f"{pool.name}: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
-        return redirect("govern-pools")
+        return _pools_page(request, bound=form)
     try:
         services.pool_set_teams(user=request.user, pool=pool, teams=list(form.cleaned_data["teams"]),
                                 reason=form.cleaned_data["reason"])
-    except ValidationError as exc:
-        messages.error(request, f"{pool.name}: " + "; ".join(" ".join(v) for v in exc.message_dict.values()))
-        return redirect("govern-pools")
+    except ValidationError as exc:  # shown on the pool's form, with the teams as they were ticked
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+        return _pools_page(request, bound=form)
     messages.success(request, f"Teams of pool {pool.name} saved.")
     return redirect("govern-pools")
 

@@ -322,10 +322,14 @@ def test_governance_lists_use_a_fixed_number_of_queries(staff, cluster, url, dja
 
 def test_pool_access_and_priority_class_changes_need_a_reason_and_save_nothing_without_one(staff, cluster):
     client = client_for(staff)
-    response = client.post("/govern/pools/train/teams/", {"train-teams": [cluster["vision"].pk], "train-reason": " "},
-                           follow=True)
-    assert "a reason is required" in response.content.decode()
+    response = client.post("/govern/pools/train/teams/", {"train-teams": [cluster["vision"].pk], "train-reason": " "})
+    page = response.content.decode()
+    assert response.status_code == 400 and "a reason is required" in page
     assert sorted(cluster["pool"].teams.values_list("name", flat=True)) == ["nlp", "vision"]
+    # The edit is shown as it was sent (nlp unticked), so the admin only adds the reason.
+    box = r'<input type="checkbox" name="train-teams" value="(\d+)"[^>]*checked'
+    ticked = {m.group(1) for m in re.finditer(box, page)}
+    assert ticked == {str(cluster["vision"].pk)}
     same = {"train-teams": [cluster["vision"].pk, cluster["nlp"].pk], "train-reason": ""}
     assert client.post("/govern/pools/train/teams/", same).status_code == 302  # nothing changes: no reason needed
     form = {"name": "urgent", "value": 900, "description": "", "preemptible": "", "may_preempt": "on",
