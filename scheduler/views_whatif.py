@@ -85,7 +85,7 @@ def _shown(value, kind: str, signed: bool = False) -> str:
         return "same"
     size = abs(value) if signed else value
     if kind == "time":
-        text = fmt_duration(size)
+        text = fmt_duration(size) if size >= 0.5 else "0 s"  # a length, not a moment ("now")
     elif kind == "share":
         text = f"{size * 100:.1f}" + (" pts" if signed else "%")
     elif kind == "hours":

@@ -112,3 +112,31 @@ def test_an_admin_reprioritizes_a_waiting_job_and_sees_the_gpu_heatmap(page, ali
     shot(page, "govern-nodes-heatmap")
     page.goto("/govern/audit/")
     assert "demo tomorrow" in page.inner_text("main") and "job.hold" in page.inner_text("main")
+
+
+def test_an_admin_reads_a_what_if_against_its_baseline(page, alice, cluster):  # noqa: F811
+    from datetime import timedelta
+
+    from scheduler.services.common import db_now
+    from scheduler.whatif import whatif_create, whatif_execute
+    from tests.scheduler.test_whatif import past_job
+
+    admin = UserFactory(username="root-admin", is_staff=True, is_superuser=True)
+    gpus = list(cluster["nodes"][0].gpus.order_by("index"))
+    t0 = db_now() - timedelta(days=2)
+    for i in range(6):  # vision's limit of 4 made two of six one-hour jobs wait an hour
+        past_job(alice, cluster["vision"], gpus[i % 4], submitted=t0, waited_s=0 if i < 4 else 3600, ran_s=3600,
+                 name=f"h{i}")
+    run = whatif_create(user=admin, name="vision limit 6", period_start=t0 - timedelta(hours=1),
+                        period_end=t0 + timedelta(hours=3),
+                        changes={"quotas": [{"team": "vision", "gpu_model": "h100-80gb", "limit": 6}],
+                                 "pool_scale": {"train": 2}})
+    whatif_execute(run.pk)
+    sign_in(page, "root-admin")
+    page.goto(f"/whatif/{run.pk}/")
+    page.wait_for_selector("#whatif-fig-1 .main-svg")
+    whole = page.locator("section", has_text="Whole period").inner_text()
+    assert "Average wait" in whole and "Average job completion time" in whole and "—" not in whole
+    assert "Average wait\t20 min\t0 s\t−20 min" in whole  # twice the nodes and a limit of 6: nobody waits
+    assert "team vision, gpu model h100-80gb, limit 6" in page.inner_text("main")
+    shot(page, "whatif-detail")
