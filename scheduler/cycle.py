@@ -39,7 +39,7 @@ class CycleReport:
         return asdict(self)
 
 
-def _hold_back_over_budget(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
+def hold_back_over_budget(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
     """Leave out the waiting jobs of teams past an enforced budget; return them with their message."""
     from accounting.budgets import exceeded_teams
 
@@ -61,7 +61,7 @@ def run_cycle() -> CycleReport:
         timed_out = expire_time_limits(now)
         reclaimed = reclaim_idle(now)
         snapshot, gpu_nodes = build_snapshot(now)
-        snapshot, over_budget = _hold_back_over_budget(snapshot)
+        snapshot, over_budget = hold_back_over_budget(snapshot)
         t1 = time.perf_counter()
         decisions = schedule(snapshot)
         t2 = time.perf_counter()

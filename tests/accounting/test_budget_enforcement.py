@@ -32,6 +32,20 @@ def test_a_team_past_its_enforced_budget_waits_with_budget_exceeded(alice, charl
     assert other.state == "admitted", "other teams are not held back"
 
 
+def test_the_quote_says_a_team_past_its_enforced_budget_waits(alice, charlie, cluster, usage):
+    from scheduler.services.quote import job_quote
+
+    request = {"name": "next", "command": "true", "gpu_model": "h100-80gb"}
+    assert job_quote(user=alice, **request)["starts_now"] is True
+    Budget.objects.create(team=cluster["vision"], unit=Budget.MONEY, amount=Decimal("80.00"), enforce=True)
+    budgets_refresh(NOW)
+    quote = job_quote(user=alice, **request)
+    assert quote["starts_now"] is False and quote["estimated_start"] is None
+    assert quote["pending_reason"]["code"] == "BudgetExceeded" and "82.50 of its 80.00" in (
+        quote["pending_reason"]["message"])
+    assert job_quote(user=charlie, **request)["starts_now"] is True  # nlp's budget is its own
+
+
 def test_raising_the_budget_lets_the_work_start(alice, cluster, usage):
     budget = Budget.objects.create(team=cluster["vision"], unit=Budget.GPU_HOURS, amount=Decimal("20"),
                                    enforce=True)
