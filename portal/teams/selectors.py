@@ -123,6 +123,10 @@ class ShareRow:
     fair_share: float  # Slurm's classic factor 2 ** (-norm_usage / norm_shares): 1 idle, 0.5 on target
     rank: int  # 1 runs first among teams (by the engine's key); tied teams share a rank
 
+    @property
+    def raw_usage_hours(self) -> float:
+        return self.raw_usage / 3600
+
 
 @dataclass(frozen=True)
 class ShareStanding:
@@ -142,7 +146,10 @@ def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -
         QuotaInfo(team=t, gpu_model=m, guaranteed=float(g), limit=None, weight=float(w))
         for t, m, g, w in Quota.objects.values_list("team__name", "gpu_model__name", "guaranteed", "weight")
     )
-    names = list(Team.objects.values_list("name", flat=True))
+    # Ranked among the teams that run work: a department (a team with children) only caps its children.
+    names = list(Team.objects.filter(children__isnull=True).values_list("name", flat=True)) or [team.name]
+    if team.name not in names:
+        names.append(team.name)
     snapshot = Snapshot(now=now.timestamp(), nodes=(), jobs=(), quotas=quotas, usage=usage, policy=policy)
     ent = entitlements(snapshot)
     factors = fair_share_factors(snapshot)

@@ -8,13 +8,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import AuditEntry, Membership
+from portal.models import AuditEntry, Membership, Team
 from portal.teams.selectors import quota_standing, share_standing
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Job
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_submit
-from tests.factories import MembershipFactory, UserFactory
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -102,6 +102,14 @@ def test_fair_share_factor_is_half_on_target_and_lower_above_it(alice, charlie, 
     assert vision.team.fair_share == pytest.approx(2 ** (-1 / 0.75))
     assert nlp.team.fair_share == 1.0 and nlp.team.rank == 1 and vision.team.rank == 2
     assert idle.rank == 1  # teams without usage tie for first
+    # A department only caps its children: it is not one of the teams ranked.
+    dept = TeamFactory(name="research")
+    Team.objects.filter(pk__in=[cluster["vision"].pk, cluster["nlp"].pk]).update(parent=dept)
+    ranked = share_standing(team=cluster["vision"], now=later)
+    assert (ranked.team.rank, ranked.teams) == (2, 2)
+    Allocation.objects.update(started_at=db_now() - timedelta(minutes=7))  # 2 GPUs × 7 min = 0.23 GPU-h
+    page = client_for(alice).get("/teams/vision/").content.decode()
+    assert "(≈ 0.23 GPU-h)" in page  # not "≈ 0", as a whole-hour rounding said
 
 
 def test_pending_work_shows_its_reason_and_failures_are_listed(alice, cluster):
