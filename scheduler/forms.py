@@ -240,9 +240,13 @@ class JobSubmitForm(forms.Form):
         return data
 
     def template_fields(self) -> dict:
-        """The values a saved template keeps: JSON-safe, blanks dropped, no team."""
+        """The values a saved template keeps: JSON-safe, blanks dropped, no team, and none of the fields
+        its kind hides (an inference health path on a training template)."""
         out = {}
+        kind = self.cleaned_data.get("kind")
         for name in TEMPLATE_FIELDS:
+            if name in KIND_FIELDS and kind not in KIND_FIELDS[name]:
+                continue
             value = self.cleaned_data.get(name)
             if name == "node_labels":
                 value = format_labels(value)

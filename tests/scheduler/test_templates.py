@@ -94,12 +94,15 @@ def test_a_notebook_keeps_its_idle_timeout_and_training_its_nodes(alice):
 
 
 def test_a_team_admin_saves_the_form_as_a_template_without_submitting(vision_admin):
+    # The browser sends every field, the ones its kind hides included (here an inference health path).
     response = client_for(vision_admin).post("/jobs/new/", form_data(
-        action="save-template", template_name="quick-h100", kind="evaluation", gpus=2, time_limit_minutes=90))
+        action="save-template", template_name="quick-h100", kind="evaluation", gpus=2, time_limit_minutes=90,
+        replicas=1, health_path="/health", idle_timeout_minutes=30))
     assert response.status_code == 200 and not Job.objects.exists()
     template = JobTemplate.objects.get()
     assert template.team.name == "vision" and template.kind == "evaluation" and template.created_by == vision_admin
     assert template.fields["gpus"] == 2 and template.fields["command"] == "echo hi" and "team" not in template.fields
+    assert not {"replicas", "health_path", "idle_timeout_minutes"} & set(template.fields)
     assert AuditEntry.objects.get().action == "job-template.create"
 
 
