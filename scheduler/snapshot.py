@@ -97,8 +97,10 @@ _JOB_COLUMNS = (
     "id", "team__name", "submitted_by__username", "kind", "priority_class__name", "priority_class__value",
     "preemptible", "gpus", "gpu_fraction", "gpu_model__name", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
     "pool__name", "node_labels", "min_driver_version", "created_s", "time_limit_minutes", "state", "started_s",
-    "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds",
+    "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds", "restarts",
 )
+# A service that failed this many times in a row (no stable run between) restarts without preempting.
+CRASH_LOOP_RESTARTS = 2
 _JOB_EPOCHS = {"created_s": Epoch("created_at"), "started_s": Epoch("started_at"), "admitted_s": Epoch("admitted_at"),
                "checkpoint_s": Epoch("last_checkpoint_at")}
 
@@ -107,7 +109,7 @@ def _info(row: tuple, placements: tuple[Placement, ...]) -> JobInfo:
     """A ``JobInfo`` from a job's ``_JOB_COLUMNS`` values (times in seconds since 1970)."""
     (pk, team, user, kind, class_name, class_value, preemptible, gpus, fraction, model, memory_gb, cpus, ram_gb,
      nodes, pool, labels, driver, created, limit_minutes, state, started, admitted, stop_reason, checkpoint,
-     attained) = row
+     attained, restarts) = row
     return JobInfo(
         id=pk, team=team, user=user, kind=kind, priority_class=class_name, priority=class_value,
         preemptible=preemptible, gpus=gpus, gpu_fraction=float(fraction) if fraction is not None else None,
@@ -117,6 +119,7 @@ def _info(row: tuple, placements: tuple[Placement, ...]) -> JobInfo:
         time_limit_s=limit_minutes * 60 if limit_minutes else None, state=_CORE_STATE[state],
         started_at=started if started is not None else admitted, placements=placements,
         terminating=bool(stop_reason), last_checkpoint_at=checkpoint, attained_gpu_s=attained,
+        may_preempt=restarts < CRASH_LOOP_RESTARTS,
     )
 
 
@@ -131,7 +134,7 @@ def job_info(job: Job, *, placements: tuple[Placement, ...] = (), job_id: int | 
         job.pool.name if job.pool else None, job.node_labels, job.min_driver_version,
         submitted_at if submitted_at is not None else job.created_at.timestamp(), job.time_limit_minutes, job.state,
         _ts(job.started_at), _ts(job.admitted_at), job.stop_reason, _ts(job.last_checkpoint_at),
-        job.attained_gpu_seconds,
+        job.attained_gpu_seconds, job.restarts,
     ), placements)
 
 

@@ -558,7 +558,8 @@ class Cycle(Preempting):
 # profile (team, pool, models, request) and what orders and rules them (priority, class, preemptible,
 # kind: inference spreads). One C-level call builds the key; time limits enter through reservation vetoes.
 _LOOK = attrgetter("team", "pool", "gpu_models", "gpus", "gpu_fraction", "nodes", "gpu_memory_mb", "cpus",
-                   "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind")
+                   "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind",
+                   "may_preempt")
 
 
 class _Token:

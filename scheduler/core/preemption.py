@@ -270,6 +270,8 @@ class Preempting:
         return None if self.policy.preemption_scope == "cluster" else job.team
 
     def _may_preempt(self, job: JobInfo) -> bool:
+        if not job.may_preempt:
+            return False
         cls = self.classes.get(job.priority_class)
         return cls is None or cls.may_preempt
 

@@ -145,6 +145,9 @@ class JobInfo:
     last_checkpoint_at: float | None = None
     # Service already received, in GPU-seconds (for least-attained-service ordering):
     attained_gpu_s: float = 0.0
+    # False: the job may not preempt others whatever its class (a service restarting in a crash loop waits
+    # for free GPUs instead of evicting work on each restart).
+    may_preempt: bool = True
 
 
 @dataclass(frozen=True, slots=True)

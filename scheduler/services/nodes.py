@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 RESTART_KINDS = ("inference",)
 RESTART_BACKOFF_S = 10
 MAX_RESTART_BACKOFF_S = 300
+STABLE_RUN_S = 600  # a service up this long had recovered: its next failure backs off from the start again
 # How long after its allocation closed a node may still report about an attempt (its last log lines, its end
 # event, a resend of an event whose answer was lost): after the node was marked down the agent sends them
 # once the processes are gone, after its heartbeat timeout, the grace period and a few log passes, or as
@@ -312,12 +313,15 @@ def _settle(job: Job, event: dict, now) -> None:
                    "pending_reason_message": cause[:500]},
         )
     elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")):
-        delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** job.restarts)
+        # Failures in a row back off longer each time; a run that stayed up STABLE_RUN_S starts the count over.
+        stable = job.started_at is not None and (now - job.started_at).total_seconds() >= STABLE_RUN_S
+        restarts = 0 if stable else job.restarts
+        delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** restarts)
         job_transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=f"service failed (exit {code}, signal {event.get('signal')}): restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
-            extra={"attempt": job.attempt + 1, "restarts": job.restarts + 1, "admitted_at": None,
+            extra={"attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
                    "started_at": None, "exit_code": None, "not_before": now + timedelta(seconds=delay),
                    "pending_reason_code": "Backoff",
                    "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},

@@ -395,3 +395,14 @@ def test_the_waiting_jobs_reason_names_its_own_teams_victims_and_only_counts_oth
     reason = d.pending[0].reason
     assert reason.message.startswith("preempting 1 job(s) (1 of other teams) to free 4 GPUs")
     assert reason.details["victims"] == [] and reason.details["victims_of_other_teams"] == 1
+
+
+def test_a_job_that_may_not_preempt_waits_for_free_gpus_whatever_its_class():
+    n1 = node("n1", gpus=2, first_id=0)
+    jobs = [running(1, "vision", gpu_ids(n1, 2), priority=300, priority_class="batch"),
+            JobInfo(2, "vision", gpus=2, priority=1000, priority_class="production-inference", preemptible=False,
+                    kind="inference", may_preempt=False),
+            JobInfo(3, "vision", gpus=2, priority=1000, priority_class="production-inference", preemptible=False,
+                    kind="inference", submitted_at=5)]
+    d = schedule(snap([n1], jobs, [quota("vision", guaranteed=2, limit=4)]))
+    assert [(p.job_id, p.by_job_id) for p in d.preemptions] == [(1, 3)]  # job 3 may; job 2 (crash-looping) not

@@ -50,6 +50,42 @@ def test_a_failed_inference_service_is_restarted_after_a_growing_backoff(alice, 
     assert second_wait == 2 * first_wait
 
 
+def test_a_service_that_stayed_up_backs_off_from_the_start_again(alice, node_client):
+    client = node_client()
+    job = started(alice, client, kind="inference")
+    Job.objects.filter(pk=job.pk).update(restarts=4)  # it crash-looped earlier, then recovered
+    Job.objects.filter(pk=job.pk).update(started_at=db_now() - timedelta(minutes=30))
+    job = end(client, job, exit_code=1)
+    assert job.restarts == 1 and (job.not_before - job.transitions.last().at).total_seconds() == 10
+    Job.objects.filter(pk=job.pk).update(not_before=db_now() - timedelta(seconds=1))
+    run_cycle()
+    job.refresh_from_db()
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": job.attempt, "type": "started"}, format="json")
+    job = end(client, job, exit_code=1)  # down again at once: the count goes on
+    assert job.restarts == 2 and (job.not_before - job.transitions.last().at).total_seconds() == 20
+
+
+def test_a_crash_looping_service_waits_for_free_gpus_instead_of_preempting(alice, charlie, cluster, node_client):
+    """nlp's training fills the node; vision's production service preempts it once, not on every restart."""
+    from scheduler.models import Allocation
+
+    client = node_client()
+    fill = [started(charlie, client, gpus=1, priority_class="batch") for _ in range(2)]
+    fill += [started(alice, client, gpus=1, priority_class="batch") for _ in range(2)]
+    svc = job_submit(user=alice, name="svc", command="serve", gpu_model="h100-80gb", kind="inference")
+    run_cycle()
+    assert Job.objects.filter(pk__in=[j.pk for j in fill], stop_reason="preempt").count() == 1  # first start
+    Job.objects.filter(pk=svc.pk).update(restarts=2, not_before=None)  # now two quick failures in a row
+    for job in fill:  # let the victim go and come back: the node is full again
+        Job.objects.filter(pk=job.pk).update(stop_reason="")
+    Allocation.objects.filter(job=svc).update(ended_at=db_now())
+    Job.objects.filter(pk=svc.pk).update(state="pending", attempt=5)
+    run_cycle()
+    svc.refresh_from_db()
+    assert svc.state == "pending" and svc.pending_reason_code != "Preempting"
+    assert not Job.objects.filter(pk__in=[j.pk for j in fill], stop_reason="preempt").exists()
+
+
 def test_a_training_job_that_fails_is_not_restarted(alice, node_client):
     client = node_client()
     job = end(client, started(alice, client), exit_code=1)
