@@ -274,24 +274,35 @@ def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
 
 def _end_attempt_on_node(job: Job, node: Node, event: dict, now) -> None:
     """Close this node's allocations of the attempt; when none remain open, settle the job's state."""
-    closed = list(Allocation.objects.filter(job=job, attempt=job.attempt, node=node, ended_at__isnull=True))
-    if not closed:
-        return  # a duplicate report: already settled
-    Allocation.objects.filter(pk__in=[a.pk for a in closed]).update(ended_at=now)
-    gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in closed)
     exit_code = event.get("exit_code")
     if event["type"] == "start_failed":
         exit_code = exit_code if exit_code is not None else -1
-    fields = {"attained_gpu_seconds": F("attained_gpu_seconds") + gpu_seconds}
-    if job.exit_code is None and exit_code is not None:
-        fields["exit_code"] = exit_code
-    Job.objects.filter(pk=job.pk).update(**fields)
-    if Allocation.objects.filter(job=job, attempt=job.attempt, ended_at__isnull=True).exists():
+    fields = {"exit_code": exit_code} if job.exit_code is None and exit_code is not None else {}
+    if not _close_on_node(job, node, now, **fields):
+        return  # a duplicate report: already settled
+    if _still_holds(job):
         if not job.stop_reason:  # one member of a gang ended: stop the others too
             Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.GANG_EXIT)
         return
     job.refresh_from_db()
     _settle(job, event, now)
+
+
+def _close_on_node(job: Job, node: Node, now, **fields) -> bool:
+    """End the open allocations of ``job``'s attempt on ``node``, adding their GPU time to what the job has
+    received (and setting ``fields``). False when there were none."""
+    closed = list(Allocation.objects.filter(job=job, attempt=job.attempt, node=node, ended_at__isnull=True))
+    if not closed:
+        return False
+    Allocation.objects.filter(pk__in=[a.pk for a in closed]).update(ended_at=now)
+    gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in closed)
+    Job.objects.filter(pk=job.pk).update(attained_gpu_seconds=F("attained_gpu_seconds") + gpu_seconds, **fields)
+    return True
+
+
+def _still_holds(job: Job) -> bool:
+    """Whether the attempt still holds devices on some node (a gang member that has not ended)."""
+    return Allocation.objects.filter(job=job, attempt=job.attempt, ended_at__isnull=True).exists()
 
 
 def _settle(job: Job, event: dict, now) -> None:
@@ -411,11 +422,8 @@ def _lose_node(job: Job, node: Node, now) -> None:
     job = Job.objects.select_for_update().get(pk=job.pk)  # a node's report about it waits, then sees this
     if job.state not in HOLDING_STATES:
         return
-    lost = list(Allocation.objects.filter(job=job, node=node, ended_at__isnull=True))
-    Allocation.objects.filter(pk__in=[a.pk for a in lost]).update(ended_at=now)
-    gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in lost)
-    Job.objects.filter(pk=job.pk).update(attained_gpu_seconds=F("attained_gpu_seconds") + gpu_seconds)
-    if Allocation.objects.filter(job=job, ended_at__isnull=True).exists():
+    _close_on_node(job, node, now)
+    if _still_holds(job):
         Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.NODE_UNHEALTHY)
         return
     job.refresh_from_db()
