@@ -24,15 +24,12 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
     waiting = cycle.waiting
     if not cycle.snapshot.estimate_starts:
         new = tuple.__new__  # PendingInfo(job.id, reason, pos, None), without the keyword-argument layer
-        if not any(job.state == HELD for job, _r, _g, _q in waiting):
-            return tuple(new(PendingInfo, (job.id, reason, pos, None))
-                         for pos, (job, reason, _group, _req) in enumerate(waiting, start=1))
         plain = []
         pos = 0
         for job, reason, _group, _req in waiting:
-            if job.state != HELD:
-                pos += 1
-            plain.append(new(PendingInfo, (job.id, reason, None if job.state == HELD else pos, None)))
+            held = job.state == HELD
+            pos += not held
+            plain.append(new(PendingInfo, (job.id, reason, None if held else pos, None)))
         return tuple(plain)
     out = []
     append = out.append
