@@ -182,3 +182,25 @@ def gpu_heatmap() -> dict:
         },
     }
     return {"figure": figure, "gpus": len(rows), "nodes": len(nodes)}
+
+
+def capacity_notes(changes) -> list[str]:
+    """For each GPU model the changes touch: when the top-level teams' guarantees (children's are inside
+    their parents') add up to more than the model's healthy GPUs, not every guarantee can be met at once."""
+    models = {ch.gpu_model for ch in changes}
+    if not models:
+        return []
+    top = set(Team.objects.filter(parent__isnull=True).values_list("name", flat=True))
+    guaranteed = {(t, m): g for t, m, g in Quota.objects.filter(pool__isnull=True, gpu_model__name__in=models)
+                  .values_list("team__name", "gpu_model__name", "guaranteed")}
+    guaranteed |= {(ch.team, ch.gpu_model): ch.guaranteed for ch in changes}
+    capacity = dict(Gpu.objects.filter(present=True, healthy=True, model__name__in=models)
+                    .values_list("model__name").annotate(n=Count("id")))
+    notes = []
+    for model in sorted(models):
+        total = sum(g for (team, m), g in guaranteed.items() if m == model and team in top)
+        if total > capacity.get(model, 0):
+            notes.append(f"{model}: the top-level teams' guarantees add up to {total.normalize():f} GPUs, but "
+                         f"the cluster has {capacity.get(model, 0)} healthy ones, so not every guarantee can "
+                         "be met at once")
+    return notes

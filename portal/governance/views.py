@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,8 +25,8 @@ from portal.governance.forms import (
     attach_errors,
     parse_quota_matrix,
 )
-from portal.models import AuditEntry, Team
-from scheduler.models import Gpu, Node, Pool, PriorityClass, Quota
+from portal.models import AuditEntry
+from scheduler.models import Node, Pool, PriorityClass
 
 AUDIT_PAGE_SIZE = 200
 
@@ -69,28 +68,6 @@ def _quota_impact(rows, changes) -> list[dict]:
     return impact
 
 
-def _capacity_notes(changes) -> list[str]:
-    """For each GPU model the changes touch: when the top-level teams' guarantees (children's are inside
-    their parents') add up to more than the model's healthy GPUs, not every guarantee can be met at once."""
-    models = {ch.gpu_model for ch in changes}
-    if not models:
-        return []
-    top = set(Team.objects.filter(parent__isnull=True).values_list("name", flat=True))
-    guaranteed = {(t, m): g for t, m, g in Quota.objects.filter(pool__isnull=True, gpu_model__name__in=models)
-                  .values_list("team__name", "gpu_model__name", "guaranteed")}
-    guaranteed |= {(ch.team, ch.gpu_model): ch.guaranteed for ch in changes}
-    capacity = dict(Gpu.objects.filter(present=True, healthy=True, model__name__in=models)
-                    .values_list("model__name").annotate(n=Count("id")))
-    notes = []
-    for model in sorted(models):
-        total = sum(g for (team, m), g in guaranteed.items() if m == model and team in top)
-        if total > capacity.get(model, 0):
-            notes.append(f"{model}: the top-level teams' guarantees add up to {total.normalize():f} GPUs, but "
-                         f"the cluster has {capacity.get(model, 0)} healthy ones, so not every guarantee can "
-                         "be met at once")
-    return notes
-
-
 @staff_only
 def quotas(request):
     """The quota matrix. POST with ``action=preview`` shows the impact; ``action=save`` applies (a reason is
@@ -111,7 +88,7 @@ def quotas(request):
     if not saving or errors:  # a preview, or a save that only lacks its reason: show the impact again
         return render(request, "governance/quotas.html",
                       _quota_context(rows, teams, gpu_models, impact=impact, preview=True, reason=reason,
-                                     errors=errors, capacity_notes=_capacity_notes(changes)),
+                                     errors=errors, capacity_notes=selectors.capacity_notes(changes)),
                       status=400 if errors else 200)
     try:
         saved = services.quota_matrix_set(user=request.user, changes=changes, reason=reason)
