@@ -152,6 +152,6 @@ def rate_lines(lines: Iterable[UsageLine], cards: Iterable[RateCardVersion]) -> 
         exact, rounded = running.get(key, (Decimal(0), Decimal(0)))
         exact += unrounded_cost(line.gpu_seconds, priced[i][0])
         costs[i] = round_money(exact) - rounded
-        running[key] = (exact, round_money(exact))
+        running[key] = (exact, rounded + costs[i])
     return [RatedLine(usage=line, rate=price, cost=c, currency=currency)
             for line, (price, currency), c in zip(lines, priced, costs, strict=True)]

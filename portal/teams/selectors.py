@@ -147,7 +147,7 @@ def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -
         for t, m, g, w in Quota.objects.values_list("team__name", "gpu_model__name", "guaranteed", "weight")
     )
     # Ranked among the teams that run work: a department (a team with children) only caps its children.
-    names = list(Team.objects.filter(children__isnull=True).values_list("name", flat=True)) or [team.name]
+    names = list(Team.objects.filter(children__isnull=True).values_list("name", flat=True))
     if team.name not in names:
         names.append(team.name)
     snapshot = Snapshot(now=now.timestamp(), nodes=(), jobs=(), quotas=quotas, usage=usage, policy=policy)
