@@ -185,17 +185,28 @@ def test_a_dropped_database_connection_mid_cycle_rolls_back_and_the_next_cycle_r
     assert_sound()
 
 
+def running_on(node, user, **kw):
+    """A job of ``user`` started on ``node`` (registered first), as its agent would report it."""
+    node_register(node=node, report=REGISTER)
+    job = submit(user, **kw)
+    run_cycle()
+    run_on_node(node, job, 1)
+    return job
+
+
+def go_quiet(node) -> None:
+    """``node`` has sent nothing for longer than the heartbeat timeout (5 s in these tests)."""
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))
+
+
 def test_a_silent_node_goes_down_its_jobs_requeue_and_on_return_old_attempts_are_refused(
     alice, cluster, settings
 ):
     settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 5
     node = cluster["nodes"][0]
-    node_register(node=node, report=REGISTER)
-    job = submit(alice, gpus=2)
-    run_cycle()
-    run_on_node(node, job, 1)
+    job = running_on(node, alice, gpus=2)
     assert state_of(job.pk) == "running"
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))  # it went quiet
+    go_quiet(node)
     assert nodes_check_liveness() == [node.name]
     job.refresh_from_db()
     assert job.state == "pending" and job.attempt == 2
@@ -249,12 +260,9 @@ def test_telemetry_from_a_node_with_a_skewed_clock_lands_on_the_portal_clock(ali
 def test_a_cancel_asked_before_the_node_went_silent_ends_the_job_cancelled(alice, cluster, settings):
     settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S = 5
     node = cluster["nodes"][0]
-    node_register(node=node, report=REGISTER)
-    job = submit(alice, gpus=1)
-    run_cycle()
-    run_on_node(node, job, 1)
+    job = running_on(node, alice, gpus=1)
     job_cancel(user=alice, job=job)  # the node never confirms: it has gone quiet
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))
+    go_quiet(node)
     assert nodes_check_liveness() == [node.name]
     job.refresh_from_db()
     assert (job.state, job.attempt) == ("cancelled", 1)  # not requeued to run again
@@ -283,7 +291,7 @@ def test_a_gang_that_loses_one_node_keeps_its_other_devices_until_that_node_conf
     for node in (lost, kept):
         node_heartbeat(node=node, report={"seq": 1})
         node_job_event(node=node, job_id=gang.pk, event={"type": "started", "attempt": 1, "pid": 1})
-    Node.objects.filter(pk=lost.pk).update(last_heartbeat_at=db_now() - timedelta(seconds=6))
+    go_quiet(lost)
     assert nodes_check_liveness() == [lost.name]
     gang.refresh_from_db()
     # The healthy node's devices stay held (its processes still run there) and it is told to stop them.
