@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Min, Q
 
+from portal.governance.services import QUOTA_DEFAULTS, QuotaChange, quota_validate, quota_value_parse
 from portal.models import Team
 from scheduler.core.policies import PRESETS, policy_by_name
 from scheduler.core.types import GpuDevice, NodeInfo, QuotaInfo
@@ -57,17 +58,15 @@ def _clean_changes(changes: dict) -> dict:
             errors[where] = "needs a known team and gpu_model"
             continue
         clean = {"team": row["team"], "gpu_model": row["gpu_model"]}
-        for key, low in (("guaranteed", 0.0), ("limit", 0.0), ("weight", 0.001)):
-            if row.get(key) is None:
+        cell = f"{row['team']}/{row['gpu_model']}"
+        for key in ("guaranteed", "limit", "weight"):
+            if row.get(key) is None:  # left as it is today
                 continue
-            try:
-                value = float(row[key])
-            except (TypeError, ValueError):
-                errors[f"{where}.{key}"] = "must be a number"
-                continue
-            if not low <= value <= 100_000:
-                errors[f"{where}.{key}"] = f"must be between {low} and 100000; got {value}"
-            clean[key] = value
+            value, error = quota_value_parse(row[key], cell=cell, field=key)  # the quota page's own check
+            if error:
+                errors[f"changes.quotas.{cell}.{key}"] = error
+            else:
+                clean[key] = float(value)
         quotas.append(clean)
     if not any(key.startswith("changes.quotas") for key in errors):
         errors |= _quota_rules(quotas)
@@ -100,8 +99,6 @@ def _quota_rules(quotas: list[dict]) -> dict[str, str]:
     """The quota page's rules on today's quotas with ``quotas`` applied (fields left out keep today's value):
     limit at least guaranteed, each parent's guarantee covering its children's, values within bounds. Keys
     are ``changes.quotas.TEAM/MODEL.FIELD``."""
-    from portal.governance.services import QUOTA_DEFAULTS, QuotaChange, quota_validate
-
     current = {(q.team.name, q.gpu_model.name): q for q in
                Quota.objects.filter(pool__isnull=True).select_related("team", "gpu_model")}
     wanted = []
