@@ -362,6 +362,10 @@ def cmd_show(args) -> int:
         ("created_at", job["created_at"]), ("started_at", job["started_at"]),
         ("finished_at", job["finished_at"]), ("exit_code", job["exit_code"]),
     ]
+    if job.get("restarts"):
+        rows.append(("restarts", job["restarts"]))
+    if job.get("connect_url"):
+        rows.append(("connect_url", job["connect_url"]))
     reason = job.get("pending_reason")
     if reason:
         rows.append(("pending_reason", f"{reason['code']}: {reason['message']}"))

@@ -103,6 +103,8 @@ class JobSerializer(serializers.ModelSerializer):
     gpu_fraction = serializers.FloatField(allow_null=True)
     pending_reason = PendingReasonField(source="*")
     allocations = serializers.SerializerMethodField()
+    connect_url = serializers.CharField(read_only=True, allow_null=True,
+                                        help_text="Where a running notebook or inference service answers.")
 
     class Meta:
         model = Job
@@ -111,7 +113,7 @@ class JobSerializer(serializers.ModelSerializer):
             "gpu_memory_gb", "cpus", "memory_gb", "nodes", "pool", "node_labels", "min_driver_version",
             "time_limit_minutes", "priority_class", "preemptible", "state", "stop_reason", "attempt",
             "pending_reason", "queue_position", "estimated_start", "created_at", "admitted_at", "started_at",
-            "finished_at", "exit_code", "failure_class", "allocations",
+            "finished_at", "exit_code", "failure_class", "restarts", "connect_url", "allocations",
         ]
 
     def get_allocations(self, job: Job) -> list[dict]:

@@ -149,6 +149,9 @@ def test_it_shows_a_job_and_hides_another_teams_job(rota, alice, charlie, capsys
     assert json.loads(out_of(capsys)[0])["id"] == job.pk
     assert rota(charlie, "show", str(job.pk)) == 1
     assert out_of(capsys)[1].startswith("error: ")
+    Job.objects.filter(pk=job.pk).update(restarts=3)  # a service that was restarted after failures
+    assert rota(alice, "show", str(job.pk)) == 0
+    assert "restarts:           3" in out_of(capsys)[0]
 
 
 def test_it_cancels_holds_and_releases(rota, alice, bob, capsys):

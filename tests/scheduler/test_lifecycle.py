@@ -30,11 +30,12 @@ def end(client, job, **event):
     return job
 
 
-def test_a_failed_inference_service_is_restarted_after_a_growing_backoff(alice, node_client):
+def test_a_failed_inference_service_is_restarted_after_a_growing_backoff(alice, node_client, api):
     client = node_client()
     job = started(alice, client, kind="inference")
     job = end(client, job, exit_code=1)
     assert job.state == "pending" and job.attempt == 2 and job.restarts == 1
+    assert api(alice).get(f"/api/v1/jobs/{job.pk}/").json()["restarts"] == 1  # the API and CLI show it too
     assert job.pending_reason_code == "Backoff"
     first_wait = (job.not_before - job.transitions.last().at).total_seconds()
     run_cycle()
@@ -92,13 +93,15 @@ def test_a_training_job_that_fails_is_not_restarted(alice, node_client):
     assert job.state == "failed"
 
 
-def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_client):
+def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_client, api):
     client = node_client()
     job = started(alice, client, kind="notebook")
     assert job.service_port == 30000
     [assignment] = client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").json()["assignments"]
     assert assignment["env"]["ROTA_PORT"] == "30000" and assignment["port"] == 30000
     assert job.connect_url == "http://node-h100:30000/"
+    [listed] = api(alice).get("/api/v1/jobs/", {"state": "active"}).json()["results"]
+    assert listed["connect_url"] == "http://node-h100:30000/"
     second = started(alice, client, kind="notebook")
     assert second.service_port == 30001
 
