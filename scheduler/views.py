@@ -166,8 +166,13 @@ def _job_context(request, job_id):
     job = job_for(request.user, job_id)
     allocations = list(job.allocations.filter(attempt=job.attempt).select_related("node", "gpu", "gpu__model"))
     log = job.logs.filter(attempt=job.attempt).first()
+    # A restarted job (a crashed service backing off, a preempted job waiting) has nothing to show for its
+    # new attempt yet: the last attempt's output says why it ended.
+    earlier = None
+    if (log is None or not log.content) and job.attempt > 1:
+        earlier = job.logs.filter(attempt__lt=job.attempt).exclude(content="").order_by("-attempt").first()
     return {
-        "job": job, "allocations": allocations, "log": log,
+        "job": job, "allocations": allocations, "log": log, "earlier_log": earlier,
         "transitions": list(job.transitions.select_related("actor")),
         "preemptions": list(job.preemptions.select_related("by_job")),
         "events": list(job.events.all()[:50]),

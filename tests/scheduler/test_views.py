@@ -207,3 +207,18 @@ def test_an_empty_jobs_table_says_whether_filters_hid_the_jobs(alice, browser):
     assert "No jobs yet." in client.get("/").content.decode()
     assert "No jobs yet." in client.get("/jobs/").content.decode()
     assert "No jobs match these filters." in client.get("/jobs/?state=running").content.decode()
+
+
+def test_a_restarted_job_shows_the_last_attempts_output_until_the_new_one_writes(alice, browser):
+    from scheduler.models import JobLog
+
+    job = submit(alice, name="svc")
+    Job.objects.filter(pk=job.pk).update(attempt=3)  # crashed twice; attempt 3 waits for its backoff
+    JobLog.objects.create(job=job, attempt=1, content="first crash\n")
+    JobLog.objects.create(job=job, attempt=2, content="Traceback: out of memory\n")
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "Attempt 3 has no output yet; this is attempt 2" in body and "Traceback: out of memory" in body
+    assert "first crash" not in body
+    JobLog.objects.create(job=job, attempt=3, content="serving on :8000\n")
+    body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "serving on :8000" in body and "Traceback" not in body and "no output yet" not in body
