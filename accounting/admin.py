@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from accounting.models import Budget, GpuPresence, RateCard, RateCardEntry, UsageRecord
+from portal.admin import ReadOnly
 
 
 class RateCardEntryInline(admin.TabularInline):
@@ -15,7 +16,9 @@ class RateCardAdmin(admin.ModelAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(ReadOnly, admin.ModelAdmin):
+    """View only: budgets change under Govern → Budgets, with a reason in the audit log."""
+
     list_display = ["team", "unit", "amount", "warn_percent", "period"]
     list_select_related = ["team"]
 

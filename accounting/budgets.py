@@ -38,9 +38,14 @@ def team_month_usage(teams: list[Team], now: datetime) -> dict[int, tuple[Decima
     return {team_id: (hours.quantize(Decimal("0.01")), money) for team_id, (hours, money) in used.items()}
 
 
-def budgets_refresh(now: datetime) -> list[str]:
-    """Update every enforced budget's usage and its exceeded mark; returns the teams now over budget."""
-    budgets = list(Budget.objects.filter(enforce=True).select_related("team"))
+def budgets_refresh(now: datetime, budgets: list[Budget] | None = None) -> list[str]:
+    """Update every enforced budget's usage and its exceeded mark (``budgets``: only these, e.g. one an admin
+    just changed); returns the teams now over budget. A budget that is not enforced never holds work back."""
+    if budgets is not None:
+        Budget.objects.filter(pk__in=[b.pk for b in budgets if not b.enforce]).update(exceeded_at=None)
+        budgets = [b for b in budgets if b.enforce]
+    else:
+        budgets = list(Budget.objects.filter(enforce=True).select_related("team"))
     if not budgets:
         return []
     usage = team_month_usage([b.team for b in budgets], now)

@@ -1,11 +1,12 @@
 """Forms of the governance pages: the quota matrix (parsed by hand: one input per cell and field),
-priority classes, pool teams and node state changes."""
+priority classes, pool teams, node state changes and budgets."""
 
 from datetime import datetime
 
 from django import forms
 from django.utils.dateparse import parse_datetime
 
+from accounting.models import Budget
 from portal.governance.selectors import QuotaCell
 from portal.governance.services import QUOTA_FIELDS, QuotaChange, quota_changes_parse
 from portal.models import Team
@@ -89,3 +90,32 @@ class JobPriorityForm(forms.Form):
                                             label="Priority class")
     # Required, but checked by the service together with the job's state, so one answer names every problem.
     reason = forms.CharField(max_length=500, required=False, help_text="required: why (kept in the audit log)")
+
+
+class BudgetForm(forms.ModelForm):
+    """A team's monthly budget; team and unit are fixed once it exists."""
+
+    reason = forms.CharField(max_length=500, required=False,
+                             help_text="why, required for a change (kept in the audit log)")
+
+    class Meta:
+        model = Budget
+        fields = ["team", "unit", "amount", "warn_percent", "enforce"]
+        labels = {"amount": "Amount per month", "warn_percent": "Warn at (% used)",
+                  "enforce": "Enforce: hold back the team's waiting work once it is spent"}
+        help_texts = {
+            "amount": "GPU-hours, or money in the rate card's currency",
+            "warn_percent": "the accounting page shows a warning from this share of the budget on (0 to 100)",
+            "enforce": "running work is never stopped; waiting work starts again when the budget is raised or "
+                       "the month ends",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = Team.objects.order_by("name")
+        if self.instance.pk:
+            self.fields["team"].disabled = True
+            self.fields["unit"].disabled = True
+
+    def validate_unique(self):
+        """One budget per team and unit: checked by the service (with a message naming the team)."""

@@ -1,10 +1,13 @@
-"""Governance reads: the quota matrix with what each team holds now, pools with their teams, nodes."""
+"""Governance reads: the quota matrix with what each team holds now, pools with their teams, nodes, budgets."""
 
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db.models import Count, F, Prefetch, Q, Sum
 
+from accounting.budgets import team_month_usage
+from accounting.models import Budget
+from accounting.rating import BudgetStatus, budget_status
 from portal.models import Team
 from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Quota
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES
@@ -204,3 +207,17 @@ def capacity_notes(changes) -> list[str]:
                          f"the cluster has {capacity.get(model, 0)} healthy ones, so not every guarantee can "
                          "be met at once")
     return notes
+
+
+def budgets_this_month() -> list[tuple[Budget, BudgetStatus]]:
+    """Every budget with how far its team is through it this month (from the usage ledger), by team."""
+    from scheduler.services.common import db_now
+
+    budgets = list(Budget.objects.select_related("team").order_by("team__name", "unit"))
+    usage = team_month_usage([b.team for b in budgets], db_now()) if budgets else {}
+    out = []
+    for b in budgets:
+        hours, money = usage.get(b.team_id, (Decimal(0), Decimal(0)))
+        used = money if b.unit == Budget.MONEY else hours
+        out.append((b, budget_status(b.team.name, b.unit, b.amount, used, b.warn_percent)))
+    return out

@@ -1,4 +1,4 @@
-"""Governance writes: quotas, priority classes, pool membership, node state. Each change and its audit entry
+"""Governance writes: quotas, priority classes, pool membership, node state, budgets. Each change and its audit entry
 commit in one transaction. Only platform admins may call these; views and APIs check that first, and the
 services check it again (failing closed)."""
 
@@ -10,11 +10,14 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from accounting.budgets import budgets_refresh
+from accounting.models import Budget
 from portal.access import is_platform_admin
 from portal.audit import audit_record
 from portal.models import Team
 from scheduler.models import GpuModel, Job, Node, Pool, PriorityClass, Quota
 from scheduler.models.jobs import WAITING_STATES
+from scheduler.services.common import db_now
 from scheduler.services.jobs import job_hold, job_release
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
@@ -417,3 +420,57 @@ def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
                      object_name=f"#{job.pk} {job.name}", before={"state": before}, after={"state": job.state},
                      reason=reason)
     return job
+
+
+BUDGET_FIELDS = ("amount", "warn_percent", "enforce")
+
+
+def budget_snapshot(budget: Budget) -> dict:
+    return {"team": budget.team.name, "unit": budget.unit, "period": budget.period,
+            **{f: getattr(budget, f) for f in BUDGET_FIELDS}}
+
+
+def budget_set(*, user, team: Team, unit: str, values: dict, reason: str = "", instance: Budget | None = None,
+               now: datetime | None = None) -> Budget:
+    """Create ``team``'s monthly budget in ``unit`` or update ``instance`` with ``values`` (BUDGET_FIELDS). A
+    change needs a reason. Its usage and exceeded mark are brought up to date at once, so raising an enforced
+    budget lets the team's waiting work start at the next cycle (not after the next usage rollup)."""
+    _require_admin(user)
+    with transaction.atomic():
+        if instance is None:
+            if Budget.objects.filter(team=team, unit=unit, period="month").exists():
+                raise ValidationError({"unit": f"team {team.name} already has a monthly {unit} budget; edit that "
+                                               "one instead"})
+            budget, before = Budget(team=team, unit=unit, period="month"), None
+        else:
+            budget = Budget.objects.select_for_update().select_related("team").get(pk=instance.pk)
+            before = budget_snapshot(budget)
+        for field in BUDGET_FIELDS:
+            setattr(budget, field, values[field])
+        budget.full_clean(validate_unique=False)
+        after = budget_snapshot(budget)
+        if before == after:
+            return budget
+        _require_reason(reason)
+        budget.save()
+        budgets_refresh(now or db_now(), [budget])
+        audit_record(actor=user, action="budget.create" if before is None else "budget.update",
+                     object_type="budget", object_id=budget.pk, object_name=f"{team.name} {unit}", before=before,
+                     after=after, reason=reason)
+    _wake_cycle()
+    budget.refresh_from_db()
+    return budget
+
+
+def budget_delete(*, user, budget: Budget, reason: str) -> None:
+    """Remove a budget (its team is no longer held back by it). Needs a reason."""
+    _require_admin(user)
+    _require_reason(reason)
+    with transaction.atomic():
+        budget = Budget.objects.select_for_update().select_related("team").get(pk=budget.pk)
+        before = budget_snapshot(budget)
+        pk = budget.pk
+        budget.delete()
+        audit_record(actor=user, action="budget.delete", object_type="budget", object_id=pk,
+                     object_name=f"{before['team']} {before['unit']}", before=before, after=None, reason=reason)
+    _wake_cycle()

@@ -1,4 +1,4 @@
-"""Governance pages for platform admins: quotas, priority classes, pools, nodes, the audit log.
+"""Governance pages for platform admins: quotas, priority classes, pools, nodes, budgets, the audit log.
 Anyone else gets 404 (the pages do not exist for them). Thin: parse, call one service or selector, render."""
 
 import json
@@ -13,11 +13,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from accounting.models import Budget
 from portal.access import is_platform_admin, job_for
 from portal.audit import audit_entries
 from portal.csvutil import csv_response
 from portal.governance import selectors, services
 from portal.governance.forms import (
+    BudgetForm,
     JobPriorityForm,
     NodeStateForm,
     PoolTeamsForm,
@@ -265,3 +267,44 @@ def queue_priority(request, job_id: int):
     else:
         messages.success(request, f"Job #{job.pk}: priority class {form.cleaned_data['priority_class'].name}.")
     return _back_to_queue(request)
+
+
+@staff_only
+def budgets(request):
+    return render(request, "governance/budgets.html",
+                  {"budgets": selectors.budgets_this_month(), "section": "budgets"})
+
+
+@staff_only
+def budget_edit(request, pk: int | None = None):
+    instance = get_object_or_404(Budget.objects.select_related("team"), pk=pk) if pk else None
+    form = BudgetForm(request.POST or None, instance=instance)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            budget = services.budget_set(
+                user=request.user, team=instance.team if instance else data["team"],
+                unit=instance.unit if instance else data["unit"], instance=instance,
+                values={f: data[f] for f in services.BUDGET_FIELDS}, reason=data["reason"])
+        except ValidationError as exc:
+            for field, errs in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errs)
+        else:
+            messages.success(request, f"Budget of team {budget.team.name} saved.")
+            return redirect("govern-budgets")
+    return render(request, "governance/budget_form.html",
+                  {"form": form, "instance": instance, "section": "budgets"},
+                  status=400 if form.errors else 200)
+
+
+@staff_only
+@require_POST
+def budget_delete(request, pk: int):
+    budget = get_object_or_404(Budget.objects.select_related("team"), pk=pk)
+    try:
+        services.budget_delete(user=request.user, budget=budget, reason=request.POST.get("reason", ""))
+    except ValidationError as exc:
+        messages.error(request, f"Budget of team {budget.team.name} not removed: {'; '.join(exc.messages)}")
+    else:
+        messages.success(request, f"Budget of team {budget.team.name} removed.")
+    return redirect("govern-budgets")

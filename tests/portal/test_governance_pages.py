@@ -18,10 +18,11 @@ from tests.factories import TeamFactory, UserFactory
 pytestmark = pytest.mark.django_db
 
 PAGES = ["/govern/", "/govern/quotas/", "/govern/priority-classes/", "/govern/priority-classes/new/",
-         "/govern/priority-classes/training/", "/govern/pools/", "/govern/nodes/", "/govern/audit/",
+         "/govern/priority-classes/training/", "/govern/pools/", "/govern/nodes/", "/govern/budgets/",
+         "/govern/budgets/new/", "/govern/audit/",
          "/govern/audit/?format=csv"]
 POSTS = ["/govern/quotas/", "/govern/pools/train/teams/", "/govern/nodes/node-h100/drain/",
-         "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/"]
+         "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/", "/govern/budgets/new/"]
 
 
 def client_for(user=None) -> Client:
