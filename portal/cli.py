@@ -335,6 +335,8 @@ def cmd_queue(args) -> int:
     # since), finished ones only when asked, the newest --limit.
     state = args.state or (None if args.all else "active")
     most = args.limit if (args.all or args.state) else MAX_QUEUE
+    if args.team and args.team not in {t["name"] for t in client.get("/api/v1/teams/")}:
+        raise CliError("No such team")  # as `rota share` says, and the portal's own answer (no names leak)
     jobs, count = fetch_jobs(client, most, state=state, team=args.team)
     if count > len(jobs):
         print(f"showing the newest {len(jobs)} of {count} jobs (see --limit)", file=sys.stderr)

@@ -42,9 +42,11 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeToken)
-class NodeTokenAdmin(admin.ModelAdmin):
+class NodeTokenAdmin(ReadOnly, admin.ModelAdmin):
+    """View only: tokens are issued, rotated and revoked with ``manage.py node_token`` (audited); an admin
+    form could neither show a new token nor keep a revocation from being undone."""
+
     list_display = ["node", "prefix", "created_at", "revoked_at"]
-    readonly_fields = ["token_hash", "prefix"]
 
 
 @admin.register(PriorityClass)

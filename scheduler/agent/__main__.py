@@ -40,7 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, help="job dirs, logs and state (default var/agent/<node>)")
     parser.add_argument("--interval", type=float, default=2.0, help="heartbeat seconds until the portal says")
     parser.add_argument("--heartbeat-timeout", type=float, default=30.0, help="until the portal says")
-    parser.add_argument("--hostname", help="name to register with (default: profile node or host name)")
+    parser.add_argument(
+        "--hostname",
+        help="name to register with (default: profile node or host name); names a fake node too, "
+        "whose GPU UUIDs follow it",
+    )
     parser.add_argument("--max-temperature", type=int, default=DEFAULT_MAX_TEMPERATURE_C)
     parser.add_argument(
         "--once", action="store_true", help="register, one heartbeat, exit (jobs keep running)"
@@ -85,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     try:
-        backend = open_backend(args.gpu_backend, profile=args.profile, fault_file=args.fault_file)
+        backend = open_backend(args.gpu_backend, profile=args.profile, fault_file=args.fault_file,
+                               node=args.hostname)
     except (NvmlUnavailable, ProfileError) as error:
         log.error("%s", error)
         return 1
@@ -98,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         max_temperature_c=args.max_temperature,
         hostname=args.hostname,
     )
-    agent = Agent(config, backend=backend, client=PortalClient(args.portal, args.token))
+    client = PortalClient(args.portal, args.token, token_file=args.token_file)
+    agent = Agent(config, backend=backend, client=client)
     node_name.agent = agent
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -44,10 +45,15 @@ class PortalClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         session: requests.Session | None = None,
+        token_file: Path | None = None,
     ) -> None:
-        """``base_url`` is the portal root (``https://rota.example.com``); ``token`` the node's token."""
+        """``base_url`` is the portal root (``https://rota.example.com``); ``token`` the node's token, read
+        from ``token_file`` when given. A refused token (401) makes the client read that file again: an
+        admin's ``node_token rotate`` then only needs the new token written there, no agent restart."""
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.token_file = token_file
+        self._token = token
         self._session = session or requests.Session()
         self._session.headers.update({"Authorization": f"Node {token}", "User-Agent": "rota-agent"})
 
@@ -71,11 +77,37 @@ class PortalClient:
         """Close pooled connections."""
         self._session.close()
 
+    def _reread_token(self) -> bool:
+        """Take the token file's current token if it is another one than in use; True when it was."""
+        if self.token_file is None:
+            return False
+        try:
+            token = self.token_file.read_text().strip()
+        except OSError as error:
+            log.warning("cannot read the token file %s: %s", self.token_file, error.strerror)
+            return False
+        if not token or token == self._token:
+            return False
+        log.info("the portal refused the node token; using the new one in %s", self.token_file)
+        self._token = token
+        self._session.headers["Authorization"] = f"Node {token}"
+        return True
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self._send(path, body)
+        if response.status_code == 401 and self._reread_token():
+            response = self._send(path, body)
+        return self._answer(path, response)
+
+    def _send(self, path: str, body: dict[str, Any]) -> requests.Response:
         try:
             response = self._session.post(self.base_url + path, json=body, timeout=self.timeout_s)
         except requests.RequestException as error:
             raise PortalUnavailable(f"{path}: {error.__class__.__name__}: {error}") from error
+        return response
+
+    @staticmethod
+    def _answer(path: str, response: requests.Response) -> dict[str, Any]:
         status = response.status_code
         try:
             answer = response.json() if response.content else {}

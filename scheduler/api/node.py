@@ -3,6 +3,8 @@ itself and its own allocations. Nodes cannot reach user endpoints and users cann
 
 import re
 
+from django.db.models import Q
+from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -58,7 +60,9 @@ class NodeTokenAuthentication(BaseAuthentication):
             raise AuthenticationFailed("Authorization must be 'Node <token>'")
         token = (
             NodeToken.objects.select_related("node", "node__pool")
-            .filter(token_hash=hash_token(parts[1].decode(errors="replace")), revoked_at__isnull=True)
+            .filter(token_hash=hash_token(parts[1].decode(errors="replace")))
+            # active, or rotated with a grace period that has not run out (node_token rotate --grace)
+            .filter(Q(revoked_at__isnull=True) | Q(revoked_at__gt=Now()))
             .first()
         )
         if token is None:

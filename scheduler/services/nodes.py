@@ -98,9 +98,17 @@ def node_register(*, node: Node, report: dict) -> dict:
     node drained with a reason. A node that was down becomes ready."""
     gpus_in = report["gpus"]
     uuids = [item["uuid"] for item in gpus_in]
-    foreign = sorted(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True))
+    foreign = sorted(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", "node__name"))
     if foreign:
-        raise NodeProtocolError(f"GPU UUID {', '.join(foreign[:4])} belongs to another node", field="gpus")
+        owners = sorted({owner for _uuid, owner in foreign})
+        shown = ", ".join(u for u, _owner in foreign[:4])
+        if len(foreign) > 4:
+            shown += f" and {len(foreign) - 4} more"
+        hint = ""
+        if report.get("gpu_backend") == "fake":  # fake GPUs take their UUIDs from the fake node's name
+            hint = f"; a fake node's GPU UUIDs follow its name: start this agent with --hostname {node.name}"
+        raise NodeProtocolError(f"{len(foreign)} reported GPU UUID(s) belong to node {', '.join(owners)} "
+                                f"({shown}){hint}", field="gpus")
     try:
         with transaction.atomic():
             now = db_now()

@@ -62,10 +62,11 @@ def make_agent(tmp_path: Path, portal: StandInPortal) -> Iterator[Callable[..., 
     """Build agents wired to the stand-in portal and a fake two-GPU node."""
     agents: list[Agent] = []
 
-    def build(profile: dict | None = None, **config: object) -> Agent:
+    def build(profile: dict | None = None, token_file: Path | None = None, **config: object) -> Agent:
         backend = FakeBackend(parse_profile(profile or SMALL_NODE))
         settings = {"work_dir": tmp_path / "work", "interval_s": 0.1, **config}
-        agent = Agent(AgentConfig(**settings), backend=backend, client=PortalClient(portal.url, TOKEN))
+        client = PortalClient(portal.url, TOKEN, token_file=token_file)
+        agent = Agent(AgentConfig(**settings), backend=backend, client=client)
         agents.append(agent)
         return agent
 

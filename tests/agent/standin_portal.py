@@ -34,6 +34,7 @@ class StandInPortal:
         self.refuse_jobs: dict[int, tuple[int, dict[str, Any]]] = {}  # job id -> the answer to its reports
         self.refused: list[tuple[int, str, dict[str, Any]]] = []  # (job id, "events" or "log", body)
         self.last_seq = 0
+        self.token = TOKEN  # the one node token it accepts (a test rotates it)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
@@ -85,7 +86,7 @@ class StandInPortal:
 
     def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Answer one request as the real portal would."""
-        if headers.get("Authorization") != f"Node {TOKEN}":
+        if headers.get("Authorization") != f"Node {self.token}":
             return 401, {"detail": "unknown or revoked node token"}
         if self.down:
             return 503, {"detail": "down"}

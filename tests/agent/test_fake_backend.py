@@ -54,6 +54,17 @@ def test_it_gives_stable_distinct_uuids_per_node_name() -> None:
     assert all(u.startswith("GPU-") for u in first)
 
 
+def test_a_node_name_given_to_it_names_the_node_and_its_gpu_uuids() -> None:
+    """Two agents on one shipped profile with their own --hostname are two nodes with distinct GPUs."""
+    profile = parse_profile(node())
+    renamed = FakeBackend(profile, node="gpu-h100-07")
+    assert renamed.system_info().hostname == "gpu-h100-07"
+    assert not {g.uuid for g in renamed.discover()} & {g.uuid for g in FakeBackend(profile).discover()}
+    assert [g.uuid for g in renamed.discover()] == [
+        g.uuid for g in FakeBackend(parse_profile({**node(), "node": "gpu-h100-07"})).discover()]
+    assert open_backend("fake", profile="h100x8", node="x").system_info().hostname == "x"
+
+
 def test_it_splits_a_mig_gpu_into_schedulable_slices_with_unique_indexes() -> None:
     profile = {
         "node": "mig",

@@ -90,6 +90,23 @@ def test_it_registers_again_when_the_portal_asks(portal: StandInPortal, make_age
         wait_until(lambda: len(portal.heartbeats) > beats)
 
 
+def test_a_rotated_token_is_read_again_from_the_token_file_and_no_job_is_stopped(
+    portal: StandInPortal, make_agent: MakeAgent, tmp_path
+) -> None:
+    token_file = tmp_path / "node.token"
+    token_file.write_text("node-secret\n")
+    portal.assign(1, "sleep 30")
+    agent = make_agent(token_file=token_file)
+    with running(agent):
+        wait_until(lambda: portal.events_of(1, "started"))
+        token_file.write_text("rn_rotated\n")  # what node_token rotate --output writes on the node
+        portal.token = "rn_rotated"
+        beats = len(portal.heartbeats)
+        wait_until(lambda: len(portal.heartbeats) > beats + 2)
+        assert agent.executor.jobs and not portal.events_of(1, "stopped")
+    assert len(portal.registrations) == 1, "no new registration was needed"
+
+
 def test_it_stops_all_its_jobs_when_the_portal_is_lost_for_the_timeout(
     portal: StandInPortal, make_agent: MakeAgent
 ) -> None:

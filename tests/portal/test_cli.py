@@ -138,6 +138,15 @@ def test_queue_hides_finished_jobs_unless_asked(rota, alice, capsys):
     assert len(json.loads(out_of(capsys)[0])) == 1
 
 
+def test_queue_of_a_team_one_may_not_see_is_an_error_not_an_empty_table(rota, alice, charlie, capsys):
+    rota(charlie, "submit", "--name", "nlp-work", "--", "true")
+    capsys.readouterr()
+    assert rota(alice, "queue", "--team", "nlp") == 1
+    out, err = out_of(capsys)
+    assert err.strip() == "error: No such team" and "nlp-work" not in out
+    assert rota(charlie, "queue", "--team", "nlp") == 0 and "nlp-work" in out_of(capsys)[0]
+
+
 def test_it_shows_a_job_and_hides_another_teams_job(rota, alice, charlie, capsys):
     rota(alice, "submit", "--name", "detail-me", "--", "echo", "hi")
     job = Job.objects.get()

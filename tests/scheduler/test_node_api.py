@@ -40,6 +40,23 @@ def test_register_records_the_hosts_gpus_and_makes_a_down_node_ready(cluster, no
     assert node.state == Node.READY and node.driver_version == "550.54.15" and node.cpus == 64
 
 
+def test_a_node_reporting_another_nodes_gpus_is_told_whose_they_are_and_for_a_fake_node_what_to_do(
+        cluster, node_client):
+    from tests.factories import NodeFactory
+
+    report = {**H100_REPORT, "gpus": [{**H100_REPORT["gpus"][0], "index": i, "uuid": f"GPU-h100-{i}"}
+                                      for i in range(6)]}
+    assert node_client().post("/api/v1/node/register/", report, format="json").status_code == 200
+    copy = NodeFactory(name="gpu-h100-07", pool=cluster["pool"])
+    response = node_client(copy).post("/api/v1/node/register/", report, format="json")  # the same six UUIDs
+    body = response.json()
+    assert response.status_code == 400 and body["field"] == "gpus", body
+    assert body["detail"].startswith("6 reported GPU UUID(s) belong to node node-h100 (GPU-h100-0, ")
+    assert "and 2 more)" in body["detail"]
+    assert body["detail"].endswith("start this agent with --hostname gpu-h100-07")
+    assert not Gpu.objects.filter(node=copy).exists()
+
+
 def test_a_node_returning_with_fewer_gpus_is_drained_with_a_reason(cluster, node_client):
     node = cluster["nodes"][0]
     report = {**H100_REPORT, "gpus": H100_REPORT["gpus"][:3]}

@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 from django.test import Client
 
-from accounting.models import Statement
+from accounting.models import Budget, Statement
 from portal.models import Membership
 from scheduler.models import NodeToken
 from scheduler.models.templates import JobTemplate
@@ -27,8 +27,9 @@ def world(cluster, alice, bob, charlie):
     template = JobTemplate.objects.create(team=cluster["vision"], name="vision-template", fields={"gpus": 1})
     statement = Statement.objects.create(team=cluster["vision"], month=date(2026, 1, 1), format="pdf",
                                          content=b"%PDF-1.4 vision", size=15)
+    budget = Budget.objects.create(team=cluster["vision"], unit=Budget.MONEY, amount=100)
     return {"users": users, "node_token": node_token, "job": job, "template": template, "statement": statement,
-            "cluster": cluster}
+            "budget": budget, "cluster": cluster}
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def fill(route: str, world, whatif_id: int) -> str:
     values = {
         "<int:job_id>": world["job"].pk, "<int:template_id>": world["template"].pk,
         "<int:statement_id>": world["statement"].pk, "<int:run_id>": whatif_id, "<str:username>": "alice",
-        "<str:action>": "hold",
+        "<str:action>": "hold", "<int:pk>": world["budget"].pk,
     }
     if route.startswith(("govern/nodes/", "api/v1/nodes/")):
         values["<slug:name>"] = "node-h100"

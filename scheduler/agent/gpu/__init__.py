@@ -34,10 +34,12 @@ def open_backend(
     profile: str | None = None,
     fault_file: str | None = None,
     nvml: Any = None,
+    node: str | None = None,
 ) -> GpuBackend:
     """Open the backend named ``kind``: ``nvml``, ``fake`` or ``auto`` (NVML when it starts, else fake).
 
-    ``profile`` is the fake node's profile file (or a shipped profile's name, e.g. ``a100x4``).
+    ``profile`` is the fake node's profile file (or a shipped profile's name, e.g. ``a100x4``); ``node``
+    names the fake node instead of its profile.
     """
     if kind not in BACKEND_KINDS:
         raise ValueError(f"gpu backend must be one of {', '.join(BACKEND_KINDS)}, not {kind!r}")
@@ -47,5 +49,9 @@ def open_backend(
         except NvmlUnavailable as error:
             if kind == "nvml":
                 raise
-            log.info("NVML is not available (%s); using the fake backend", error)
-    return FakeBackend(load_profile(profile or DEFAULT_PROFILE), fault_file=fault_file)
+            log.warning(
+                "NVML is not available (%s); using the fake GPU backend (development only: pass "
+                "--gpu-backend nvml on a real GPU node, so a broken driver stops the agent instead)",
+                error,
+            )
+    return FakeBackend(load_profile(profile or DEFAULT_PROFILE), fault_file=fault_file, node=node)

@@ -65,9 +65,13 @@ class FakeBackend:
         *,
         clock: Callable[[], float] = time.monotonic,
         fault_file: str | None = None,
+        node: str | None = None,
     ) -> None:
-        """Build the fake node; ``clock`` (seconds) drives scripted faults and the utilization wave."""
+        """Build the fake node; ``clock`` (seconds) drives scripted faults and the utilization wave. ``node``
+        names it instead of the profile (``--hostname``): GPU UUIDs follow the name, so two agents on one
+        shipped profile are two distinct nodes."""
         self.profile = profile
+        self.node = node or profile.node
         self._clock = clock
         self._started = clock()
         self._pending_faults = sorted(profile.faults, key=lambda fault: fault.at_s)
@@ -78,7 +82,7 @@ class FakeBackend:
         self._gpus = {gpu.index: _GpuState(devices=self._devices_of(gpu)) for gpu in profile.gpus}
 
     def _uuid(self, *parts: object) -> str:
-        return str(uuid.uuid5(_UUID_NAMESPACE, "/".join([self.profile.node, *map(str, parts)])))
+        return str(uuid.uuid5(_UUID_NAMESPACE, "/".join([self.node, *map(str, parts)])))
 
     def _devices_of(self, gpu: FakeGpu) -> list[GpuInfo]:
         parent_uuid = f"GPU-{self._uuid(gpu.index)}"
@@ -103,9 +107,9 @@ class FakeBackend:
         return devices
 
     def system_info(self) -> SystemInfo:
-        """The profile's node name, versions, CPUs and memory."""
+        """The node's name (the profile's unless given), versions, CPUs and memory."""
         p = self.profile
-        return SystemInfo(p.node, p.driver_version, p.cuda_version, p.cpus, p.memory_mb)
+        return SystemInfo(self.node, p.driver_version, p.cuda_version, p.cpus, p.memory_mb)
 
     def discover(self) -> list[GpuInfo]:
         """Every schedulable device of the profile, MIG slices in place of their parent."""
