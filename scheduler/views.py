@@ -7,7 +7,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Prefetch
+from django.db.models import Avg, Max, Prefetch
+from django.db.models.functions import Trunc
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.crypto import constant_time_compare
@@ -26,6 +27,7 @@ from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, job_tabl
 from scheduler.services import jobs as job_services
 
 PAGE_ROWS = 200
+GPU_CHART_POINTS = 5000  # per-minute points (GPU x minute) the job GPU chart draws at most
 
 
 @login_required
@@ -198,8 +200,13 @@ def job_gpu_chart(request, job_id: int):
     from scheduler.charts import gpu_usage_figure
 
     job = job_for(request.user, job_id)
-    samples = list(job.gpu_samples.select_related("gpu", "node").order_by("at").values_list(
-        "node__name", "gpu__index", "at", "util_pct", "mem_used_mb")[:5000])
+    # Raw samples (one per GPU per heartbeat) averaged per minute, the newest GPU_CHART_POINTS of those: the
+    # chart keeps up with a long run (and stays small) instead of stopping at its first samples.
+    minutes = (job.gpu_samples.annotate(minute=Trunc("at", "minute"))
+               .values("node__name", "gpu__index", "minute")
+               .annotate(util=Avg("util_pct"), mem=Max("mem_used_mb"))
+               .order_by("-minute", "node__name", "gpu__index"))[:GPU_CHART_POINTS]
+    samples = [(m["node__name"], m["gpu__index"], m["minute"], m["util"], m["mem"]) for m in reversed(minutes)]
     rollups = list(job.gpu_rollups.select_related("gpu", "gpu__node").order_by("hour").values_list(
         "gpu__node__name", "gpu__index", "hour", "util_avg", "mem_used_max_mb"))
     rows = [(f"{n}/gpu{i}", at, u, m) for n, i, at, u, m in rollups + samples]

@@ -131,6 +131,28 @@ def test_the_gpu_chart_plots_the_jobs_samples(alice, cluster, browser):
     assert "No GPU samples yet" in browser(alice).get(f"/jobs/{empty.pk}/gpu-chart/").content.decode()
 
 
+def test_the_gpu_chart_of_a_long_run_shows_its_latest_minutes_averaged(alice, cluster, browser, monkeypatch):
+    import json
+    from datetime import timedelta
+
+    import scheduler.views
+
+    monkeypatch.setattr(scheduler.views, "GPU_CHART_POINTS", 30)
+    job = submit(alice)
+    run_cycle()
+    alloc = job.allocations.get()
+    start = db_now().replace(second=0, microsecond=0) - timedelta(hours=2)
+    GpuSample.objects.bulk_create(  # two hours, a sample every 20 s; the last minute at 50, 50 and 80%
+        GpuSample(gpu=alloc.gpu, node=alloc.node, job=job, at=start + timedelta(seconds=20 * i),
+                  util_pct=10.0 if i < 357 else 50.0 + 30 * (i == 359), mem_used_mb=1000 + i) for i in range(360))
+    body = browser(alice).get(f"/jobs/{job.pk}/gpu-chart/").content.decode()
+    figure = json.loads(body.split('type="application/json">', 1)[1].split("</script>", 1)[0])
+    util = next(t for t in figure["data"] if t.get("yaxis", "y") == "y")
+    assert len(util["x"]) == 30, "the newest 30 minutes"
+    assert util["x"][-1].startswith((start + timedelta(minutes=119)).strftime("%Y-%m-%dT%H:%M"))
+    assert util["y"][-1] == 60.0 and util["y"][0] == 10.0
+
+
 def test_the_cluster_page_hides_other_teams_job_ids(alice, charlie, browser):
     job = submit(charlie, gpu_model="h100-80gb")
     run_cycle()
