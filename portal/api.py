@@ -12,10 +12,18 @@ from django.http import HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import parsers, status
 from rest_framework.exceptions import ParseError
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
 API_PREFIX = "/api/"
 _security_log = logging.getLogger("django.security.RequestDataTooBig")
+
+
+class Pagination(LimitOffsetPagination):
+    """``?limit=&offset=`` pages of 50 by default; a larger ``limit`` is cut to ``max_limit`` (one answer must stay
+    a few MB and a few seconds, whatever a client asks)."""
+
+    max_limit = 1000
 
 
 def is_api(request) -> bool:

@@ -84,6 +84,9 @@ class AllocationSerializer(serializers.ModelSerializer):
         fields = ["node", "gpu_index", "gpu_uuid", "gpu_model", "share", "attempt", "started_at", "ended_at"]
 
 
+_ALLOCATION = AllocationSerializer()
+
+
 class TransitionSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", default=None)
 
@@ -117,8 +120,9 @@ class JobSerializer(serializers.ModelSerializer):
         ]
 
     def get_allocations(self, job: Job) -> list[dict]:
-        allocs = [a for a in job.allocations.all() if a.attempt == job.attempt]
-        return AllocationSerializer(allocs, many=True).data
+        # One serializer for every row: building one per job (its fields deep-copied each time) cost more
+        # than the rest of a job's row.
+        return [_ALLOCATION.to_representation(a) for a in job.allocations.all() if a.attempt == job.attempt]
 
 
 class JobDetailSerializer(JobSerializer):

@@ -7,12 +7,12 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.access import job_for, jobs_for
+from portal.api import Pagination
 from scheduler.api.serializers import (
     JobDetailSerializer,
     JobInputSerializer,
@@ -46,7 +46,7 @@ class JobListCreateAPI(APIView):
     """List the jobs you may see (filter with ?state= (a state, or ``active`` / ``finished``), ?team=,
     ?kind=) or submit a new one."""
 
-    pagination_class = LimitOffsetPagination  # also tells the schema the list is paginated
+    pagination_class = Pagination  # also tells the schema the list is paginated
 
     @extend_schema(
         responses=JobSerializer(many=True),

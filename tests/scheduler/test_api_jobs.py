@@ -204,3 +204,13 @@ def test_the_job_list_filters_by_state_group_and_refuses_an_unknown_state(api, a
     assert [j["id"] for j in client.get("/api/v1/jobs/?state=finished").json()["results"]] == [done]
     response = client.get("/api/v1/jobs/?state=bogus")
     assert response.status_code == 400 and "active, finished or one of pending" in str(response.json()["errors"])
+
+
+def test_a_page_of_the_job_list_holds_at_most_max_limit_jobs(api, alice, monkeypatch):
+    from portal.api import Pagination
+
+    monkeypatch.setattr(Pagination, "max_limit", 3)
+    for i in range(5):
+        submit(api(alice), name=f"j{i}")
+    body = api(alice).get("/api/v1/jobs/", {"limit": 100000}).json()
+    assert body["count"] == 5 and len(body["results"]) == 3 and "offset=3" in body["next"]
