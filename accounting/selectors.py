@@ -7,12 +7,12 @@ number of queries.
 """
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
+from django.db import connections
 from django.db.models import (
     Avg,
-    Case,
     Count,
     F,
     FloatField,
@@ -20,11 +20,10 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Sum,
-    Value,
-    When,
 )
 from django.db.models.functions import Cast, Coalesce, TruncDay, TruncMonth, TruncWeek
 from django.http import Http404
+from django.utils import timezone
 
 from accounting.models import Budget, RateCard, UsageRecord
 from accounting.rating import RateCardVersion, UsageLine
@@ -133,54 +132,70 @@ def _utilization():
     return Coalesce(Subquery(rolled, output_field=FloatField()), Subquery(raw, output_field=FloatField()))
 
 
+# The columns ``_lines`` groups by: (name in the inner query, its expression).
+_GROUP_COLUMNS = (
+    ("period", None), ("card", None), ("job_id", None), ("kind", None), ("g_team", F("team__name")),
+    ("g_department", F("team__parent__name")), ("g_user", F("user__username")), ("g_job", F("job__name")),
+    ("g_gpus", F("job__gpus")), ("g_fraction", F("job__gpu_fraction")), ("g_model", F("gpu_model__name")),
+    ("g_pool", F("pool__name")),
+)
+
+
 def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
-    qs = qs.filter(period_start__gte=start, period_start__lt=end)
+    """Ledger rows in ``[start, end)`` summed per period, job, GPU model and rate card version, with the
+    GPU-seconds weighted by utilization. Each row's utilization (two correlated subqueries) is worked out
+    once, in an inner query, and summed twice outside it (in one query the ORM would repeat the subqueries
+    for each sum)."""
     trunc = TRUNCS[agg]
-    qs = qs.annotate(
-        period=trunc("period_start") if trunc else F("period_start"), card=_card_version(), util=_utilization()
+    inner = (
+        qs.filter(period_start__gte=start, period_start__lt=end)
+        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version(),
+                  util=_utilization(), gsf=Cast("gpu_seconds", FloatField()),
+                  **{name: expr for name, expr in _GROUP_COLUMNS if expr is not None})
+        .values(*(name for name, _expr in _GROUP_COLUMNS), "util", "gsf", "gpu_seconds")
     )
-    gs = Cast("gpu_seconds", FloatField())
-    rows = (
-        qs.values(
-            "period",
-            "card",
-            "job_id",
-            "kind",
-            "team__name",
-            "team__parent__name",
-            "user__username",
-            "job__name",
-            "job__gpus",
-            "job__gpu_fraction",
-            "gpu_model__name",
-            "pool__name",
-        )
-        .annotate(
-            gs=Sum("gpu_seconds"),
-            utilized=Sum(gs * F("util") / 100.0),
-            measured=Sum(Case(When(util__isnull=False, then=gs), default=Value(0.0), output_field=FloatField())),
-        )
-        .order_by("period", "team__name", "user__username", "job_id", "gpu_model__name")
+    sql, params = inner.query.sql_with_params()
+    groups = ", ".join(f'r."{name}"' for name, _expr in _GROUP_COLUMNS)
+    query = (
+        f"SELECT {groups}, SUM(r.gpu_seconds), SUM(r.gsf * r.util / 100.0), "
+        "SUM(CASE WHEN r.util IS NOT NULL THEN r.gsf ELSE 0.0 END) "
+        f"FROM ({sql}) r GROUP BY {groups} "
+        'ORDER BY r."period", r."g_team", r."g_user", r."job_id", r."g_model", r."card"'
     )
-    return [
-        UsageLine(
-            period=r["period"],
-            team=r["team__name"],
-            department=r["team__parent__name"] or r["team__name"],
-            user=r["user__username"],
-            job_id=r["job_id"],
-            job_name=r["job__name"],
-            kind=r["kind"],
-            gpu_model=r["gpu_model__name"],
-            pool=r["pool__name"],
-            gpus=r["job__gpu_fraction"] if r["job__gpu_fraction"] is not None else Decimal(r["job__gpus"]),
-            card_version=r["card"],
-            gpu_seconds=r["gs"],
-            utilized_gpu_seconds=r["utilized"] or 0.0,
-            measured_gpu_seconds=r["measured"] or 0.0,
-        )
-        for r in rows
-    ]
+    with connections[qs.db].cursor() as cursor:
+        cursor.execute(query, params)
+        rows = cursor.fetchall()
+    field = UsageRecord._meta.get_field("gpu_seconds")
+    connection = connections[qs.db]
+    out = []
+    for (period, card, job_id, kind, team, department, user, job_name, gpus, fraction, model, pool, gs, utilized,
+         measured) in rows:
+        out.append(UsageLine(
+            period=_aware(period, connection),
+            team=team,
+            department=department or team,
+            user=user,
+            job_id=job_id,
+            job_name=job_name,
+            kind=kind,
+            gpu_model=model,
+            pool=pool,
+            gpus=Decimal(str(fraction)) if fraction is not None else Decimal(gpus),
+            card_version=card,
+            gpu_seconds=Decimal(str(gs)).quantize(Decimal(1).scaleb(-field.decimal_places)),
+            utilized_gpu_seconds=utilized or 0.0,
+            measured_gpu_seconds=measured or 0.0,
+        ))
+    return out
+
+
+def _aware(value, connection) -> datetime:
+    """A period as the ORM would give it: an aware datetime (SQLite hands back text or naive values)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
 
 
 def admin_teams_for(user) -> QuerySet[Team]:

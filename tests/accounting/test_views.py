@@ -259,3 +259,12 @@ def test_usage_on_a_model_with_no_price_is_called_out(client, alice, cluster, us
     usage_rollup(until=start + timedelta(days=20), full=True)
     page = client.get(URL, NOVEMBER).content.decode()
     assert "No price on the rate card for a100-1g.10gb (3.00 GPU-h)" in page
+
+
+def test_the_portals_database_sessions_run_without_jit(db):
+    """JIT compilation cost the accounting reports 9 of their 10 seconds at 50k ledger rows (scale review)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "off"
