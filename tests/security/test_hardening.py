@@ -85,6 +85,21 @@ def test_the_api_token_endpoint_is_throttled_too(world, settings):
     assert response.status_code in (400, 403, 429) and "token" not in response.json()
 
 
+def test_a_username_longer_than_any_account_is_a_failed_login_not_a_server_error(world):
+    name = "x" * 300
+    page = _login(Client(), name, "wrong")
+    assert page.status_code == 200 and "Username: Ensure this value has at most 150 characters" in (
+        page.content.decode())
+    empty = _login(Client(), "", "").content.decode()
+    assert "Username: This field is required." in empty and "Password: This field is required." in empty
+    token = Client().post("/api/v1/auth/token/", {"username": name, "password": "wrong"},
+                          content_type="application/json")
+    assert token.status_code == 400
+    from axes.models import AccessAttempt
+
+    assert AccessAttempt.objects.filter(username="x" * 150).exists()
+
+
 def test_check_deploy_is_clean_under_production_settings():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings_production",
            "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "rota.example.com", "DEBUG": "1"}
