@@ -389,14 +389,14 @@ class Cycle(Preempting):
     def _walk(self, job: JobInfo, req: Request, feas: Feasibility, amount: float, spread: bool,
               end: float | None) -> None:
         """Try the job's groups in order: start it, plan preemptions for it, or record why it waits."""
-        quota_reason: Reason | None = None
+        refusals: list[Reason] = []  # the quota's, one per group it refused
         first_ok: Group | None = None
         reserved_reason: Reason | None = None
         allowed: list[Group] = []  # groups the quota admits the job to (nothing changes until a start)
         for group in feas.groups:
             blocked = self.quota_check(job, group, amount)
             if blocked is not None:
-                quota_reason = quota_reason or blocked
+                refusals.append(blocked)
                 continue
             allowed.append(group)
             if first_ok is None:
@@ -424,7 +424,7 @@ class Cycle(Preempting):
         if self.policy.preemption and self._may_preempt(job) and self._try_preempt(job, req, feas.groups, allowed):
             return
         if first_ok is None:
-            self.wait(job, quota_reason)
+            self.wait(job, refusals[0] if len(refusals) == 1 else _refused_everywhere(refusals))
             return
         if reserved_reason is not None:
             self.wait(job, reserved_reason, first_ok, req)
@@ -575,6 +575,20 @@ _MAX_TOKENS = 200_000
 _last_tokens: dict[int, tuple[JobInfo, _Token]] = {}
 
 _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
+
+
+def _refused_everywhere(refusals: list[Reason]) -> Reason:
+    """One reason for a job the quota refuses in every group it could use (several GPU models or pools):
+    the first refusal's code and numbers, and a message (and ``per_model`` detail) that names every
+    distinct refusal, so a job that accepts any model is not told about one model only."""
+    distinct = list({r.message: r for r in refusals}.values())
+    if len(distinct) == 1:
+        return distinct[0]
+    first = distinct[0]
+    parts = [f"{r.details.get('gpu_model', '?')}: {r.message}" for r in distinct]
+    return R.reason(first.code, "the quota refuses every GPU model the job accepts. " + ". ".join(parts),
+                    **first.details, per_model=[{"gpu_model": r.details.get("gpu_model"), "code": r.code,
+                                                 "message": r.message} for r in distinct])
 
 
 def schedule(snapshot: Snapshot, timer: Timer | None = None) -> Decisions:

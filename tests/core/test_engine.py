@@ -3,7 +3,7 @@
 from scheduler.core import check_invariants, schedule
 from scheduler.core import reasons as R
 from scheduler.core.types import HELD, JobInfo
-from tests.core.builders import by_id, gpu_ids, node, quota, running, snap
+from tests.core.builders import by_id, gpu_ids, node, quota, running, snap, team
 
 H100 = "h100-80gb"
 
@@ -179,3 +179,19 @@ def test_a_job_larger_than_its_teams_limit_is_told_it_cannot_start_until_the_lim
         "team vision holds 0/6 h100-80gb (limit 6); job needs 7; more than the limit: it cannot start unless the "
         "limit is raised")
     assert by_id(d)[1][1].estimated_start is None
+
+
+def test_a_job_refused_by_quota_on_every_model_it_accepts_is_told_about_each():
+    """An any-model job whose team is at its A100 limit and its H100 limit hears of both limits (it was told
+    only of the first model's, while H100s sat idle beside it)."""
+    a100, h100 = node("a1", "a100-40gb", gpus=4, pool="p"), node("h1", "h100-80gb", gpus=8, pool="p")
+    jobs = [running(1, "vision", gpu_ids(a100, 2), gpu_models=("a100-40gb",)),
+            running(2, "vision", gpu_ids(h100, 4), gpu_models=("h100-80gb",)),
+            JobInfo(id=3, team="vision", gpus=1, submitted_at=10.0)]
+    quotas = [quota("vision", "a100-40gb", guaranteed=1, limit=2), quota("vision", "h100-80gb", guaranteed=2, limit=4)]
+    _started, pending = by_id(schedule(snap([a100, h100], jobs, quotas, teams=[team("vision")])))
+    reason = pending[3].reason
+    assert reason.code == "QuotaExceeded"
+    assert "holds 2/2 a100-40gb" in reason.message and "holds 4/4 h100-80gb" in reason.message
+    assert [m["gpu_model"] for m in reason.details["per_model"]] == ["a100-40gb", "h100-80gb"]
+    assert reason.details["gpu_model"] == "a100-40gb" and reason.details["limit"] == 2
