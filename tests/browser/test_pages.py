@@ -115,3 +115,32 @@ def test_an_admin_edits_a_quota_and_the_change_shows_in_the_audit_log(page, clus
     from scheduler.models import Quota
 
     assert Quota.objects.get(team__name="vision", gpu_model__name="h100-80gb").limit == 6
+
+
+def test_a_refreshing_job_page_keeps_the_keyboard_focus_and_the_log_position(page, alice, cluster):
+    """The job page refreshes every 2 s: a keyboard user's focus on Cancel and a reader's place in the log
+    survive it (focus fell to the page, and the log jumped back to its first line)."""
+    from scheduler.models import JobLog
+
+    job = job_submit(user=alice, name="long-log", command="true", gpu_model="h100-80gb")  # pending: refreshes
+    JobLog.objects.create(job=job, attempt=1, content="".join(f"line {i}\n" for i in range(300)))
+    sign_in(page, "alice")
+    page.goto(f"/jobs/{job.pk}/")
+    log_at_end = "(() => { const l = document.getElementById('log'); return l.scrollTop + l.clientHeight >= " \
+                 "l.scrollHeight - 4 && l.scrollTop > 0; })()"
+    assert page.evaluate(log_at_end), "a log opens at its latest output"
+
+    def refreshed():
+        with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.pk}/log/")):
+            pass
+        page.wait_for_timeout(300)  # htmx settles the swap
+
+    page.focus(f"form[action='/jobs/{job.pk}/cancel/'] button")
+    page.evaluate("document.getElementById('log').scrollTop = 1000")
+    refreshed()
+    assert page.evaluate("document.activeElement.textContent") == "Cancel"
+    assert abs(page.evaluate("document.getElementById('log').scrollTop") - 1000) < 5
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.keyboard.press("Enter")  # cancel with the keyboard alone
+    page.wait_for_selector(".statusline .state-cancelled")
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
