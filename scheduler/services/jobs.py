@@ -277,7 +277,9 @@ def job_hold(*, user, job: Job, why: str = "", admin: bool = False) -> Job:
             job.pk, from_states=(JobState.PENDING,), to_state=JobState.HELD, cause=f"held {by}",
             at=db_now(), actor=user, details={"admin_hold": True} if admin else None,
             # the team reads "Held by …"; the cycle keeps this message while the job stays held
-            extra={"pending_reason_code": "Held", "pending_reason_message": by[:500]},
+            # a held job stands nowhere in the queue: no position, no estimated start (not even until the cycle)
+            extra={"pending_reason_code": "Held", "pending_reason_message": by[:500], "queue_position": None,
+                   "estimated_start": None},
         ):
             raise ValidationError({"state": f"only a pending job can be held; this one is {job.state}"})
     job.refresh_from_db()

@@ -106,9 +106,13 @@ def test_cancelling_a_pending_job_ends_it_at_once(api, alice):
 
 
 def test_hold_and_release_move_a_pending_job_out_of_and_back_into_the_queue(api, alice):
+    from django.utils import timezone
+
     client = api(alice)
     job_id = submit(client).json()["id"]
-    assert client.post(f"/api/v1/jobs/{job_id}/hold/").json()["state"] == "held"
+    Job.objects.filter(pk=job_id).update(queue_position=3, estimated_start=timezone.now())  # as the cycle left it
+    held = client.post(f"/api/v1/jobs/{job_id}/hold/").json()
+    assert held["state"] == "held" and held["queue_position"] is None and held["estimated_start"] is None
     assert client.post(f"/api/v1/jobs/{job_id}/hold/").status_code == 400
     assert client.post(f"/api/v1/jobs/{job_id}/release/").json()["state"] == "pending"
 
