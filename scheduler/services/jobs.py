@@ -1,6 +1,7 @@
 """Job services: submit, cancel, hold, release. Views, the API and the CLI call these and nothing else."""
 
 import re
+import unicodedata
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -35,6 +36,13 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 def _has_control(text: str) -> bool:
     """Whether ``text`` holds a NUL or another control character other than tab and newlines."""
     return any(ord(c) < 32 and c not in "\t\n\r" for c in text)
+
+
+def _invisible(text: str) -> str | None:
+    """The first Unicode format character of ``text`` (bidi overrides and isolates, zero-width marks), if any:
+    in a name shown to others, "abc\u202eexe" reads as "abcexe" reversed. The zero-width joiner is allowed: it
+    joins emoji ("👩\u200d💻")."""
+    return next((c for c in text if unicodedata.category(c) == "Cf" and c != "\u200d"), None)
 
 
 def _map_errors(value, most: int, what: str) -> str | None:
@@ -150,6 +158,9 @@ def job_request_build(
         errors["command"] = "must not contain NUL characters"
     if name and _has_control(name):
         errors["name"] = "must not contain control characters"
+    elif name and (hidden := _invisible(name)):
+        errors["name"] = (f"must not contain invisible or text-direction characters (found U+{ord(hidden):04X}): "
+                          "they make a name read differently from what it is")
     if len(image or "") > MAX_IMAGE:
         errors["image"] = f"must be at most {MAX_IMAGE} characters; got {len(image)}"
     elif image and _has_control(image):

@@ -34,6 +34,8 @@ def test_it_submits_a_job_as_pending_for_the_members_only_team(api, alice):
         ({"command": ""}, "command"),
         ({"command": "   "}, "command"),
         ({"name": "x" * 101}, "name"),
+        ({"name": "report\u202etxt.exe"}, "name"),  # reads "reportexe.txt": a right-to-left override
+        ({"name": "a\u200bb"}, "name"),  # a zero-width space
         ({"team": "nlp"}, "team"),
         ({"team": "no-such-team"}, "team"),
         ({"kind": "mining"}, "kind"),
@@ -115,6 +117,11 @@ def test_hold_and_release_move_a_pending_job_out_of_and_back_into_the_queue(api,
     assert held["state"] == "held" and held["queue_position"] is None and held["estimated_start"] is None
     assert client.post(f"/api/v1/jobs/{job_id}/hold/").status_code == 400
     assert client.post(f"/api/v1/jobs/{job_id}/release/").json()["state"] == "pending"
+
+
+def test_a_name_may_hold_any_script_and_emoji(api, alice):
+    for name in ("名前🚀", "👩\u200d💻 run", "تجربة", "ʇxǝʇ"):
+        assert submit(api(alice), name=name).status_code == 201, name
 
 
 def test_the_job_list_filters_by_state(api, alice):
