@@ -15,7 +15,8 @@ def navigation(request: HttpRequest) -> dict:
         return {}
     return {"nav_is_platform_admin": user.is_staff,
             "nav_finance_only": SimpleLazyObject(lambda: is_finance_only(user)),
-            "scheduler_stalled": SimpleLazyObject(scheduler_stalled)}
+            "scheduler_stalled": SimpleLazyObject(scheduler_stalled),
+            "TIME_ZONE_NAME": timezone.get_current_timezone_name()}  # every page says which zone its times are in
 
 
 def scheduler_stalled() -> str:

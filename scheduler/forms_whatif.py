@@ -13,8 +13,10 @@ from scheduler.whatif import MAX_SCALE, PRIORITY_MAX, PRIORITY_MIN
 
 class WhatIfForm(forms.Form):
     name = forms.CharField(max_length=120)
-    period_start = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    period_end = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    period_start = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                       label="Period start (UTC)")
+    period_end = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+                                     label="Period end (UTC)")
     policy = forms.ChoiceField(choices=[(p, p) for p in PRESETS], initial="rota")
 
     def __init__(self, *args, **kwargs):

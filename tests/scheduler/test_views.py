@@ -244,3 +244,35 @@ def test_a_restarted_job_shows_the_last_attempts_output_until_the_new_one_writes
     JobLog.objects.create(job=job, attempt=3, content="serving on :8000\n")
     body = browser(alice).get(f"/jobs/{job.pk}/").content.decode()
     assert "serving on :8000" in body and "Traceback" not in body and "no output yet" not in body
+
+
+def test_pages_say_their_time_zone_and_offer_a_skip_link(alice, browser):
+    body = browser(alice).get("/jobs/").content.decode()
+    assert "times in UTC" in body and 'href="#content">Skip to content' in body and '<main id="content">' in body
+    assert '<div class="scroll"><table class="jobs">' in body  # a wide table scrolls inside its box on a phone
+
+
+def test_removing_a_member_and_deleting_a_template_ask_first(alice, cluster, browser):
+    from portal.models import Membership
+    from scheduler.models.templates import JobTemplate
+    from tests.factories import MembershipFactory, UserFactory
+
+    bob = UserFactory(username="bob")
+    MembershipFactory(user=bob, team=cluster["vision"], role=Membership.TEAM_ADMIN)
+    JobTemplate.objects.create(team=cluster["vision"], name="nightly", fields={"gpus": 1})
+    page = browser(bob).get("/teams/vision/").content.decode()
+    assert "return confirm('Remove alice from team vision?" in page
+    page = browser(bob).get("/teams/vision/templates/").content.decode()
+    assert "return confirm('Delete template nightly?')" in page
+
+
+def test_a_finance_account_is_told_it_submits_nothing_rather_than_to_ask_for_a_team(cluster, browser):
+    from django.contrib.auth.models import Group
+
+    from portal.access import FINANCE_GROUP
+    from tests.factories import UserFactory
+
+    fiona = UserFactory(username="fiona")
+    fiona.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
+    assert "they do not submit jobs" in browser(fiona).get("/jobs/new/").content.decode()
+    assert "Finance accounts see no jobs" in browser(fiona).get("/jobs/").content.decode()
