@@ -69,6 +69,17 @@ def test_a_member_picks_a_kind_then_applies_a_saved_template_and_submits(page, a
     assert (job.name, job.gpus, job.time_limit_minutes, job.submitted_by) == ("resnet", 2, 90, alice)
 
 
+def test_switching_kind_keeps_what_the_member_set_by_hand(page, alice, cluster):  # noqa: F811
+    sign_in(page, "alice")
+    page.goto("/jobs/new/")
+    page.click(".kind-card[data-kind=notebook]")
+    assert page.input_value("#id_time_limit_minutes") == "720"  # the notebook default
+    page.fill("#id_time_limit_minutes", "30")
+    page.click(".kind-card[data-kind=evaluation]")
+    assert page.input_value("#id_time_limit_minutes") == "30", "a value typed by hand survives the switch"
+    assert page.input_value("#id_priority_class") == "batch"  # untouched fields follow the kind
+
+
 def test_the_team_dashboard_and_submit_page_fit_a_phone_screen(browser_instance, live_server, alice, cluster):  # noqa: F811
     context = browser_instance.new_context(viewport={"width": 390, "height": 844}, base_url=live_server.url)
     phone = context.new_page()
