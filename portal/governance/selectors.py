@@ -131,7 +131,9 @@ class PoolQueue:
 def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
     """Pending and held jobs per pool, in the engine's order (its last queue positions, then arrival). A job
     is listed under every pool it could run in (its requested pool, its team allowed there, its GPU model
-    present there); jobs that fit no pool are listed last. At most QUEUE_ROWS per pool. Four queries."""
+    present there); jobs that fit no pool are listed last. At most QUEUE_ROWS per pool. Five queries; the whole
+    backlog is read as plain values and only the jobs shown are built as objects (a 10,000-job backlog took
+    3 s as objects)."""
     pools = list(Pool.objects.prefetch_related("teams").order_by("name"))
     models_in: dict[int, set[str]] = {}
     for pool_id, model in Gpu.objects.filter(present=True).values_list("node__pool_id", "model__name").distinct():
@@ -140,17 +142,23 @@ def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
                               teams=sorted(t.name for t in p.teams.all())) for p in pools}
     team_ids = {p.pk: {t.pk for t in p.teams.all()} for p in pools}
     nowhere = PoolQueue(pool=None, gpu_models=[], teams=[])
-    jobs = (Job.objects.filter(state__in=WAITING_STATES)
-            .select_related("team", "submitted_by", "gpu_model", "priority_class", "pool")
-            .order_by(F("queue_position").asc(nulls_last=True), "id"))
-    for job in jobs:
+    waiting = (Job.objects.filter(state__in=WAITING_STATES)
+               .order_by(F("queue_position").asc(nulls_last=True), "id")
+               .values_list("id", "pool_id", "team_id", "gpu_model__name"))
+    shown: set[int] = set()
+    for job_id, pool_id, team_id, model in waiting.iterator(chunk_size=5000):
         fits = [q for p_id, q in queues.items()
-                if (job.pool_id is None or job.pool_id == p_id) and job.team_id in team_ids[p_id]
-                and (job.gpu_model is None or job.gpu_model.name in q.gpu_models)]
+                if (pool_id is None or pool_id == p_id) and team_id in team_ids[p_id]
+                and (model is None or model in q.gpu_models)]
         for q in fits or [nowhere]:
             q.total += 1
             if len(q.jobs) < QUEUE_ROWS:
-                q.jobs.append(job)
+                q.jobs.append(job_id)
+                shown.add(job_id)
+    objects = Job.objects.select_related("team", "submitted_by", "gpu_model", "priority_class", "pool").in_bulk(
+        list(shown))
+    for q in [*queues.values(), nowhere]:
+        q.jobs = [objects[job_id] for job_id in q.jobs if job_id in objects]  # one may have ended meanwhile
     out = list(queues.values()) + ([nowhere] if nowhere.total else [])
     if pool:
         out = [q for q in out if q.name == pool]
