@@ -1,11 +1,13 @@
 """Pages for jobs and the cluster. Thin: parse, call one service or selector, render."""
 
 import json
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Avg, Max, Prefetch
 from django.db.models.functions import Trunc
@@ -21,8 +23,8 @@ from portal.teams.services import job_template_save
 from scheduler.forms import JobSubmitForm, kind_cards
 from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
-from scheduler.models import Allocation, Gpu, Node
-from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.models import Allocation, Gpu, Node, Pool
+from scheduler.models.jobs import JobState
 from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, job_table
 from scheduler.services import jobs as job_services
 
@@ -247,14 +249,33 @@ def metrics(request):
     return HttpResponse(render_metrics(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+CLUSTER_PAGE_NODES = 50
+
+
 @login_required
 def cluster(request):
-    """Nodes and their GPUs with what each GPU holds now."""
-    nodes = list(Node.objects.select_related("pool").prefetch_related(
-        Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model").prefetch_related(
-            Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related(
-                "job", "job__team"), to_attr="open_allocations")
-        ))
-    ))
-    visible = set(jobs_for(request.user).filter(state__in=ACTIVE_STATES).values_list("pk", flat=True))
-    return render(request, "cluster.html", {"nodes": nodes, "visible_jobs": visible})
+    """Nodes and their GPUs with what each GPU holds now: a page of CLUSTER_PAGE_NODES nodes, by pool and state
+    if asked, under totals for all of them (a 300-node cluster drew 2,400 GPU cells every 5 s)."""
+    pools = list(Pool.objects.order_by("name").values_list("name", flat=True))
+    pool = request.GET.get("pool", "")
+    state = request.GET.get("state", "")
+    nodes = Node.objects.select_related("pool").order_by("name")
+    if pool in pools:
+        nodes = nodes.filter(pool__name=pool)
+    if state in dict(Node.STATES):
+        nodes = nodes.filter(state=state)
+    gpus = Gpu.objects.filter(present=True, node__in=nodes)
+    totals = {"nodes": nodes.count(), "gpus": gpus.count(),
+              "busy": gpus.filter(allocations__ended_at__isnull=True).distinct().count(),
+              "unhealthy": gpus.filter(healthy=False).count()}
+    page = Paginator(nodes, CLUSTER_PAGE_NODES).get_page(request.GET.get("page"))
+    shown = list(Node.objects.filter(pk__in=[n.pk for n in page]).select_related("pool").order_by("name")
+                 .prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related(
+                     "model").prefetch_related(Prefetch("allocations", queryset=Allocation.objects.filter(
+                         ended_at__isnull=True), to_attr="open_allocations")))))
+    on_page = {a.job_id for n in shown for g in n.gpus.all() for a in g.open_allocations}
+    visible = set(jobs_for(request.user).filter(pk__in=on_page).values_list("pk", flat=True))
+    query = {k: v for k, v in (("pool", pool if pool in pools else ""), ("state", state)) if v}
+    return render(request, "cluster.html", {
+        "nodes": shown, "visible_jobs": visible, "page": page, "totals": totals, "pools": pools, "pool": pool,
+        "states": Node.STATES, "state": state, "query": urlencode(query)})

@@ -276,3 +276,25 @@ def test_a_finance_account_is_told_it_submits_nothing_rather_than_to_ask_for_a_t
     fiona.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
     assert "they do not submit jobs" in browser(fiona).get("/jobs/new/").content.decode()
     assert "Finance accounts see no jobs" in browser(fiona).get("/jobs/").content.decode()
+
+
+def test_the_cluster_page_pages_its_nodes_filters_by_pool_and_state_and_counts_them_all(alice, cluster, browser,
+                                                                                        monkeypatch):
+    import scheduler.views
+    from scheduler.models import Node
+    from tests.factories import NodeFactory, PoolFactory
+
+    monkeypatch.setattr(scheduler.views, "CLUSTER_PAGE_NODES", 2)
+    spare = PoolFactory(name="spare")
+    for i in range(3):
+        NodeFactory(name=f"spare-{i}", pool=spare, state=Node.DRAINED if i == 2 else Node.READY)
+    client = browser(alice)
+    body = client.get("/cluster/").content.decode()
+    total = Node.objects.count()
+    assert f"{total} nodes" in body and "showing nodes 1–2" in body and f"page 1 of {(total + 1) // 2}" in body
+    body = client.get("/cluster/?pool=spare&page=2").content.decode()
+    assert "3 nodes" in body and "<h2>spare-2</h2>" in body and "<h2>spare-0</h2>" not in body
+    assert 'href="?pool=spare&amp;page=1"' in body and 'hx-get="/cluster/?pool=spare&amp;page=2"' in body
+    body = client.get("/cluster/?pool=spare&state=drained").content.decode()
+    assert "1 node ·" in body and "<h2>spare-2</h2>" in body and "spare-1" not in body
+    assert "No nodes match these filters" in client.get("/cluster/?pool=spare&state=down").content.decode()
