@@ -1,9 +1,12 @@
 """Charts and periods are pure: rated lines in, Plotly figures out; ranges from presets and months."""
 
+import math
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accounting import charts, periods
 from accounting.rating import RateCardVersion, UsageLine, rate_lines
@@ -149,3 +152,34 @@ def test_chart_axes_read_as_plain_numbers_and_whole_percent_quarters():
     assert depth.exponentformat == "none"
     y2 = efficiency_over_time([]).layout.yaxis2
     assert (y2.tickmode, y2.dtick, y2.showgrid, tuple(y2.range)) == ("linear", 25, False, (0, 100))
+
+
+def _depth_hour_by_hour(intervals, start, end):
+    """The plain definition: for each hour, the waiting time of each team's jobs inside it, in hours."""
+    from datetime import timedelta
+
+    hours = max(0, math.ceil((end - start).total_seconds() / 3600))
+    out = {}
+    for team, lo, hi in intervals:
+        lo, hi = max(lo, start), min(hi, end)
+        if hi <= lo:
+            continue
+        row = out.setdefault(team, [0.0] * hours)
+        for k in range(hours):
+            a, b = max(lo, start + timedelta(hours=k)), min(hi, start + timedelta(hours=k + 1))
+            row[k] += max((b - a).total_seconds(), 0.0) / 3600
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(-7200, 40000), st.integers(0, 40000)), max_size=12),
+       st.integers(1, 12))
+def test_queue_depth_matches_its_hour_by_hour_definition(spans, hours):
+    from datetime import timedelta
+
+    intervals = [(team, T + timedelta(seconds=lo), T + timedelta(seconds=lo + length)) for team, lo, length in spans]
+    _slots, depth = charts.queue_depth(intervals, T, T + timedelta(hours=hours))
+    expected = _depth_hour_by_hour(intervals, T, T + timedelta(hours=hours))
+    assert depth.keys() == expected.keys()
+    for team, row in expected.items():
+        assert depth[team] == pytest.approx(row, abs=1e-9)
