@@ -1,7 +1,7 @@
 """Pure Plotly figure builders for scheduler pages (no Django): data in, figure out."""
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -23,11 +23,17 @@ def gpu_usage_figure(rows: Iterable[tuple[str, datetime, float | None, float | N
     for k, (label, (xs, utils, mems)) in enumerate(sorted(series.items())):
         # One colour per GPU in both panels, so the one legend entry names both of its lines.
         line = {"color": palette[k % len(palette)]}
-        fig.add_trace(go.Scatter(x=xs, y=utils, name=label, mode="lines", legendgroup=label, line=line),
+        mode = "lines" if len(xs) > 2 else "lines+markers"  # a job with a sample or two still shows them
+        fig.add_trace(go.Scatter(x=xs, y=utils, name=label, mode=mode, legendgroup=label, line=line),
                       row=1, col=1)
-        fig.add_trace(go.Scatter(x=xs, y=mems, name=label, mode="lines", legendgroup=label, showlegend=False,
+        fig.add_trace(go.Scatter(x=xs, y=mems, name=label, mode=mode, legendgroup=label, showlegend=False,
                                  line=line), row=2, col=1)
     fig.update_yaxes(range=[0, 100], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)  # never below 0 GiB, even with a single flat value
+    times = [at for xs, _u, _m in series.values() for at in xs]
+    if times and max(times) - min(times) < timedelta(minutes=2):  # else Plotly zooms to milliseconds
+        fig.update_xaxes(range=[min(times) - timedelta(minutes=1), max(times) + timedelta(minutes=1)])
+    fig.update_xaxes(title_text="time (UTC)", row=2, col=1)
     fig.update_layout(height=420, margin={"l": 50, "r": 20, "t": 40, "b": 30}, template="plotly_white",
                       legend={"orientation": "h"})
     return fig

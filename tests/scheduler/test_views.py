@@ -298,3 +298,16 @@ def test_the_cluster_page_pages_its_nodes_filters_by_pool_and_state_and_counts_t
     body = client.get("/cluster/?pool=spare&state=drained").content.decode()
     assert "1 node ·" in body and "<h2>spare-2</h2>" in body and "spare-1" not in body
     assert "No nodes match these filters" in client.get("/cluster/?pool=spare&state=down").content.decode()
+
+
+def test_the_gpu_chart_of_a_job_with_one_sample_is_readable():
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler.charts import gpu_usage_figure
+
+    at = datetime(2026, 12, 1, 3, 48, 39, tzinfo=UTC)
+    fig = gpu_usage_figure([("n1/gpu0", at, 40.0, 0.0)])
+    assert {t.mode for t in fig.data} == {"lines+markers"}, "one point is drawn"
+    assert fig.layout.yaxis2.rangemode == "tozero"
+    low, high = fig.layout.xaxis.range
+    assert (low, high) == (at - timedelta(minutes=1), at + timedelta(minutes=1)), "minutes, not milliseconds"
