@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Min, Q
+from django.utils import timezone
 
 from portal.governance.services import QUOTA_DEFAULTS, QuotaChange, quota_validate, quota_value_parse
 from portal.models import Team
@@ -118,6 +119,10 @@ def whatif_create(*, user, name: str, period_start: datetime, period_end: dateti
     errors = {}
     if not (name or "").strip():
         errors["name"] = "must not be empty"
+    now = timezone.now()
+    if period_start >= now:
+        errors["period_start"] = (f"the period must start in the past (now is {now:%Y-%m-%d %H:%M} UTC): a replay "
+                                  "re-runs the jobs that were submitted in it")
     if period_end <= period_start:
         errors["period_end"] = "the period must end after it starts"
     elif period_end - period_start > MAX_PERIOD:

@@ -86,6 +86,7 @@ def test_a_what_if_runs_once_even_if_asked_twice(admin_user, quota_bound_history
 
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"period_end_delta": -1}, "period_end"),
+    ({"period_start_delta": 48}, "period_start"),  # a period that has not happened yet
     ({"period_end_delta": 24 * 100}, "period_end"),
     ({"policy": "lottery"}, "policy"),
     ({"changes": {"quotas": [{"team": "nope", "gpu_model": "h100-80gb", "limit": 3}]}}, "changes.quotas[0]"),
@@ -103,9 +104,10 @@ def test_a_what_if_runs_once_even_if_asked_twice(admin_user, quota_bound_history
 def test_bad_what_if_requests_name_the_field_and_save_nothing(admin_user, cluster, kwargs, field):
     now = db_now()
     delta = kwargs.pop("period_end_delta", 24)
+    start = now - timedelta(days=1) + timedelta(hours=kwargs.pop("period_start_delta", 0))
     with pytest.raises(ValidationError) as info:
-        whatif_create(user=admin_user, name="bad", period_start=now - timedelta(days=1),
-                      period_end=now - timedelta(days=1) + timedelta(hours=delta), **kwargs)
+        whatif_create(user=admin_user, name="bad", period_start=start, period_end=start + timedelta(hours=delta),
+                      **kwargs)
     assert field in info.value.message_dict
     assert not WhatIfRun.objects.exists()
 
@@ -153,6 +155,9 @@ def test_the_form_shows_each_refused_value_beside_its_field(admin_client, quota_
             "p:production-inference": 1000, "p:interactive": 800, "p:training": 500, "p:batch": 300, "s:train": "1"}
     body = admin_client.post("/whatif/", {**base, "s:train": "11"}).content.decode()
     assert "Nothing was replayed" in body and "Ensure this value is less than or equal to 10.0" in body
+    body = admin_client.post("/whatif/", {**base, "q:vision:h100-80gb:limit": "-1"}).content.decode()
+    assert "vision h100-80gb limit: Ensure this value is greater than or equal to 0" in body  # which cell
+    assert '<label class="sr-only" for="id_q:vision:h100-80gb:limit">vision h100-80gb limit</label>' in body
     body = admin_client.post("/whatif/", {**base, "p:training": 300,
                                           "q:vision:h100-80gb:guaranteed": "20"}).content.decode()
     assert "value 300 is already used by batch" in body
