@@ -23,17 +23,25 @@ def parse_quota_matrix(data, rows: list[list[QuotaCell]]) -> tuple[list[QuotaCha
     services.quota_changes_parse). Cells left entirely blank where no quota exists are skipped. Each cell
     keeps what was typed (``posted``) for re-display."""
     items = []
+    cleared = {}
     for row in rows:
         for cell in row:
             team, model = cell.team.name, cell.gpu_model.name
             raw = {f: data.get(quota_input_name(team, model, f), "") for f in QUOTA_FIELDS}
             stamp = data.get(quota_input_name(team, model, "updated_at"), "")
             cell.posted = {**raw, "updated_at": stamp}
-            if cell.quota is None and not any(v.strip() for v in raw.values()):
+            if not any(v.strip() for v in raw.values()):
+                if cell.quota is not None:
+                    # Emptying a cell reads as "take this away", but blank values mean guaranteed 0 and no
+                    # cap: the team could borrow without limit. Say how to do what was meant.
+                    cleared[f"{cell.key}.limit"] = (
+                        f"{cell.key}: an emptied cell would mean guaranteed 0 and no cap (unlimited borrowing); to "
+                        f"take {team}'s {model} away set its limit to 0, or type the values you want")
                 continue
             updated_at: datetime | None = parse_datetime(stamp) if stamp else None
             items.append({"team": team, "gpu_model": model, "updated_at": updated_at, **raw})
-    return quota_changes_parse(items)
+    changes, errors = quota_changes_parse(items)
+    return changes, cleared | errors
 
 
 def attach_errors(rows: list[list[QuotaCell]], errors: dict[str, str]) -> None:

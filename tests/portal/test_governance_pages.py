@@ -110,6 +110,18 @@ def test_it_creates_a_quota_in_an_empty_cell(staff, cluster):
     assert entry.action == "quota.create" and entry.before is None
 
 
+def test_emptying_a_quota_cell_is_refused_with_how_to_take_access_away(staff, cluster):
+    response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("", "", "")}))
+    assert response.status_code == 400
+    page = html.unescape(response.content.decode())
+    assert "nlp/h100-80gb: an emptied cell would mean guaranteed 0 and no cap" in page
+    assert "set its limit to 0" in page and invalid_inputs(page) == {"q:nlp:h100-80gb:limit"}
+    q = Quota.objects.get(team=cluster["nlp"], gpu_model=cluster["h100"])
+    assert (q.guaranteed, q.limit) == (1, 2) and not AuditEntry.objects.exists()
+    zero = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("0", "0", "1")}))
+    assert zero.status_code == 302 and Quota.objects.get(team=cluster["nlp"], gpu_model=cluster["h100"]).limit == 0
+
+
 def test_it_refuses_a_guarantee_above_the_limit_naming_the_cell_and_outlining_the_guarantee(staff, cluster):
     response = client_for(staff).post("/govern/quotas/", matrix_post(cluster, **{"nlp/h100-80gb": ("3", "2", "1")}))
     assert response.status_code == 400
