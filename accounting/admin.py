@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from accounting.models import Budget, GpuPresence, RateCard, RateCardEntry, UsageRecord
-from portal.admin import ReadOnly
+from portal.admin import Audited, ReadOnly
 
 
 class RateCardEntryInline(admin.TabularInline):
@@ -10,9 +10,13 @@ class RateCardEntryInline(admin.TabularInline):
 
 
 @admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
+class RateCardAdmin(Audited, admin.ModelAdmin):
     list_display = ["version", "name", "effective_from", "currency"]
     inlines = [RateCardEntryInline]
+
+    def audit_extra(self, obj) -> dict:
+        return {"prices": {e.gpu_model.name: str(e.price_per_gpu_hour)
+                           for e in obj.entries.select_related("gpu_model").order_by("gpu_model__name")}}
 
 
 @admin.register(Budget)

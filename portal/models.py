@@ -27,6 +27,18 @@ class Team(models.Model):
     def label(self) -> str:
         return self.display_name or self.name
 
+    def clean(self) -> None:
+        """The team tree stays a tree: a team is never its own ancestor."""
+        from django.core.exceptions import ValidationError
+
+        seen, node = set(), self.parent
+        while node is not None:
+            if node.pk == self.pk or node.pk in seen:
+                raise ValidationError({"parent": f"{self.parent} is {self.name} itself or one of its teams: the "
+                                                  "team tree cannot loop"})
+            seen.add(node.pk)
+            node = node.parent
+
 
 class Membership(models.Model):
     """A user's role in a team: ``member`` submits and sees the team's work; ``team-admin`` also manages

@@ -8,17 +8,17 @@ edits node details.
 
 from django.contrib import admin
 
-from portal.admin import ReadOnly
+from portal.admin import Audited, ReadOnly
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobTransition, Node, NodeToken, Pool, PriorityClass, Quota
 
 
 @admin.register(GpuModel)
-class GpuModelAdmin(admin.ModelAdmin):
+class GpuModelAdmin(Audited, admin.ModelAdmin):
     list_display = ["name", "vendor", "memory_mb", "is_mig_profile"]
 
 
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(Audited, admin.ModelAdmin):
     list_display = ["name", "description"]
     readonly_fields = ["teams"]  # Govern -> Pools (audited)
 
@@ -32,7 +32,7 @@ class GpuInline(ReadOnly, admin.TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(Audited, admin.ModelAdmin):
     list_display = ["name", "pool", "state", "state_reason", "driver_version", "last_heartbeat_at"]
     list_filter = ["state", "pool"]
     inlines = [GpuInline]

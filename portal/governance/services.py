@@ -474,3 +474,22 @@ def budget_delete(*, user, budget: Budget, reason: str) -> None:
         audit_record(actor=user, action="budget.delete", object_type="budget", object_id=pk,
                      object_name=f"{before['team']} {before['unit']}", before=before, after=None, reason=reason)
     _wake_cycle()
+
+
+def parent_guarantee_errors(team: Team, parent: Team) -> list[str]:
+    """Why ``team`` cannot move under ``parent``: per GPU model where ``parent`` has a quota, its children's
+    guarantees with ``team`` among them would pass its own (the rule quota edits keep)."""
+    rows = Quota.objects.filter(pool__isnull=True).select_related("gpu_model")
+    caps = {q.gpu_model.name: q.guaranteed for q in rows.filter(team=parent)}
+    if not caps:
+        return []
+    children = Team.objects.filter(parent=parent)
+    if team.pk:
+        children = children.exclude(pk=team.pk)
+    kids = list(children.values_list("pk", flat=True)) + ([team.pk] if team.pk else [])
+    totals: dict[str, Decimal] = {}
+    for q in rows.filter(team_id__in=kids, gpu_model__name__in=caps):
+        totals[q.gpu_model.name] = totals.get(q.gpu_model.name, Decimal(0)) + q.guaranteed
+    return [f"{model}: {parent.name}'s children would be guaranteed {_shown(total)} GPUs in total with {team.name}, "
+            f"more than {parent.name}'s {_shown(caps[model])}; raise {parent.name}'s guarantee first"
+            for model, total in sorted(totals.items()) if total > caps[model]]

@@ -42,3 +42,75 @@ def test_pool_access_and_node_state_are_shown_not_edited(root, cluster):
     node = Node.objects.first()
     page = root.get(f"/admin/scheduler/node/{node.pk}/change/").content.decode()
     assert 'name="state"' not in page and 'name="gpus-0-healthy"' not in page
+
+
+def test_what_the_django_admin_changes_lands_in_the_audit_log(root, cluster):
+    from portal.models import AuditEntry
+    from scheduler.models import Node, Pool
+
+    assert root.post("/admin/scheduler/pool/add/", {"name": "robo", "description": "robotics"}).status_code == 302
+    robo = Pool.objects.get(name="robo")
+    node = Node.objects.get(name="node-a100")
+    page = root.get(f"/admin/scheduler/node/{node.pk}/change/")
+    data = {k: v for k, v in page.context["adminform"].form.initial.items() if v is not None}
+    data |= {"pool": robo.pk, "labels": "{}", "gpus-TOTAL_FORMS": "0", "gpus-INITIAL_FORMS": "0"}
+    assert root.post(f"/admin/scheduler/node/{node.pk}/change/", data).status_code == 302
+    created, moved = AuditEntry.objects.order_by("id")
+    assert (created.action, created.object_name, created.before) == ("pool.create", "robo", None)
+    assert created.actor_name == "root" and created.reason == "Django admin"
+    assert moved.action == "node.update" and moved.before == {"pool": "train"} and moved.after == {"pool": "robo"}
+
+
+def test_a_team_cannot_be_moved_in_the_admin_under_a_parent_its_guarantees_would_overflow_or_into_a_loop(
+        root, cluster):
+    from portal.models import AuditEntry
+    from tests.factories import QuotaFactory, TeamFactory
+
+    research = TeamFactory(name="research")
+    QuotaFactory(team=research, gpu_model=cluster["h100"], guaranteed=2, limit=8)
+    vision = cluster["vision"]  # guaranteed 2 h100
+
+    def move(team, parent):
+        return root.post(f"/admin/portal/team/{team.pk}/change/", {
+            "name": team.name, "display_name": "", "parent": parent.pk,
+            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+
+    assert move(vision, research).status_code == 302  # 2 of research's 2
+    vision.refresh_from_db()
+    assert vision.parent == research
+    refused = move(cluster["nlp"], research)  # 2 + 1 > 2
+    assert refused.status_code == 200 and "h100-80gb: research&#x27;s children would be guaranteed 3 GPUs" in (
+        refused.content.decode())
+    loop = move(research, vision)
+    assert loop.status_code == 200 and "the team tree cannot loop" in loop.content.decode()
+    assert [e.action for e in AuditEntry.objects.all()] == ["team.update"]
+
+
+def test_granting_platform_admin_in_the_django_admin_is_audited(root, alice):
+    from portal.models import AuditEntry
+
+    page = root.get(f"/admin/auth/user/{alice.pk}/change/")
+    form = page.context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k not in ("groups", "user_permissions",
+                                                                                 "password")}
+    alice.date_joined = alice.date_joined.replace(microsecond=0)
+    alice.save(update_fields=["date_joined"])
+    data |= {"is_staff": "on", "date_joined_0": f"{alice.date_joined:%Y-%m-%d}",
+             "date_joined_1": f"{alice.date_joined:%H:%M:%S}"}
+    data.pop("last_login", None)
+    assert root.post(f"/admin/auth/user/{alice.pk}/change/", data).status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.action == "user.update" and entry.before == {"is_staff": False} and entry.after == {"is_staff": True}
+
+
+def test_a_new_rate_card_and_its_prices_are_audited(root, cluster):
+    from portal.models import AuditEntry
+
+    response = root.post("/admin/accounting/ratecard/add/", {
+        "version": "7", "name": "2027", "effective_from_0": "2027-01-01", "effective_from_1": "00:00:00",
+        "currency": "EUR", "notes": "", "entries-TOTAL_FORMS": "1", "entries-INITIAL_FORMS": "0",
+        "entries-0-gpu_model": cluster["h100"].pk, "entries-0-price_per_gpu_hour": "3.5000"})
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.action == "ratecard.create" and entry.after["prices"] == {"h100-80gb": "3.5000"}
+    assert entry.after["currency"] == "EUR"
