@@ -103,6 +103,17 @@ class TeamOptionSelect(forms.Select):
         return option
 
 
+class OneRuleDecimalField(forms.DecimalField):
+    """A decimal field whose validators share one message (the fraction's rule): said once, not once per
+    validator that fails (99999 broke both the maximum and the digits)."""
+
+    def run_validators(self, value):
+        try:
+            super().run_validators(value)
+        except forms.ValidationError as error:
+            raise forms.ValidationError(list(dict.fromkeys(error.messages))) from None
+
+
 class JobSubmitForm(forms.Form):
     team = forms.ChoiceField()
     name = forms.CharField(max_length=job_services.MAX_NAME)
@@ -112,7 +123,7 @@ class JobSubmitForm(forms.Form):
     image = forms.CharField(label="Container image", required=False, max_length=300,
                             help_text="Where the runtime uses one, e.g. nvcr.io/nvidia/pytorch:24.05-py3")
     gpus = forms.IntegerField(label="GPUs", min_value=1, max_value=job_services.MAX_GPUS, initial=1)
-    gpu_fraction = forms.DecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
+    gpu_fraction = OneRuleDecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
                                       decimal_places=3, error_messages=job_services.FRACTION_ERRORS,
                                       help_text="Share one GPU, e.g. 0.25 (leave blank for whole GPUs)")
     gpu_model = forms.ChoiceField(label="GPU model", required=False,

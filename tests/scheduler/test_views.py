@@ -46,6 +46,9 @@ def test_the_submit_form_shows_errors_inline_and_saves_nothing(alice, browser):
     body = browser(alice).post("/jobs/new/", {"team": "vision", "name": "x", "kind": "training", "command": "true",
                                               "gpus": 1, "gpu_fraction": "1"}).content.decode()
     assert "must be greater than 0 and less than 1, with at most 3 decimals (e.g. 0.25)" in body
+    body = browser(alice).post("/jobs/new/", {"team": "vision", "name": "x", "kind": "training", "command": "true",
+                                              "gpus": 1, "gpu_fraction": "99999"}).content.decode()
+    assert body.count("must be greater than 0 and less than 1") == 1, "the rule once, not once per validator"
 
 
 def test_copy_and_edit_prefills_the_form_from_a_visible_job_only(alice, charlie, browser):
