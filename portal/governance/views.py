@@ -46,6 +46,12 @@ def staff_only(view):
     return wrapper
 
 
+def _errors_onto(form, exc: ValidationError) -> None:
+    """A service's refusal, on the form's fields it names (the rest above the form)."""
+    for field, errors in exc.message_dict.items():
+        form.add_error(field if field in form.fields else None, errors)
+
+
 @staff_only
 def index(request):
     return redirect("govern-quotas")
@@ -125,8 +131,7 @@ def priority_class_edit(request, name: str | None = None):
                 values={f: data[f] for f in services.PRIORITY_FIELDS}, reason=data["reason"],
             )
         except ValidationError as exc:
-            for field, errs in exc.message_dict.items():
-                form.add_error(field if field in form.fields else None, errs)
+            _errors_onto(form, exc)
         else:
             messages.success(request, f"Priority class {pc.name} saved.")
             return redirect("govern-priority-classes")
@@ -160,8 +165,7 @@ def pool_teams(request, name: str):
         services.pool_set_teams(user=request.user, pool=pool, teams=list(form.cleaned_data["teams"]),
                                 reason=form.cleaned_data["reason"])
     except ValidationError as exc:  # shown on the pool's form, with the teams as they were ticked
-        for field, errors in exc.message_dict.items():
-            form.add_error(field if field in form.fields else None, errors)
+        _errors_onto(form, exc)
         return _pools_page(request, bound=form)
     messages.success(request, f"Teams of pool {pool.name} saved.")
     return redirect("govern-pools")
@@ -287,8 +291,7 @@ def budget_edit(request, pk: int | None = None):
                 unit=instance.unit if instance else data["unit"], instance=instance,
                 values={f: data[f] for f in services.BUDGET_FIELDS}, reason=data["reason"])
         except ValidationError as exc:
-            for field, errs in exc.message_dict.items():
-                form.add_error(field if field in form.fields else None, errs)
+            _errors_onto(form, exc)
         else:
             messages.success(request, f"Budget of team {budget.team.name} saved.")
             return redirect("govern-budgets")

@@ -72,6 +72,9 @@ def test_the_page_lists_budgets_with_this_months_use_and_edits_them_with_a_reaso
     assert (budget.amount, budget.enforce, budget.period) == (Decimal("500.00"), True, "month")
     page = client.get("/govern/budgets/").content.decode()
     assert "vision" in page and "500.00" in page and f'href="/govern/budgets/{budget.pk}/"' in page
+    page = client.get(f"/govern/budgets/{budget.pk}/").content.decode()
+    assert "<h2 id=\"edit-form-h\">Budget of team vision (GPU-hours)</h2>" in page
+    assert '<a href="/govern/budgets/">Cancel</a>' in page and "Remove budget" in page
     twice = client.post("/govern/budgets/new/", form | {"reason": "again"})
     assert twice.status_code == 400 and "already has a monthly gpu-hours budget" in twice.content.decode()
     bad = client.post(f"/govern/budgets/{budget.pk}/", form | {"amount": "-5", "warn_percent": "150",

@@ -271,6 +271,10 @@ def test_the_priority_class_form_says_its_units_and_is_a_plain_card(staff, clust
     assert "runs at least this long before it may be preempted" in page
     assert "from SIGTERM to SIGKILL" in page
     assert "Min runtime s" not in page and "Grace period s" not in page
+    assert '<h2 id="edit-form-h">New priority class</h2>' in page
+    assert '<a href="/govern/priority-classes/">Cancel' in page
+    edit = client_for(staff).get("/govern/priority-classes/training/").content.decode()
+    assert '<h2 id="edit-form-h">Edit priority class training</h2>' in edit
     form = re.search(r'<form method="post" class="([^"]*)"', page).group(1).split()
     assert form == ["card", "form"]  # not "narrow": that is the sign-in page's centred box
     assert page.index("<form method=\"post\"") < page.index("New priority class</h2>")  # the heading is in the card
