@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Avg, Max, Prefetch
+from django.db.models import Avg, Exists, Max, OuterRef, Prefetch
 from django.db.models.functions import Trunc
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -266,7 +266,9 @@ def cluster(request):
         nodes = nodes.filter(state=state)
     gpus = Gpu.objects.filter(present=True, node__in=nodes)
     totals = {"nodes": nodes.count(), "gpus": gpus.count(),
-              "busy": gpus.filter(allocations__ended_at__isnull=True).distinct().count(),
+              # Exists, not allocations__ended_at__isnull: that join also matches GPUs with no allocation at all
+              "busy": gpus.filter(Exists(Allocation.objects.filter(gpu=OuterRef("pk"), ended_at__isnull=True)))
+              .count(),
               "unhealthy": gpus.filter(healthy=False).count()}
     page = Paginator(nodes, CLUSTER_PAGE_NODES).get_page(request.GET.get("page"))
     shown = list(Node.objects.filter(pk__in=[n.pk for n in page]).select_related("pool").order_by("name")

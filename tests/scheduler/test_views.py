@@ -292,9 +292,13 @@ def test_the_cluster_page_pages_its_nodes_filters_by_pool_and_state_and_counts_t
     for i in range(3):
         NodeFactory(name=f"spare-{i}", pool=spare, state=Node.DRAINED if i == 2 else Node.READY)
     client = browser(alice)
+    job = submit(alice, gpus=2)
+    run_cycle()
+    assert job.allocations.count() == 2
     body = client.get("/cluster/").content.decode()
     total = Node.objects.count()
     assert f"{total} nodes" in body and "showing nodes 1–2" in body and f"page 1 of {(total + 1) // 2}" in body
+    assert "6 GPUs: 2 in use, 0 unhealthy" in body  # the cluster fixture's 4 + 2 GPUs; the spare nodes have none
     body = client.get("/cluster/?pool=spare&page=2").content.decode()
     assert "3 nodes" in body and "<h2>spare-2</h2>" in body and "<h2>spare-0</h2>" not in body
     assert 'href="?pool=spare&amp;page=1"' in body and 'hx-get="/cluster/?pool=spare&amp;page=2"' in body
