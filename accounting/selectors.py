@@ -7,7 +7,7 @@ number of queries.
 """
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
 from django.db import connections
@@ -30,7 +30,7 @@ from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Membership, Team
-from scheduler.models import GpuSample, GpuSampleRollup, Preemption
+from scheduler.models import GpuSample, GpuSampleRollup, Job, Preemption
 
 TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 
@@ -153,6 +153,7 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
                   util=_utilization(), gsf=Cast("gpu_seconds", FloatField()),
                   **{name: expr for name, expr in _GROUP_COLUMNS if expr is not None})
         .values(*(name for name, _expr in _GROUP_COLUMNS), "util", "gsf", "gpu_seconds")
+        .order_by()  # no sort inside: the outer query groups and orders
     )
     sql, params = inner.query.sql_with_params()
     groups = ", ".join(f'r."{name}"' for name, _expr in _GROUP_COLUMNS)
@@ -180,7 +181,7 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
             kind=kind,
             gpu_model=model,
             pool=pool,
-            gpus=Decimal(str(fraction)) if fraction is not None else Decimal(gpus),
+            gpus=_fraction(fraction) if fraction is not None else Decimal(gpus),
             card_version=card,
             gpu_seconds=Decimal(str(gs)).quantize(Decimal(1).scaleb(-field.decimal_places)),
             utilized_gpu_seconds=utilized or 0.0,
@@ -190,12 +191,19 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
 
 
 def _aware(value, connection) -> datetime:
-    """A period as the ORM would give it: an aware datetime (SQLite hands back text or naive values)."""
+    """A period as the ORM would give it: an aware datetime (SQLite hands back text or naive values, which
+    are in the current time zone, as the ORM's truncation works)."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)
+        value = timezone.make_aware(value, timezone.get_current_timezone())
     return value
+
+
+def _fraction(value) -> Decimal:
+    """A job's GPU fraction as the ORM gives it (0.250, whatever type the database handed back)."""
+    places = Job._meta.get_field("gpu_fraction").decimal_places
+    return Decimal(str(value)).quantize(Decimal(1).scaleb(-places))
 
 
 def admin_teams_for(user) -> QuerySet[Team]:

@@ -60,15 +60,16 @@ class Audited:
         with transaction.atomic():  # the change and its audit entry, together
             return super().changeform_view(request, object_id, form_url, extra_context)
 
+    # The values before a change are kept on the request: one ModelAdmin serves every request, on many threads.
     def save_model(self, request, obj, form, change):
-        self._before = self._snapshot(type(obj).objects.get(pk=obj.pk)) if change and obj.pk else None
+        request._rota_audit_before = (self._snapshot(type(obj).objects.get(pk=obj.pk)) if change and obj.pk
+                                      else None)
         super().save_model(request, obj, form, change)
 
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)  # many-to-many values are saved by now
-        obj = form.instance
-        self._audit(request, obj, "update" if change else "create", getattr(self, "_before", None) if change
-                    else None, self._snapshot(obj))
+        before = getattr(request, "_rota_audit_before", None) if change else None
+        self._audit(request, form.instance, "update" if change else "create", before, self._snapshot(form.instance))
 
     def delete_model(self, request, obj):
         with transaction.atomic():
@@ -78,8 +79,9 @@ class Audited:
             self._audit(request, obj, "delete", before, None)
 
     def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self.delete_model(request, obj)
+        with transaction.atomic():  # all of them or none, as Django's own bulk delete
+            for obj in queryset:
+                self.delete_model(request, obj)
 
 
 class MembershipInline(ReadOnly, admin.TabularInline):
@@ -102,7 +104,7 @@ class TeamForm(forms.ModelForm):
         if parent is not None and (self.instance.pk is None or self.instance.parent_id != parent.pk):
             from portal.governance.services import parent_guarantee_errors
 
-            for message in parent_guarantee_errors(self.instance, parent):
+            for message in parent_guarantee_errors(self.instance, parent, name=data.get("name") or "this team"):
                 self.add_error("parent", message)
         return data
 
@@ -120,4 +122,16 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class AuditedUserAdmin(Audited, UserAdmin):
-    """Users and who is a platform admin (staff) or in the finance group: every change audited."""
+    """Users and who is a platform admin (staff) or in the finance group: every change audited, and password
+    changes too (that they happened, never the values)."""
+
+    audit_exclude = ("password", "last_login", "date_joined")  # the admin form drops date_joined's microseconds
+
+    def user_change_password(self, request, id, form_url=""):
+        with transaction.atomic():
+            response = super().user_change_password(request, id, form_url)
+            if request.method == "POST" and response.status_code == 302:
+                user = self.get_object(request, id)
+                audit_record(actor=request.user, action="user.password", object_type="user", object_id=user.pk,
+                             object_name=str(user), reason="Django admin")
+            return response

@@ -100,9 +100,11 @@ if DB_VENDOR == "sqlite":
 if DB_VENDOR == "postgresql":
     DATABASES["default"]["TEST"] = {"NAME": env_str("ROTA_TEST_DATABASE", "test_rota")}
     # No JIT for the portal's sessions: its queries are short, and on the accounting reports (correlated
-    # subqueries per ledger row) JIT compilation took 9 of 10 seconds. Set in the connection's startup options.
-    _options = DATABASES["default"].setdefault("OPTIONS", {})
-    _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
+    # subqueries per ledger row) JIT compilation took 9 of 10 seconds. Set in the connection's startup options;
+    # ROTA_DB_JIT_OFF=0 leaves them alone (PgBouncer refuses unknown startup options: set jit there instead).
+    if env_bool("ROTA_DB_JIT_OFF", True):
+        _options = DATABASES["default"].setdefault("OPTIONS", {})
+        _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Celery: Redis broker; "filesystem" selects kombu's file transport for machines without Redis.

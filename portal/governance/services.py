@@ -476,20 +476,25 @@ def budget_delete(*, user, budget: Budget, reason: str) -> None:
     _wake_cycle()
 
 
-def parent_guarantee_errors(team: Team, parent: Team) -> list[str]:
-    """Why ``team`` cannot move under ``parent``: per GPU model where ``parent`` has a quota, its children's
-    guarantees with ``team`` among them would pass its own (the rule quota edits keep)."""
+def parent_guarantee_errors(team: Team, parent: Team, *, name: str = "") -> list[str]:
+    """Why ``team`` cannot move under ``parent``: per GPU model where ``parent`` has a quota and ``team`` a
+    guarantee, its children's guarantees with ``team`` among them would pass its own (the rule quota edits
+    keep; as there, an overflow the move does not add to is not the move's to fix)."""
     rows = Quota.objects.filter(pool__isnull=True).select_related("gpu_model")
     caps = {q.gpu_model.name: q.guaranteed for q in rows.filter(team=parent)}
-    if not caps:
+    own = {q.gpu_model.name: q.guaranteed for q in rows.filter(team=team, gpu_model__name__in=caps)} if team.pk else {}
+    own = {model: g for model, g in own.items() if g > 0}
+    if not own:
         return []
-    children = Team.objects.filter(parent=parent)
-    if team.pk:
-        children = children.exclude(pk=team.pk)
-    kids = list(children.values_list("pk", flat=True)) + ([team.pk] if team.pk else [])
-    totals: dict[str, Decimal] = {}
-    for q in rows.filter(team_id__in=kids, gpu_model__name__in=caps):
-        totals[q.gpu_model.name] = totals.get(q.gpu_model.name, Decimal(0)) + q.guaranteed
-    return [f"{model}: {parent.name}'s children would be guaranteed {_shown(total)} GPUs in total with {team.name}, "
-            f"more than {parent.name}'s {_shown(caps[model])}; raise {parent.name}'s guarantee first"
-            for model, total in sorted(totals.items()) if total > caps[model]]
+    others: dict[str, Decimal] = {}
+    for q in rows.filter(team__parent=parent, gpu_model__name__in=own).exclude(team=team):
+        others[q.gpu_model.name] = others.get(q.gpu_model.name, Decimal(0)) + q.guaranteed
+    name = name or team.name
+    out = []
+    for model, g in sorted(own.items()):
+        total = others.get(model, Decimal(0)) + g
+        if total > caps[model]:
+            out.append(f"{model}: {parent.name}'s children would be guaranteed {_shown(total)} GPUs in total with "
+                       f"{name}, more than {parent.name}'s {_shown(caps[model])}; raise {parent.name}'s guarantee "
+                       "first")
+    return out

@@ -265,6 +265,7 @@ def test_the_portals_database_sessions_run_without_jit(db):
     """JIT compilation cost the accounting reports 9 of their 10 seconds at 50k ledger rows (scale review)."""
     from django.db import connection
 
+    assert "-c jit=off" in connection.settings_dict["OPTIONS"]["options"]  # ours, not the server's default
     with connection.cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "off"

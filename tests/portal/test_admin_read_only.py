@@ -114,3 +114,75 @@ def test_a_new_rate_card_and_its_prices_are_audited(root, cluster):
     entry = AuditEntry.objects.get()
     assert entry.action == "ratecard.create" and entry.after["prices"] == {"h100-80gb": "3.5000"}
     assert entry.after["currency"] == "EUR"
+
+
+def test_moving_a_team_without_a_guarantee_under_an_overflowing_parent_is_not_its_problem(root, cluster):
+    from tests.factories import QuotaFactory, TeamFactory
+
+    research = TeamFactory(name="research")
+    QuotaFactory(team=research, gpu_model=cluster["h100"], guaranteed=1, limit=8)
+    TeamFactory(name="old", parent=research)
+    QuotaFactory(team=research.children.get(), gpu_model=cluster["h100"], guaranteed=3, limit=4)  # old overflow
+    newcomer = TeamFactory(name="newcomer")
+    response = root.post(f"/admin/portal/team/{newcomer.pk}/change/", {
+        "name": "newcomer", "display_name": "", "parent": research.pk,
+        "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    assert response.status_code == 302  # it adds no guarantee
+    refused = root.post("/admin/portal/team/add/", {"name": "vision2", "display_name": "", "parent": research.pk,
+                                                    "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    assert refused.status_code == 302, "a new team has no quota yet"
+
+
+def test_two_admins_saving_at_once_each_get_their_own_before(cluster):
+    """One ModelAdmin serves every request: a value kept on it between save_model and save_related would be
+    another request's."""
+    from django.contrib.admin.sites import site
+    from django.test import RequestFactory
+
+    from portal.models import AuditEntry, Team
+    from tests.factories import UserFactory
+
+    admin = site._registry[Team]
+    root = UserFactory(username="root2", is_staff=True, is_superuser=True)
+    requests = []
+    for team, new_name in ((cluster["vision"], "vision-x"), (cluster["nlp"], "nlp-x")):
+        request = RequestFactory().post("/")
+        request.user = root
+        form = admin.get_form(request, team)(instance=team, data={"name": new_name, "display_name": ""})
+        assert form.is_valid(), form.errors
+        requests.append((request, form))
+    for request, form in requests:  # both save before either records
+        admin.save_model(request, form.save(commit=False), form, True)
+    for request, form in requests:
+        admin.save_related(request, form, [], True)
+    entries = {e.after["name"]: e.before["name"] for e in AuditEntry.objects.all()}
+    assert entries == {"vision-x": "vision", "nlp-x": "nlp"}
+
+
+def test_a_bulk_delete_in_the_admin_is_all_or_nothing(root, cluster, alice):
+    from django.contrib.admin.sites import site
+    from django.contrib.auth import get_user_model
+    from django.db.models import ProtectedError
+    from django.test import RequestFactory
+
+    from portal.models import Team
+    from scheduler.services.jobs import job_submit
+    from tests.factories import TeamFactory
+
+    spare = TeamFactory(name="aaa-spare")
+    job_submit(user=alice, name="keeps-vision", command="true")  # a team with jobs cannot be deleted
+    request = RequestFactory().post("/")
+    request.user = get_user_model().objects.get(username="root")
+    with pytest.raises(ProtectedError):
+        site._registry[Team].delete_queryset(request, Team.objects.filter(name__in=["aaa-spare", "vision"]))
+    assert Team.objects.filter(pk=spare.pk).exists(), "the first deletion was rolled back with the failed one"
+
+
+def test_a_password_change_in_the_admin_is_audited_without_the_password(root, alice):
+    from portal.models import AuditEntry
+
+    response = root.post(f"/admin/auth/user/{alice.pk}/password/",
+                         {"password1": "Another-horse-77", "password2": "Another-horse-77", "usable_password": "true"})
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.action == "user.password" and entry.object_name == "alice" and entry.after is None

@@ -110,3 +110,16 @@ def test_the_django_admin_cannot_add_or_unrevoke_tokens(cluster, client):
                            {"node": token.node_id, "revoked_at_0": "", "revoked_at_1": ""})
     assert response.status_code == 403
     assert heartbeat(raw) == 401
+
+
+def test_a_second_rotation_never_lengthens_an_old_tokens_grace(cluster):
+    issue("issue", "node-h100")
+    issue("rotate", "node-h100", "--grace", "3600")
+    first = NodeToken.objects.order_by("created_at").first()
+    deadline = first.revoked_at
+    issue("rotate", "node-h100", "--grace", "604800")
+    first.refresh_from_db()
+    assert first.revoked_at == deadline, "still an hour, not a week"
+    issue("rotate", "node-h100")  # no grace: every old token stops now
+    first.refresh_from_db()
+    assert first.revoked_at < deadline

@@ -65,7 +65,9 @@ class Command(BaseCommand):
                 if not active.exists():
                     raise CommandError(f"node {node} has no active token (issue gives it one)")
                 until = now + timedelta(seconds=grace) if action == "rotate" else now
-                revoked = active.update(revoked_at=until)
+                # A token already rotated keeps its deadline, or gets this earlier one: a grace never grows.
+                revoked = active.filter(revoked_at__isnull=True).update(revoked_at=until)
+                active.filter(revoked_at__gt=until).update(revoked_at=until)
                 when = f"in {grace} s" if grace else "now"
                 self.stderr.write(f"revoked {revoked} token(s) of {node} ({when})")
             raw = None
@@ -108,7 +110,7 @@ class Command(BaseCommand):
     @staticmethod
     def _write(path: Path, raw: str) -> None:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
                 os.fchmod(f.fileno(), 0o600)  # an existing file keeps its mode otherwise
                 f.write(raw + "\n")
