@@ -122,7 +122,7 @@ class JobSerializer(serializers.ModelSerializer):
     def get_allocations(self, job: Job) -> list[dict]:
         # One serializer for every row: building one per job (its fields deep-copied each time) cost more
         # than the rest of a job's row.
-        return [_ALLOCATION.to_representation(a) for a in job.allocations.all() if a.attempt == job.attempt]
+        return [_ALLOCATION.to_representation(a) for a in job.all_allocations() if a.attempt == job.attempt]
 
 
 class JobDetailSerializer(JobSerializer):

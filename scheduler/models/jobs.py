@@ -60,6 +60,9 @@ class StopReason(models.TextChoices):
     IDLE = "idle"  # an interactive job left idle past its idle timeout is reclaimed
 
 
+# Where list views prefetch a job's allocations to (a plain list: see scheduler/api/views.py).
+PREFETCHED_ALLOCATIONS = "prefetched_allocations"
+
 class Job(models.Model):
     """One submitted unit of work: its request, state, why it waits and what it holds."""
 
@@ -135,12 +138,17 @@ class Job(models.Model):
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
 
+    def all_allocations(self) -> list:
+        """Every allocation of the job: the list a list view prefetched (PREFETCHED_ALLOCATIONS), else a query."""
+        prefetched = getattr(self, PREFETCHED_ALLOCATIONS, None)
+        return prefetched if prefetched is not None else list(self.allocations.all())
+
     @property
     def connect_url(self) -> str | None:
         """Where a running notebook or inference service answers (its node and port)."""
         if self.service_port is None or self.state != JobState.RUNNING:
             return None
-        alloc = next((a for a in self.allocations.all() if a.ended_at is None), None)
+        alloc = next((a for a in self.all_allocations() if a.ended_at is None), None)
         return f"http://{alloc.node.name}:{self.service_port}/" if alloc else None
 
     @property
