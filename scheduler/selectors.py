@@ -2,10 +2,10 @@
 
 from dataclasses import dataclass, field
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from portal.access import jobs_for
-from scheduler.models import Allocation, Job
+from scheduler.models import Allocation, Gpu, Job, Node
 from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
 
 SORTS = {
@@ -108,3 +108,22 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
             text |= Q(pk=int(f.q.lstrip("#")))
         qs = qs.filter(text)
     return qs.order_by(SORTS[f.sort], "-id")
+
+
+def cluster_nodes(*, pool: str = "", state: str = "") -> tuple[QuerySet[Node], dict]:
+    """Nodes (of ``pool`` and in ``state`` when given) by name, each with its present GPUs and their open
+    allocations (``open_allocations``) prefetched when read, and totals over all of them: nodes, GPUs, GPUs in
+    use and unhealthy ones (two queries)."""
+    nodes = Node.objects.select_related("pool").order_by("name")
+    if pool:
+        nodes = nodes.filter(pool__name=pool)
+    if state in dict(Node.STATES):
+        nodes = nodes.filter(state=state)
+    # Exists, not allocations__ended_at__isnull: that join also matches GPUs with no allocation at all.
+    held = Exists(Allocation.objects.filter(gpu=OuterRef("pk"), ended_at__isnull=True))
+    totals = Gpu.objects.filter(present=True, node__in=nodes).aggregate(
+        gpus=Count("pk"), busy=Count("pk", filter=held), unhealthy=Count("pk", filter=Q(healthy=False)))
+    totals["nodes"] = nodes.count()
+    return nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related(
+        "model").prefetch_related(Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True),
+                                           to_attr="open_allocations")))), totals

@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Avg, Exists, Max, OuterRef, Prefetch
+from django.db.models import Avg, Max
 from django.db.models.functions import Trunc
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -23,9 +23,9 @@ from portal.teams.services import job_template_save
 from scheduler.forms import JobSubmitForm, kind_cards
 from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
-from scheduler.models import Allocation, Gpu, Node, Pool
+from scheduler.models import Node, Pool
 from scheduler.models.jobs import JobState
-from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, job_table
+from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, cluster_nodes, job_table
 from scheduler.services import jobs as job_services
 
 PAGE_ROWS = 200
@@ -259,22 +259,9 @@ def cluster(request):
     pools = list(Pool.objects.order_by("name").values_list("name", flat=True))
     pool = request.GET.get("pool", "")
     state = request.GET.get("state", "")
-    nodes = Node.objects.select_related("pool").order_by("name")
-    if pool in pools:
-        nodes = nodes.filter(pool__name=pool)
-    if state in dict(Node.STATES):
-        nodes = nodes.filter(state=state)
-    gpus = Gpu.objects.filter(present=True, node__in=nodes)
-    totals = {"nodes": nodes.count(), "gpus": gpus.count(),
-              # Exists, not allocations__ended_at__isnull: that join also matches GPUs with no allocation at all
-              "busy": gpus.filter(Exists(Allocation.objects.filter(gpu=OuterRef("pk"), ended_at__isnull=True)))
-              .count(),
-              "unhealthy": gpus.filter(healthy=False).count()}
+    nodes, totals = cluster_nodes(pool=pool if pool in pools else "", state=state)
     page = Paginator(nodes, CLUSTER_PAGE_NODES).get_page(request.GET.get("page"))
-    shown = list(Node.objects.filter(pk__in=[n.pk for n in page]).select_related("pool").order_by("name")
-                 .prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related(
-                     "model").prefetch_related(Prefetch("allocations", queryset=Allocation.objects.filter(
-                         ended_at__isnull=True), to_attr="open_allocations")))))
+    shown = list(page)  # the page's nodes, with their GPUs and open allocations prefetched
     on_page = {a.job_id for n in shown for g in n.gpus.all() for a in g.open_allocations}
     visible = set(jobs_for(request.user).filter(pk__in=on_page).values_list("pk", flat=True))
     query = {k: v for k, v in (("pool", pool if pool in pools else ""), ("state", state)) if v}
