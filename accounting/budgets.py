@@ -38,6 +38,12 @@ def team_month_usage(teams: list[Team], now: datetime) -> dict[int, tuple[Decima
     return {team_id: (hours.quantize(Decimal("0.01")), money) for team_id, (hours, money) in used.items()}
 
 
+def budget_used(budget: Budget, usage: dict[int, tuple[Decimal, Decimal]]) -> Decimal:
+    """What ``budget``'s team used this month in the budget's unit, from ``team_month_usage``."""
+    hours, money = usage.get(budget.team_id, (Decimal(0), Decimal(0)))
+    return money if budget.unit == Budget.MONEY else hours
+
+
 def budgets_refresh(now: datetime, budgets: list[Budget] | None = None) -> list[str]:
     """Update every enforced budget's usage and its exceeded mark (``budgets``: only these, e.g. one an admin
     just changed); returns the teams now over budget. A budget that is not enforced never holds work back."""
@@ -51,8 +57,7 @@ def budgets_refresh(now: datetime, budgets: list[Budget] | None = None) -> list[
     usage = team_month_usage([b.team for b in budgets], now)
     over = []
     for budget in budgets:
-        hours, money = usage.get(budget.team_id, (Decimal(0), Decimal(0)))
-        used = money if budget.unit == Budget.MONEY else hours
+        used = budget_used(budget, usage)
         exceeded = used > budget.amount
         Budget.objects.filter(pk=budget.pk).update(
             used=used, exceeded_at=(budget.exceeded_at or now) if exceeded else None)

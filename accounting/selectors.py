@@ -167,12 +167,11 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
         cursor.execute(query, params)
         rows = cursor.fetchall()
     field = UsageRecord._meta.get_field("gpu_seconds")
-    connection = connections[qs.db]
     out = []
     for (period, card, job_id, kind, team, department, user, job_name, gpus, fraction, model, pool, gs, utilized,
          measured) in rows:
         out.append(UsageLine(
-            period=_aware(period, connection),
+            period=_aware(period),
             team=team,
             department=department or team,
             user=user,
@@ -190,7 +189,7 @@ def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: st
     return out
 
 
-def _aware(value, connection) -> datetime:
+def _aware(value) -> datetime:
     """A period as the ORM would give it: an aware datetime (SQLite hands back text or naive values, which
     are in the current time zone, as the ORM's truncation works)."""
     if isinstance(value, str):

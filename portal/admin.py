@@ -131,7 +131,5 @@ class AuditedUserAdmin(Audited, UserAdmin):
         with transaction.atomic():
             response = super().user_change_password(request, id, form_url)
             if request.method == "POST" and response.status_code == 302:
-                user = self.get_object(request, id)
-                audit_record(actor=request.user, action="user.password", object_type="user", object_id=user.pk,
-                             object_name=str(user), reason="Django admin")
+                self._audit(request, self.get_object(request, id), "password", None, None)
             return response

@@ -58,10 +58,7 @@ class ReasonMixin(forms.Form):
                              help_text="why, required for a change (kept in the audit log)")
 
 
-class PriorityClassForm(forms.ModelForm):
-    reason = forms.CharField(max_length=500, required=False,
-                             help_text="why, required for a change (kept in the audit log)")
-
+class PriorityClassForm(ReasonMixin, forms.ModelForm):
     class Meta:
         model = PriorityClass
         fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
@@ -100,11 +97,8 @@ class JobPriorityForm(forms.Form):
     reason = forms.CharField(max_length=500, required=False, help_text="required: why (kept in the audit log)")
 
 
-class BudgetForm(forms.ModelForm):
+class BudgetForm(ReasonMixin, forms.ModelForm):
     """A team's monthly budget; team and unit are fixed once it exists."""
-
-    reason = forms.CharField(max_length=500, required=False,
-                             help_text="why, required for a change (kept in the audit log)")
 
     class Meta:
         model = Budget

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.db.models import Count, F, Prefetch, Q, Sum
 
-from accounting.budgets import team_month_usage
+from accounting.budgets import budget_used, team_month_usage
 from accounting.models import Budget
 from accounting.rating import BudgetStatus, budget_status
 from portal.models import Team
@@ -223,9 +223,5 @@ def budgets_this_month() -> list[tuple[Budget, BudgetStatus]]:
 
     budgets = list(Budget.objects.select_related("team").order_by("team__name", "unit"))
     usage = team_month_usage([b.team for b in budgets], db_now()) if budgets else {}
-    out = []
-    for b in budgets:
-        hours, money = usage.get(b.team_id, (Decimal(0), Decimal(0)))
-        used = money if b.unit == Budget.MONEY else hours
-        out.append((b, budget_status(b.team.name, b.unit, b.amount, used, b.warn_percent)))
-    return out
+    return [(b, budget_status(b.team.name, b.unit, b.amount, budget_used(b, usage), b.warn_percent))
+            for b in budgets]

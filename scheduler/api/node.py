@@ -3,7 +3,6 @@ itself and its own allocations. Nodes cannot reach user endpoints and users cann
 
 import re
 
-from django.db.models import Q
 from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
@@ -61,8 +60,7 @@ class NodeTokenAuthentication(BaseAuthentication):
         token = (
             NodeToken.objects.select_related("node", "node__pool")
             .filter(token_hash=hash_token(parts[1].decode(errors="replace")))
-            # active, or rotated with a grace period that has not run out (node_token rotate --grace)
-            .filter(Q(revoked_at__isnull=True) | Q(revoked_at__gt=Now()))
+            .filter(NodeToken.usable_at(Now()))  # rotated tokens work until their grace runs out
             .first()
         )
         if token is None:

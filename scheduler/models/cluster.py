@@ -124,7 +124,8 @@ def hash_token(raw: str) -> str:
 
 
 class NodeToken(models.Model):
-    """A node's credential. Only its hash is stored; revoked tokens stop working at once."""
+    """A node's credential. Only its hash is stored. ``revoked_at`` is when it stops working: a revoked token at
+    once, a rotated one after the rotation's grace period."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
     token_hash = models.CharField(max_length=64, unique=True)
@@ -134,6 +135,11 @@ class NodeToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.prefix}…"
+
+    @staticmethod
+    def usable_at(at) -> models.Q:
+        """Tokens that still work at ``at`` (a datetime, or ``Now()`` for the database's clock)."""
+        return models.Q(revoked_at__isnull=True) | models.Q(revoked_at__gt=at)
 
     @classmethod
     def issue(cls, node: Node) -> tuple["NodeToken", str]:

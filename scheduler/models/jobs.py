@@ -63,6 +63,7 @@ class StopReason(models.TextChoices):
 # Where list views prefetch a job's allocations to (a plain list: see scheduler/api/views.py).
 PREFETCHED_ALLOCATIONS = "prefetched_allocations"
 
+
 class Job(models.Model):
     """One submitted unit of work: its request, state, why it waits and what it holds."""
 

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from portal.audit import audit_record
@@ -56,8 +55,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             target, created = self._node(action, node, pool)
             now = timezone.now()
-            active = NodeToken.objects.select_for_update().filter(node=target).filter(
-                Q(revoked_at__isnull=True) | Q(revoked_at__gt=now))
+            active = NodeToken.objects.select_for_update().filter(NodeToken.usable_at(now), node=target)
             if action == "issue" and active.exists():
                 raise CommandError(f"node {node} already has an active token: use rotate to replace it, or revoke "
                                    "to lock the node out")
