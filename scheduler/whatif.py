@@ -15,7 +15,6 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Min, Q
-from django.utils import timezone
 
 from portal.governance.services import QUOTA_DEFAULTS, QuotaChange, quota_validate, quota_value_parse
 from portal.models import Team
@@ -119,7 +118,7 @@ def whatif_create(*, user, name: str, period_start: datetime, period_end: dateti
     errors = {}
     if not (name or "").strip():
         errors["name"] = "must not be empty"
-    now = timezone.now()
+    now = db_now()
     if period_start >= now:
         errors["period_start"] = (f"the period must start in the past (now is {now:%Y-%m-%d %H:%M} UTC): a replay "
                                   "re-runs the jobs that were submitted in it")

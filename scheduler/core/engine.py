@@ -424,7 +424,7 @@ class Cycle(Preempting):
         if self.policy.preemption and self._may_preempt(job) and self._try_preempt(job, req, feas.groups, allowed):
             return
         if first_ok is None:
-            self.wait(job, refusals[0] if len(refusals) == 1 else _refused_everywhere(refusals))
+            self.wait(job, _refused_everywhere(refusals))
             return
         if reserved_reason is not None:
             self.wait(job, reserved_reason, first_ok, req)
@@ -578,9 +578,9 @@ _HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is 
 
 
 def _refused_everywhere(refusals: list[Reason]) -> Reason:
-    """One reason for a job the quota refuses in every group it could use (several GPU models or pools):
-    the first refusal's code and numbers, and a message (and ``per_model`` detail) that names every
-    distinct refusal, so a job that accepts any model is not told about one model only."""
+    """One reason for a job the quota refuses in every group it could use: the refusal itself when there is
+    one (or all say the same), else the first one's code and numbers with a message (and ``per_model``
+    detail) that names every distinct refusal, so a job that accepts any model hears of each model."""
     distinct = list({r.message: r for r in refusals}.values())
     if len(distinct) == 1:
         return distinct[0]

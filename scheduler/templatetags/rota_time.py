@@ -24,4 +24,3 @@ def ago(value):
         return "never"
     seconds = (timezone.now() - value).total_seconds()
     return fmt_duration(seconds) + " ago" if seconds >= 0.5 else "just now"
-
