@@ -135,8 +135,9 @@ def priority_class_edit(request, name: str | None = None):
         else:
             messages.success(request, f"Priority class {pc.name} saved.")
             return redirect("govern-priority-classes")
+    heading = f"Edit priority class {instance.name}" if instance else "New priority class"
     return render(request, "governance/priority_class_form.html",
-                  {"form": form, "instance": instance, "section": "priority"},
+                  {"form": form, "instance": instance, "heading": heading, "section": "priority"},
                   status=400 if form.errors else 200)
 
 
@@ -295,8 +296,9 @@ def budget_edit(request, pk: int | None = None):
         else:
             messages.success(request, f"Budget of team {budget.team.name} saved.")
             return redirect("govern-budgets")
+    heading = f"Budget of team {instance.team.name} ({instance.get_unit_display()})" if instance else "New budget"
     return render(request, "governance/budget_form.html",
-                  {"form": form, "instance": instance, "section": "budgets"},
+                  {"form": form, "instance": instance, "heading": heading, "section": "budgets"},
                   status=400 if form.errors else 200)
 
 
