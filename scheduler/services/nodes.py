@@ -202,17 +202,18 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
             telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
         except TelemetryError as exc:
             raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
-        delivered = Job.objects.filter(
-            state=JobState.ADMITTED, allocations__node=node, allocations__ended_at__isnull=True
-        ).values_list("pk", flat=True).distinct()
-        for job_id in sorted(delivered):  # row locks in id order, like the cycle: no deadlocks
+        # What the node is told is what counts as delivered: a job the cycle admits here after this read is
+        # neither returned nor marked, so no job reaches the node while still "admitted".
+        assignments = node_assignments(node)
+        delivered = Job.objects.filter(pk__in=[entry["job_id"] for entry in assignments], state=JobState.ADMITTED)
+        for job_id in sorted(delivered.values_list("pk", flat=True)):  # row locks in id order, like the cycle
             job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
                            cause=f"delivered to node {node.name}", at=now)
     if faults:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": node_assignments(node)}
+    return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": assignments}
 
 
 def _reported_attempt(node: Node, job_id: int, attempt: int, *, now, lock: bool = False) -> tuple[Job, bool]:

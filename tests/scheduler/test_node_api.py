@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from scheduler.cycle import run_cycle
-from scheduler.models import Allocation, Gpu, Node, NodeToken
+from scheduler.models import Allocation, Gpu, Job, Node, NodeToken
 from scheduler.services.jobs import job_cancel, job_submit
 from scheduler.services.nodes import nodes_check_liveness
 
@@ -237,3 +237,27 @@ def test_when_one_gang_member_exits_the_others_are_stopped_and_the_job_ends_once
     job.refresh_from_db()
     assert job.state == "failed" and job.exit_code == 3
     assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
+
+
+def test_a_job_admitted_while_a_heartbeat_is_answered_is_starting_when_delivered(
+        alice, cluster, node_client, monkeypatch):
+    """A cycle may commit an admission while a heartbeat is answered: whatever the node is told to run is
+    "starting" when the answer leaves (the agent may report it running before its next beat)."""
+    from scheduler.services import nodes
+
+    client = node_client()
+    client.post("/api/v1/node/register/", H100_REPORT, format="json")
+    first = admitted_job(alice, gpus=1)
+    real = nodes.node_assignments
+    late = []
+
+    def cycle_commits_meanwhile(node):
+        if not late:
+            late.append(admitted_job(alice, gpus=1))
+        return real(node)
+
+    monkeypatch.setattr(nodes, "node_assignments", cycle_commits_meanwhile)
+    told = {a["job_id"] for a in beat(client, 1).json()["assignments"]}
+    states = {job.pk: job.state for job in Job.objects.filter(pk__in=[first.pk, late[0].pk])}
+    assert told == {first.pk, late[0].pk}
+    assert states == {first.pk: "starting", late[0].pk: "starting"}
