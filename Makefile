@@ -20,6 +20,7 @@ test: install
 
 lint: install
 	$(PY) -m ruff check .
+	$(PY) -m mypy scheduler/core
 
 format: install
 	$(PY) -m ruff check --fix .

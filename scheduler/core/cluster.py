@@ -13,8 +13,12 @@ import threading
 from bisect import bisect_left, insort
 from dataclasses import fields
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from scheduler.core.types import JobInfo, NodeInfo, Placement, Snapshot
+
+if TYPE_CHECKING:
+    from scheduler.core.preemption import Running
 
 EPS = 1e-9
 _job_values = attrgetter(*(f.name for f in fields(JobInfo)))  # every field, to find an equal copy of a job
@@ -104,7 +108,7 @@ class Held:
         self.shares: dict[int, float] = {}  # device id -> share
         self.nodes: list[Node] = []  # in placement order, each once
         self.amounts: dict[tuple[str, str], float] = {}  # (pool, model) -> GPUs held there
-        self.rec = None  # preemption.Running, built on first use
+        self.rec: Running | None = None  # built on first use
         self.values: tuple | None = None  # every field of ``job``, read when an equal copy is looked for
 
     def holds_for(self, job: JobInfo) -> bool:
@@ -124,6 +128,13 @@ class Cluster:
     the live state (free shares, host room, buckets) and applies its running jobs. Call :meth:`close` when
     the cycle is over, so the next one may reuse it.
     """
+
+    nodes: dict[str, Node]
+    devices: dict[int, Device]
+    groups: dict[tuple[str, str], Group]
+    node_by_order: list[Node]
+    # Per group: (node order, its healthy devices of the model) for each schedulable node, in order.
+    sched: dict[tuple[str, str], list[tuple[int, list[Device]]]]
 
     def __init__(self, snapshot: Snapshot):
         static = _borrow_static(snapshot.nodes)
@@ -161,12 +172,11 @@ class Cluster:
             self._lease = None
 
     def _build_static(self, node_infos: tuple[NodeInfo, ...]) -> None:
-        self.nodes: dict[str, Node] = {}
-        self.devices: dict[int, Device] = {}
-        self.groups: dict[tuple[str, str], Group] = {}
-        self.node_by_order: list[Node] = []
-        # Per group: (node order, its healthy devices of the model) for each schedulable node, in order.
-        self.sched: dict[tuple[str, str], list[tuple[int, list[Device]]]] = {}
+        self.nodes = {}
+        self.devices = {}
+        self.groups = {}
+        self.node_by_order = []
+        self.sched = {}
         for order, info in enumerate(sorted(node_infos, key=lambda n: n.name)):
             node = Node(info, order)
             self.nodes[info.name] = node

@@ -31,7 +31,6 @@ from scheduler.core.types import (
     Decisions,
     JobInfo,
     Placement,
-    Preemption,
     Reason,
     Snapshot,
     Start,
@@ -86,17 +85,17 @@ class Cycle(Preempting):
         self.pools = sorted({n.pool for n in snapshot.nodes})
         self.team_pools = {t.name: t.pools for t in snapshot.teams if t.pools is not None}
         self.models_in_cluster = tuple(sorted({m for (_p, m) in cluster.groups}))
-        self.free_of_model: dict[str, float] = defaultdict(float)  # idle healthy capacity on schedulable nodes
+        self.free_of_model = defaultdict(float)  # idle healthy capacity on schedulable nodes
         for (_pool, model), group in cluster.groups.items():
             self.free_of_model[model] += group.total_free() + sum(free for free, _gpu in group.partial)
-        self.nl_teams: dict[str, list[str]] = defaultdict(list)
+        self.nl_teams = defaultdict(list)
         for (team, model), nl in sorted(self.quota.non_lendable.items()):
             if nl > 0:
                 self.nl_teams[model].append(team)
         self.timeline = Timeline(cluster, self.now, self.classes)
         self.running_by_team, self.running_by_model = index_running(cluster)
         # Devices of terminating jobs, per node: they free up once their processes are gone.
-        self.stopping: dict[str, dict[int, float]] = defaultdict(dict)
+        self.stopping = defaultdict(dict)
         devices = cluster.devices
         for h in cluster.held:
             if h.job.terminating:
@@ -108,11 +107,11 @@ class Cycle(Preempting):
                     # or a team would be pushed below its guarantee across cycles (reclaim ping-pong).
                     self.quota.release(h.job.team, model, amount)
         self.starts: list[Start] = []
-        self.preemptions: list[Preemption] = []
-        self.victims: set[int] = set()
-        self._young: dict[tuple[str, str], list] = {}  # see Preempting._young_in
+        self.preemptions = []
+        self.victims = set()
+        self._young = {}  # see Preempting._young_in
         self.waiting: list[tuple[JobInfo, Reason, Group | None, Request | None]] = []
-        self.preempting_eta: dict[int, float] = {}
+        self.preempting_eta = {}
         self.stats: dict[str, int] = defaultdict(int)
         self.reservations: dict[tuple[str, str], Reservation] = {}
         self.reserved_nodes: dict[int, Reservation] = {}
@@ -125,10 +124,10 @@ class Cycle(Preempting):
         self._quota_ok: dict[tuple, int] = {}  # key -> quota.version of the model when it was admitted
         self.claims = 0  # devices of stopping jobs claimed so far
         self._full: set[tuple] = set()
-        self._no_claim: dict[tuple, tuple[int, int]] = {}  # see Preempting._claim_stopping
-        self._stopping_nodes: dict[tuple, list] = {}  # see Preempting._claimable
-        self._stopping_max: dict[int, int] = {}  # see Preempting._stopping_most
-        self._no_plan: set[tuple] = set()
+        self._no_claim = {}  # see Preempting._claim_stopping
+        self._stopping_nodes = {}  # see Preempting._claimable
+        self._stopping_max = {}  # see Preempting._stopping_most
+        self._no_plan = set()
         self._requests: dict[tuple, Request] = {}
         self._looks: dict[_Token, Look] = {}  # look-alike token -> its Look (see look_of)
         self._tokens: dict[int, tuple[JobInfo, _Token]] = {}  # id(job) -> (job, token), for the next cycle
@@ -137,7 +136,7 @@ class Cycle(Preempting):
         # (id(group), id(req), spread, vetoed) -> (group.version, placements or None)
         self._placed: dict[tuple, tuple[int, tuple[Placement, ...] | None]] = {}
         self._waits: dict[tuple, tuple[int, Reason]] = {}  # (id(group), id(req)) -> (version, reason)
-        self._priority_reasons: dict[tuple, Reason] = {}  # per group, while a job ahead holds it
+        self._priority_reasons: dict[tuple | int, Reason] = {}  # per group, while a job ahead holds it
         # (look.vetoes_key, time limit) -> reservation vetoes, while quota.charges and the number of
         # reservations are _vetoes_at and _vetoes_res (see _vetoes)
         self._vetoes_of: dict[tuple, tuple] = {}
@@ -203,6 +202,7 @@ class Cycle(Preempting):
     def feasibility(self, job: JobInfo, req: Request) -> Feasibility:
         """Groups that could ever hold the job (cached per pools/models/request shape)."""
         allowed = self.team_pools.get(job.team)
+        pools: tuple[str, ...] | None
         if job.pool is not None:
             if allowed is not None and job.pool not in allowed:
                 return Feasibility((), R.reason(
@@ -221,7 +221,7 @@ class Cycle(Preempting):
                 return Feasibility((), R.reason(
                     R.NO_MATCHING_POOL, f"team {job.team} may not use any pool that has nodes",
                     team=job.team, allowed=sorted(allowed or ())))
-        models = job.gpu_models
+        models: tuple[str, ...] | None = job.gpu_models
         if not models:  # any model: the team's (else the cluster's) whole GPUs, never a MIG slice
             models = self._models_of.get(job.team)
             if models is None:
@@ -259,8 +259,9 @@ class Cycle(Preempting):
                 largest[key] = look.wants
         for (team, accepted), amount in largest.items():
             for model in accepted or tuple(quota.models_of_team.get(team, ())):
-                key = (team, model)
-                if key in quota.weight and quota.team_used(team, model) + amount > quota.guaranteed.get(key, 0.0) + EPS:
+                cell = (team, model)
+                if (cell in quota.weight
+                        and quota.team_used(team, model) + amount > quota.guaranteed.get(cell, 0.0) + EPS):
                     borrowers[model].add(team)
         quota.plan_borrowing(dict(self.free_of_model), borrowers)
 
@@ -313,9 +314,8 @@ class Cycle(Preempting):
             if self._vetoes_at != self.quota.charges or self._vetoes_res != len(self.reservations):
                 self._vetoes_of.clear()
                 self._vetoes_at, self._vetoes_res = self.quota.charges, len(self.reservations)
-            vetoes = self._vetoes_of.get((look.vetoes_key, job.time_limit_s))
-            if vetoes is None:
-                vetoes = self._vetoes(job, look, end)
+            known = self._vetoes_of.get((look.vetoes_key, job.time_limit_s))
+            vetoes = self._vetoes(job, look, end) if known is None else known
         state = self._state(groups)
         memo = look.memo.get(vetoes) if self.reuse_waits else None
         if memo is not None and memo[0] == state:
@@ -362,8 +362,8 @@ class Cycle(Preempting):
             job, look = pairs[i]
             i += 1
             got = self.try_job(job, look)
-            if got is not None:
-                i = self.follow(pairs, i, look, job.time_limit_s, got)
+            if got is not None:  # it waits, so it has a look (held jobs have none and return None)
+                i = self.follow(pairs, i, look or self.look_of(job), job.time_limit_s, got)
 
     def _vetoes(self, job: JobInfo, look: Look, end: float | None) -> tuple:
         """Per group of ``look``, whether its reservation keeps ``job`` off (``_vetoed``); empty when no
@@ -412,7 +412,7 @@ class Cycle(Preempting):
             res = self.reservations.get(gkey)
             vetoed = self._vetoed(job, group, res, end, amount)
             placements = self._place(group, req, spread, vetoed)
-            if placements is None and vetoed:
+            if placements is None and vetoed and res is not None:  # vetoed: by a reservation
                 if self._place(group, req, spread, False) is not None:
                     reserved_reason = reserved_reason or self._reserved_reason(group, res)
                     continue

@@ -31,7 +31,7 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
             pos += not held
             plain.append(new(PendingInfo, (job.id, reason, None if held else pos, None)))
         return tuple(plain)
-    out = []
+    out: list[PendingInfo] = []
     append = out.append
     timeline = cycle.timeline
     res_by_job = {r.job_id: r for r in cycle.reservations.values()}
@@ -75,7 +75,8 @@ def _quota_eta(cycle: Cycle, team: str, model, reason: Reason) -> float | None:
     """When enough of the team's running jobs end for its limit to admit the job; None if unknown."""
     details = reason.details
     limit, in_use, need = details.get("limit"), details.get("in_use"), details.get("requested")
-    if not isinstance(limit, (int, float)) or not isinstance(in_use, (int, float)) or need is None:
+    number = (int, float)
+    if not isinstance(limit, number) or not isinstance(in_use, number) or not isinstance(need, number):
         return None
     excess = in_use + need - limit
     if excess > limit + EPS and limit < need:

@@ -119,7 +119,8 @@ def _healthy_or_reason(healthy: list[Group], passing: Sequence[Group], req: Requ
     draining or have unhealthy GPUs (and, when some could still be used, how many: too few for the job)."""
     if healthy:
         return Feasibility(tuple(healthy), None)
-    out, usable = set(), set()
+    out: set[str] = set()
+    usable: set[str] = set()
     for g in passing:
         for n in g.nodes:
             if node_ok(n):

@@ -76,10 +76,10 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     touched_rows: set[tuple] = set()
 
     for start in decisions.starts:
-        job = jobs.get(start.job_id)
-        if job is None:
+        if start.job_id not in jobs:
             out.append(f"start of unknown job {start.job_id}")
             continue
+        job = jobs[start.job_id]
         if start.job_id in started:
             out.append(f"job {job.id} started twice")
         started.add(job.id)
@@ -220,7 +220,7 @@ def _check_non_preemptible(decisions, jobs, devices, rows, held_np) -> list[str]
     """Non-preemptible work of a team may not exceed its guaranteed quota of a model (``held_np``: what
     non-preemptible jobs held before the cycle, per team, model and pool)."""
     new: set[tuple] = set()
-    held = None
+    held: dict[tuple, float] | None = None
     for s in decisions.starts:
         job = jobs.get(s.job_id)
         if job is None or job.preemptible:
@@ -233,7 +233,9 @@ def _check_non_preemptible(decisions, jobs, devices, rows, held_np) -> list[str]
                 key = (job.team, gpu.model, node.pool)
                 held[key] += p.share
                 new.add(key)
-    out = []
+    out: list[str] = []
+    if held is None:
+        return out
     for team, model, pool in sorted(new):
         row = rows.get((team, model, pool)) or rows.get((team, model, None))
         g = row.guaranteed if row else 0.0
@@ -283,7 +285,7 @@ def _check_pending(decisions, waiting, held_jobs, started) -> list[str]:
 
 
 def _check_preemptions(snapshot: Snapshot, decisions: Decisions, jobs, started) -> list[str]:
-    out = []
+    out: list[str] = []
     if not decisions.preemptions:
         return out
     classes = {c.name: c for c in snapshot.priority_classes}

@@ -10,7 +10,7 @@ and nodes inside a bucket are already in name order.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from scheduler.core.cluster import EPS, Cluster, Device, Group, Node, version_tuple
@@ -135,14 +135,14 @@ def place(
             return None
         return _place_gang(cluster, group, req, req.gpus // req.nodes, req.nodes, veto)
     if req.nodes == 1 or req.gpus <= group.max_devices:
-        node, devs = best_node(cluster, group, req, req.gpus, 1, spread, veto, exclude=())
-        if node is None:
+        found = best_node(cluster, group, req, req.gpus, 1, spread, veto, exclude=())
+        if found is None:
             return None
-        return tuple(Placement(d.id) for d in devs)
+        return tuple(Placement(d.id) for d in found[1])
     return _place_fewest(cluster, group, req, veto)
 
 
-def _candidates(group: Group, need: int, spread: bool):
+def _candidates(group: Group, need: int, spread: bool) -> Iterator[int]:
     """Yield node orders with at least ``need`` free devices: smallest bucket first (best fit), or
     largest first (spread)."""
     top = len(group.buckets) - 1
@@ -151,8 +151,10 @@ def _candidates(group: Group, need: int, spread: bool):
         yield from group.buckets[k]
 
 
-def best_node(cluster, group, req, need, n_parts, spread, veto, exclude):
-    """The best node of ``group`` for ``need`` devices (one member of a gang of ``n_parts``)."""
+def best_node(cluster: Cluster, group: Group, req: Request, need: int, n_parts: int, spread: bool, veto: Veto | None,
+              exclude: Collection[int]) -> tuple[Node, list[Device]] | None:
+    """The best node of ``group`` for ``need`` devices (one member of a gang of ``n_parts``) and those
+    devices, or None."""
     for order in _candidates(group, need, spread):
         if order in exclude:
             continue
@@ -164,38 +166,39 @@ def best_node(cluster, group, req, need, n_parts, spread, veto, exclude):
         devs = free_devices(node, group.model, req, need)
         if devs is not None:
             return node, devs
-    return None, None
+    return None
 
 
-def _place_gang(cluster, group, req, per, n, veto):
+def _place_gang(cluster: Cluster, group: Group, req: Request, per: int, n: int,
+                veto: Veto | None) -> tuple[Placement, ...] | None:
     """Exactly ``n`` distinct nodes with ``per`` devices each (best fit), or None."""
     chosen: list[int] = []
     out: list[Placement] = []
     for _ in range(n):
-        node, devs = best_node(cluster, group, req, per, n, False, veto, exclude=chosen)
-        if node is None:
+        found = best_node(cluster, group, req, per, n, False, veto, exclude=chosen)
+        if found is None:
             return None
-        chosen.append(node.order)
-        out.extend(Placement(d.id) for d in devs)
+        chosen.append(found[0].order)
+        out.extend(Placement(d.id) for d in found[1])
     return tuple(out)
 
 
-def _place_fewest(cluster, group, req, veto):
+def _place_fewest(cluster: Cluster, group: Group, req: Request, veto: Veto | None) -> tuple[Placement, ...] | None:
     """A job larger than any node: fill the emptiest nodes first (fewest nodes), best-fit the rest."""
     remaining = req.gpus
     chosen: list[int] = []
     parts: list[tuple[Node, int]] = []
     while remaining > 0:
         if remaining <= group.max_free():
-            node, devs = best_node(cluster, group, req, remaining, len(parts) + 1, False, veto, chosen)
-            if node is not None:
-                parts.append((node, remaining))
+            found = best_node(cluster, group, req, remaining, len(parts) + 1, False, veto, chosen)
+            if found is not None:
+                parts.append((found[0], remaining))
                 break
-        taken = None
+        taken: tuple[Node, int] | None = None
         for k in range(min(remaining, len(group.buckets) - 1), 0, -1):
-            node, devs = best_node(cluster, group, req, k, len(parts) + 2, False, veto, chosen)
-            if node is not None:
-                taken = (node, len(devs))
+            found = best_node(cluster, group, req, k, len(parts) + 2, False, veto, chosen)
+            if found is not None:
+                taken = (found[0], len(found[1]))
                 break
         if taken is None:
             return None
@@ -211,10 +214,12 @@ def _place_fewest(cluster, group, req, veto):
     return tuple(out)
 
 
-def _place_fraction(cluster, group, req, veto):
+def _place_fraction(cluster: Cluster, group: Group, req: Request, veto: Veto | None) -> tuple[Placement, ...] | None:
     """A share of one device: the partly used device with the least room that still fits, else an
     idle device on the best-fitting node."""
     f = req.fraction
+    if f is None:
+        raise ValueError("a whole-device request has no fraction to place")
     partial = group.partial
     lo, hi = 0, len(partial)
     while lo < hi:
@@ -233,7 +238,7 @@ def _place_fraction(cluster, group, req, veto):
         if veto is not None and veto(node, 0.0):
             continue
         return (Placement(dev.id, f),)
-    node, devs = best_node(cluster, group, req, 1, 1, False, veto, exclude=())
-    if node is None:
+    found = best_node(cluster, group, req, 1, 1, False, veto, exclude=())
+    if found is None:
         return None
-    return (Placement(devs[0].id, f),)
+    return (Placement(found[1][0].id, f),)

@@ -19,18 +19,23 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request, best_node, fits_host, part_sizes
-from scheduler.core.types import JobInfo, Placement, Preemption, PriorityClassInfo, Reason
+from scheduler.core.types import JobInfo, Placement, Policy, Preemption, PriorityClassInfo, Reason
+
+if TYPE_CHECKING:
+    from scheduler.core.quota import QuotaBook
 
 PRIORITY = "Priority"
 RECLAIM = "Reclaim"
 PLAN_LIMIT = 64  # victim candidates a plan looks at by preference
 NEAR_NODES = 8  # and the nodes with the most free devices whose candidates it looks at too
 BIG_JOBS = 8  # and the jobs holding the most devices (for requests of more than one device)
+_NO_SHARES: dict[int, float] = {}  # read only: a node without stopping jobs
 
 
 @dataclass(slots=True)
@@ -148,9 +153,9 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
         for need in needs:
             if freeable < need - EPS:
                 continue
-            got = _free_node(node, group.model, req, need, cands, dict(lender_room))
-            if got is not None:
-                options[need].append((len(got[0]), [c[0] for c in got[0]], node.order, got))
+            freed = _free_node(node, group.model, req, need, cands, dict(lender_room))
+            if freed is not None:
+                options[need].append((len(freed[0]), [c[0] for c in freed[0]], node.order, freed))
                 added = True
         if added:
             if n_parts == 1 and options[needs[0]][-1][0] == 1:
@@ -159,7 +164,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
                 break
     if n_parts > 1:
         _add_free_nodes(cluster, group, req, needs, parts, options)
-    chosen = []
+    chosen: list[tuple] = []
     used: set[int] = set()
     for need in needs:
         ranked = sorted(options[need], key=lambda o: (o[0], o[1], o[2]))
@@ -180,16 +185,16 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
     devices: list[int] = []
     free: list[int] = []
     room = dict(lender_room)
-    for _n, _keys, _order, (cands, devs, idle) in chosen:
-        for _key, rec, rule in cands:
+    for _n, _keys, _order, (part_victims, part_devices, part_idle) in chosen:
+        for _key, rec, rule in part_victims:
             if rec.job.id not in victims:
                 if rule == RECLAIM and rec.job.team in room:
                     if room[rec.job.team] <= EPS:
                         return None  # two parts would reclaim the same lender's last GPUs
                     room[rec.job.team] -= sum(rec.shares.values())
                 victims[rec.job.id] = (rec, rule)
-        devices.extend(devs)
-        free.extend(idle)
+        devices.extend(part_devices)
+        free.extend(part_idle)
     ordered = tuple(victims[k] for k in sorted(victims))
     return Plan(ordered, tuple(devices), tuple(free))
 
@@ -202,19 +207,21 @@ def _add_free_nodes(cluster: Cluster, group: Group, req: Request, needs: list[in
     for need in needs:
         seen: list[int] = []
         while len(seen) < n_parts:
-            node, devs = best_node(cluster, group, req, need, n_parts, False, None, exclude=seen)
-            if node is None:
+            found = best_node(cluster, group, req, need, n_parts, False, None, exclude=seen)
+            if found is None:
                 break
+            node, devs = found
             seen.append(node.order)
             ids = [d.id for d in devs]
             options[need].append((0, [], node.order, ([], ids, ids)))
 
 
-def _first(item: tuple):
+def _first(item: tuple) -> tuple:
     return item[0]
 
 
-def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dict[str, float]):
+def _free_node(node: Node, model: str, req: Request, need: int, cands: list[tuple[tuple, Running, str]],
+               room: dict[str, float]) -> tuple[list[tuple[tuple, Running, str]], list[int], list[int]] | None:
     """Victims on one node until ``need`` devices (or one share) are free: take candidates in preference
     order, then drop any that turn out unnecessary (the smallest set wins over preference)."""
     devs = [d for d in node.by_model.get(model, ()) if d.healthy and d.memory_mb >= req.min_memory_mb]
@@ -223,7 +230,7 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
     base = {d.id: d.free for d in devs}
     ids = sorted(base)
 
-    def fits(chosen):
+    def fits(chosen: Iterable[tuple[tuple, Running, str]]) -> list[int] | None:
         free = dict(base)
         for _key, rec, _rule in chosen:
             for dev_id, share in rec.shares.items():
@@ -236,8 +243,8 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
 
     if fits(()):
         return None  # it fits without preemption: the caller's placement search handles it
-    chosen: list = []
-    got = None
+    chosen: list[tuple[tuple, Running, str]] = []
+    got: list[int] | None = None
     for cand in cands:
         _key, rec, rule = cand
         if not any(dev_id in base for dev_id in rec.shares):
@@ -264,6 +271,30 @@ def _free_node(node: Node, model: str, req: Request, need: int, cands, room: dic
 class Preempting:
     """The preemption half of a scheduling cycle (mixed into ``engine.Cycle``, whose state it uses):
     claim devices of stopping jobs, plan victims for a waiting job, and commit a plan."""
+
+    # The cycle's state this half reads and changes; ``engine.Cycle.__init__`` sets it.
+    now: float
+    policy: Policy
+    classes: dict[str, PriorityClassInfo]
+    cluster: Cluster
+    quota: QuotaBook
+    free_of_model: dict[str, float]  # idle healthy capacity on schedulable nodes, per model
+    nl_teams: dict[str, list[str]]  # per model, the teams with a never-lent part of their guarantee
+    running_by_team: dict[tuple[str, str], list[Running]]
+    running_by_model: dict[str, list[Running]]
+    stopping: dict[str, dict[int, float]]  # devices of terminating jobs, per node: share held
+    preemptions: list[Preemption]
+    victims: set[int]
+    preempting_eta: dict[int, float]
+    claims: int  # devices of stopping jobs claimed so far
+    _young: dict[tuple[str, str], list]  # see _young_in
+    _no_claim: dict[tuple, tuple[int, int]]  # see _claim_stopping
+    _stopping_nodes: dict[tuple, list]  # see _claimable
+    _stopping_max: dict[int, int]  # see _stopping_most
+    _no_plan: set[tuple]
+
+    def wait(self, job: JobInfo, reason: Reason, group: Group | None = None, req: Request | None = None) -> None:
+        raise NotImplementedError  # engine.Cycle records why a job waits
 
     def _scope_of(self, job: JobInfo) -> str | None:
         """The key of the victim list ``job`` may preempt by priority: its team's, or everyone's (None)."""
@@ -355,7 +386,7 @@ class Preempting:
             for name, node, ids in candidates:
                 if name in used:
                     continue
-                stopping = self.stopping.get(name)
+                stopping = self.stopping.get(name, _NO_SHARES)
                 live = sum(1 for i in ids if i in stopping) if stopping else 0
                 # At most its free devices and its released ones of the model qualify; both only ever shrink.
                 if not live or (count is not None and count.get(node.order, 0) + live < need):
@@ -379,13 +410,14 @@ class Preempting:
             return False
         for need in unfilled:
             taken = [self.cluster.nodes[name].order for name in used]
-            node, devs = best_node(self.cluster, group, req, need, n_parts, False, None, exclude=taken)
-            if node is None:
+            best = best_node(self.cluster, group, req, need, n_parts, False, None, exclude=taken)
+            if best is None:
                 return False
-            chosen.append((node.name, [d.id for d in devs]))
+            node = best[0]
+            chosen.append((node.name, [d.id for d in best[1]]))
             used.add(node.name)
         self.claims += 1
-        idle = []
+        idle: list[Placement] = []
         for name, ok in chosen:
             stopping = self.stopping.get(name, {})
             idle.extend(Placement(i, want) for i in ok if i not in stopping and devices[i].free >= want - EPS)
@@ -619,11 +651,11 @@ class Preempting:
         nodes = self.cluster.node_by_order
         looked = 0
         for k in range(len(buckets) - 1, 0, -1):
-            for order in buckets[k]:
+            for node_order in buckets[k]:
                 if looked >= NEAR_NODES:
                     break
                 looked += 1
-                for rec in on_node.get(nodes[order].name, ()):
+                for rec in on_node.get(nodes[node_order].name, ()):
                     consider(rec)
         if req_devices(job) > 1:
             biggest = self.biggest.get(group.model)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Job states as the engine sees them. The live system has more (admitted, starting, ...); the snapshot
 # builder maps every state that holds resources to RUNNING and every waiting one to PENDING or HELD.
@@ -19,10 +19,10 @@ PENDING = "pending"
 RUNNING = "running"
 HELD = "held"
 
-_EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _empty_mapping() -> Mapping[str, str]:
+def _empty_mapping() -> Mapping[str, Any]:
     """The shared read-only empty mapping (a factory: dataclasses refuse unhashable plain defaults)."""
     return _EMPTY
 

@@ -34,3 +34,14 @@ def test_it_never_imports_a_clock_in_the_core():
         text = path.read_text()
         for banned in ("import time", "from time", "import datetime", "from datetime", "import random"):
             assert banned not in text, f"{path.name} uses {banned!r}: the core must not read a clock"
+
+
+def test_the_core_type_checks(tmp_path):
+    """The core's annotations are checked (mypy): they document the contracts between its parts."""
+    import pathlib
+
+    from mypy import api
+
+    core = pathlib.Path(__file__).resolve().parents[2] / "scheduler" / "core"
+    stdout, stderr, status = api.run(["--cache-dir", str(tmp_path), "--no-error-summary", str(core)])
+    assert status == 0, stdout + stderr
