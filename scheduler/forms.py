@@ -90,7 +90,7 @@ def _by_option(offers: dict[str, list[str]]) -> dict[str, list[str]]:
 
 class TeamOptionSelect(forms.Select):
     """A select whose options say which teams may use each one (``data-teams``), so the page can offer
-    only the chosen team's GPU models and pools."""
+    only the chosen team's GPU models, pools and priority classes."""
 
     def __init__(self, *args, teams_of: dict[str, list[str]] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -195,9 +195,14 @@ class JobSubmitForm(forms.Form):
             choices = [("", blank)] + [(v, v) for v in sorted(teams_of)]
             self.fields[field].choices = choices
             self.fields[field].widget = TeamOptionSelect(teams_of=teams_of, choices=choices)
-        self.fields["priority_class"].choices = [("", "the kind's default")] + [
-            (p.name, f"{p.name} ({p.value})") for p in PriorityClass.objects.all()
-        ]
+        # Restricted classes are offered to the teams granted them only (the page hides the rest per team).
+        names = [t.name for t in teams]
+        classes = list(PriorityClass.objects.prefetch_related("teams"))
+        teams_of = {p.name: names if not p.restricted else [t.name for t in p.teams.all() if t.name in names]
+                    for p in classes}
+        choices = [("", "the kind's default")] + [(p.name, f"{p.name} ({p.value})") for p in classes]
+        self.fields["priority_class"].choices = choices
+        self.fields["priority_class"].widget = TeamOptionSelect(teams_of=teams_of, choices=choices)
         for name, kinds in KIND_FIELDS.items():
             self.fields[name].widget.attrs["data-kinds"] = " ".join(kinds)
 

@@ -61,15 +61,22 @@ class ReasonMixin(forms.Form):
 class PriorityClassForm(ReasonMixin, forms.ModelForm):
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
+        fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s",
+                  "restricted", "teams"]
         labels = {
             "min_runtime_s": "Minimum runtime (seconds)",
             "grace_period_s": "Grace period (seconds)",
+            "restricted": "Restricted to the teams below",
+            "teams": "Teams granted this class",
         }
+        widgets = {"teams": forms.CheckboxSelectMultiple}
         help_texts = {
             "min_runtime_s": "a job of this class runs at least this long before it may be preempted (0: no minimum)",
             "grace_period_s": "from SIGTERM to SIGKILL when a job of this class is preempted or stopped: time to "
                               "checkpoint and exit cleanly",
+            "restricted": "only the granted teams may submit with this class (others are told which classes they "
+                          "may use); unticked: every team may. Jobs already submitted keep their class",
+            "teams": "they may submit with this class while it is restricted",
         }
 
     def __init__(self, *args, **kwargs):

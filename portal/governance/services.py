@@ -298,17 +298,21 @@ def quota_matrix_set(*, user, changes: list[QuotaChange], reason: str) -> list[Q
     return saved
 
 
-PRIORITY_FIELDS = ("value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s")
+PRIORITY_FIELDS = ("value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s",
+                   "restricted")
 
 
 def priority_class_snapshot(pc: PriorityClass) -> dict:
-    return {"name": pc.name, **{f: getattr(pc, f) for f in PRIORITY_FIELDS}}
+    """What the audit log keeps of a class; ``teams``: those granted it (they matter only when restricted)."""
+    teams = sorted(pc.teams.values_list("name", flat=True)) if pc.pk else []
+    return {"name": pc.name, **{f: getattr(pc, f) for f in PRIORITY_FIELDS}, "teams": teams}
 
 
 def priority_class_set(*, user, name: str, values: dict, reason: str = "",
-                       instance: PriorityClass | None = None) -> PriorityClass:
-    """Create priority class ``name`` or update ``instance`` with ``values`` (fields of PRIORITY_FIELDS).
-    Values must be unique across classes; a change needs a reason."""
+                       instance: PriorityClass | None = None, teams: list[Team] | None = None) -> PriorityClass:
+    """Create priority class ``name`` or update ``instance`` with ``values`` (fields of PRIORITY_FIELDS)
+    and, when given, exactly ``teams`` as the teams granted it (a restricted class is for them only; jobs
+    already submitted keep their class). Values must be unique across classes; a change needs a reason."""
     _require_admin(user)
     with transaction.atomic():
         clash = PriorityClass.objects.filter(value=values["value"])
@@ -326,10 +330,15 @@ def priority_class_set(*, user, name: str, values: dict, reason: str = "",
         for field in PRIORITY_FIELDS:
             setattr(pc, field, values[field])
         pc.full_clean()
-        after = priority_class_snapshot(pc)
+        granted = before["teams"] if before else []
+        if teams is not None:
+            granted = sorted({t.name for t in teams})
+        after = {**priority_class_snapshot(pc), "teams": granted}
         if before != after:
             _require_reason(reason)
         pc.save()
+        if teams is not None:
+            pc.teams.set(teams)
         if before != after:
             audit_record(actor=user, action="priority-class.create" if before is None else "priority-class.update",
                          object_type="priority-class", object_id=pc.pk, object_name=pc.name, before=before,

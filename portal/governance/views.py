@@ -116,7 +116,8 @@ def quotas(request):
 @staff_only
 def priority_classes(request):
     return render(request, "governance/priority_classes.html",
-                  {"classes": list(PriorityClass.objects.order_by("-value")), "section": "priority"})
+                  {"classes": list(PriorityClass.objects.order_by("-value").prefetch_related("teams")),
+                   "section": "priority"})
 
 
 @staff_only
@@ -129,6 +130,7 @@ def priority_class_edit(request, name: str | None = None):
             pc = services.priority_class_set(
                 user=request.user, name=instance.name if instance else data["name"], instance=instance,
                 values={f: data[f] for f in services.PRIORITY_FIELDS}, reason=data["reason"],
+                teams=list(data["teams"]),
             )
         except ValidationError as exc:
             _errors_onto(form, exc)

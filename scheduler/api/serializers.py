@@ -154,6 +154,17 @@ class NodeStateInputSerializer(serializers.Serializer):
 
 
 class PriorityClassSerializer(serializers.ModelSerializer):
+    usable_by = serializers.SerializerMethodField(
+        help_text="your teams that may submit with this class (all of them unless the class is restricted)")
+
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s"]
+        fields = ["name", "value", "description", "preemptible", "may_preempt", "min_runtime_s", "grace_period_s",
+                  "restricted", "usable_by"]
+
+    def get_usable_by(self, pc: PriorityClass) -> list[str]:
+        teams = self.context["submit_teams"]
+        if not pc.restricted:
+            return [t.name for t in teams]
+        granted = {t.pk for t in pc.teams.all()}
+        return [t.name for t in teams if t.pk in granted]

@@ -11,7 +11,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.access import job_for, jobs_for
+from portal.access import job_for, jobs_for, submit_teams_for
 from portal.api import Pagination
 from scheduler.api.serializers import (
     JobDetailSerializer,
@@ -185,6 +185,12 @@ class NodeStateAPI(APIView):
 
 
 class PriorityClassListAPI(ListAPIView):
+    """The priority classes, and which of your teams may submit with each (restricted classes are granted
+    to some teams only)."""
+
     serializer_class = PriorityClassSerializer
     pagination_class = None
-    queryset = PriorityClass.objects.all()
+    queryset = PriorityClass.objects.prefetch_related("teams")
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "submit_teams": list(submit_teams_for(self.request.user))}

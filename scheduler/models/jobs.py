@@ -9,9 +9,19 @@ from scheduler.kinds import KIND_CHOICES
 from scheduler.models.cluster import Gpu, GpuModel, Node, Pool
 
 
+class PriorityClassQuerySet(models.QuerySet):
+    def usable_by(self, team: Team) -> "PriorityClassQuerySet":
+        """The classes ``team`` may submit with: every unrestricted class and the restricted ones granted
+        to it."""
+        granted = PriorityClass.teams.through.objects.filter(priorityclass_id=models.OuterRef("pk"), team_id=team.pk)
+        return self.filter(models.Q(restricted=False) | models.Exists(granted))
+
+
 class PriorityClass(models.Model):
     """Higher ``value`` runs first. ``preemptible`` is the default for its jobs; ``may_preempt`` lets its
-    jobs preempt lower-priority work; times in seconds."""
+    jobs preempt lower-priority work; times in seconds. A ``restricted`` class is for the ``teams`` a
+    platform admin granted it only (like a Slurm QOS allowed per account): anyone could otherwise ask for
+    the class that preempts everyone else's work."""
 
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     value = models.IntegerField(unique=True)
@@ -20,6 +30,10 @@ class PriorityClass(models.Model):
     may_preempt = models.BooleanField(default=True)
     min_runtime_s = models.PositiveIntegerField(default=0)
     grace_period_s = models.PositiveIntegerField(default=30)
+    restricted = models.BooleanField(default=False)
+    teams = models.ManyToManyField(Team, blank=True, related_name="priority_classes")
+
+    objects = PriorityClassQuerySet.as_manager()
 
     class Meta:
         ordering = ["-value"]
@@ -27,6 +41,9 @@ class PriorityClass(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def usable_by(self, team: Team) -> bool:
+        return not self.restricted or self.teams.filter(pk=team.pk).exists()
 
 
 class JobState(models.TextChoices):

@@ -205,6 +205,11 @@ def job_request_build(
     if pc is None:
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
         errors["priority_class"] = f"unknown priority class {pc_name!r}; known: {known}"
+    elif team_obj is not None and not pc.usable_by(team_obj):
+        usable = ", ".join(PriorityClass.objects.usable_by(team_obj).values_list("name", flat=True)) or "none"
+        default = "" if priority_class else f" (the default for kind {kind})"
+        errors["priority_class"] = (f"priority class {pc.name}{default} is restricted to the teams a platform admin "
+                                    f"granted it; team {team_obj.name} may use: {usable}")
     labels = node_labels or {}
     problem = _labels_errors(labels)
     if problem:

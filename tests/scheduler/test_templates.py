@@ -51,7 +51,7 @@ def test_a_kind_card_presets_the_kinds_defaults(alice):
     assert '<option value="notebook" selected>' in page
     assert 'name="time_limit_minutes" value="720"' in page
     assert 'name="idle_timeout_minutes" value="60"' in page
-    assert '<option value="interactive" selected>' in page
+    assert '<option value="interactive" selected data-teams="vision">' in page
 
 
 def test_gpu_models_are_offered_only_from_pools_the_team_may_use(alice, cluster):

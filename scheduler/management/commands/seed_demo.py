@@ -39,6 +39,9 @@ NODES = [
     ("gpu-h100-02", "train", "h100x8.json", {"network": "ib", "storage": "nvme"}),
     ("gpu-a100-01", "inference", "a100x4.json", {"network": "eth"}),
 ]
+# Classes only some teams may submit with: the one that preempts everyone's work serves vision's and nlp's
+# production models; speech submits its inference services with another class.
+RESTRICTED_CLASSES = {"production-inference": ["vision", "nlp"]}
 USERS = [
     # username, team, role, staff
     ("alice", "vision", Membership.MEMBER, False),
@@ -98,10 +101,12 @@ class Command(BaseCommand):
         for name, label in [("vision", "Vision"), ("nlp", "Language"), ("speech", "Speech")]:
             teams[name], _ = Team.objects.get_or_create(name=name, defaults={"display_name": label, "parent": research})
         for c in DEFAULT_PRIORITY_CLASSES:
-            PriorityClass.objects.get_or_create(name=c.name, defaults=dict(
+            pc, created = PriorityClass.objects.get_or_create(name=c.name, defaults=dict(
                 value=c.value, preemptible=c.preemptible, may_preempt=c.may_preempt,
                 min_runtime_s=int(c.min_runtime_s), grace_period_s=int(c.grace_period_s),
-                description=CLASS_DESCRIPTIONS.get(c.name, "")))
+                description=CLASS_DESCRIPTIONS.get(c.name, ""), restricted=c.name in RESTRICTED_CLASSES))
+            if created and c.name in RESTRICTED_CLASSES:
+                pc.teams.add(*[teams[t] for t in RESTRICTED_CLASSES[c.name]])
         models = {}
         for name, label, memory in GPU_MODELS:
             models[name], _ = GpuModel.objects.get_or_create(name=name, defaults={"display_name": label,
