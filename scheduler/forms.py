@@ -287,4 +287,7 @@ def template_value_errors(team, values: dict) -> dict[str, str]:
                 parse_labels(cleaned)
         except forms.ValidationError as exc:
             errors[key] = " ".join(exc.messages)
+    pc_name = values.get("priority_class")
+    if pc_name and "priority_class" not in errors and not PriorityClass.objects.get(name=pc_name).usable_by(team):
+        errors["priority_class"] = f"{pc_name} is restricted and team {team.name} is not granted it"
     return errors

@@ -111,3 +111,12 @@ def test_granting_teams_alone_is_a_change_that_needs_a_reason(staff, cluster, se
     saved = client_for(staff).post("/govern/priority-classes/production-inference/", form | {"reason": "vision serves"})
     assert saved.status_code == 302
     assert sorted(serving.teams.values_list("name", flat=True)) == ["nlp", "vision"]
+
+
+def test_a_template_may_not_save_a_class_its_team_is_not_granted(cluster, serving):
+    from scheduler.forms import template_value_errors
+
+    assert template_value_errors(cluster["vision"], {"priority_class": "production-inference"}) == {
+        "priority_class": "production-inference is restricted and team vision is not granted it"}
+    assert template_value_errors(cluster["nlp"], {"priority_class": "production-inference"}) == {}
+    assert template_value_errors(cluster["vision"], {"priority_class": "batch"}) == {}
