@@ -1,12 +1,15 @@
 """Reads for scheduler pages and APIs, tenancy applied first (portal.access), in a fixed number of queries."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from portal.access import jobs_for
+from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node
 from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
+
+MAX_PAGE = 100_000
 
 SORTS = {
     "id": "id", "-id": "-id", "name": "name", "-name": "-name", "state": "state", "-state": "-state",
@@ -55,6 +58,7 @@ class JobFilter:
     q: str = ""
     sort: str = "-id"
     columns: tuple[str, ...] = DEFAULT_COLUMNS
+    page: int = 1
     errors: list[str] = field(default_factory=list)
 
     @classmethod
@@ -71,6 +75,14 @@ class JobFilter:
         if not valid_state(f.state):
             f.errors.append(f"state must be {STATE_RULE}")
             f.state = ""
+        if f.kind and f.kind not in KINDS:
+            f.errors.append(f"kind must be one of {', '.join(KINDS)}")
+            f.kind = ""
+        page = params.get("page", "1")
+        if page.isascii() and page.isdigit() and 1 <= int(page) <= MAX_PAGE:
+            f.page = int(page)
+        else:
+            f.errors.append(f"page must be a whole number from 1 to {MAX_PAGE}")
         return f
 
     @property
@@ -84,7 +96,12 @@ class JobFilter:
         pairs = [(k, v) for k, v in [("scope", self.scope), ("state", self.state), ("kind", self.kind),
                                      ("team", self.team), ("q", self.q), ("sort", self.sort)] if v]
         pairs += [("cols", c) for c in self.columns]
+        if self.page > 1:
+            pairs.append(("page", str(self.page)))
         return urlencode(pairs)
+
+    def at_page(self, page: int) -> "JobFilter":
+        return replace(self, page=page, errors=[])
 
 
 def job_table(user, f: JobFilter) -> QuerySet[Job]:

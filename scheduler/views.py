@@ -1,6 +1,7 @@
 """Pages for jobs and the cluster. Thin: parse, call one service or selector, render."""
 
 import json
+from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -36,11 +37,20 @@ GPU_CHART_POINTS = 5000  # per-minute points (GPU x minute) the job GPU chart dr
 def job_list(request):
     """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh."""
     f = JobFilter.from_params(request.GET)
-    rows = list(job_table(request.user, f)[:PAGE_ROWS])
+    table = job_table(request.user, f)
+    total = table.count()
+    pages = max(1, -(-total // PAGE_ROWS))
+    if f.page > pages:  # past the end (the table shrank, or a typed URL): the last page
+        f = replace(f, page=pages)
+    first = (f.page - 1) * PAGE_ROWS
+    rows = list(table[first:first + PAGE_ROWS])
     context = {
         "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
         "states": JobState.values, "teams": list(teams_for(request.user).values_list("name", flat=True)),
-        "sorts": [(key, SORT_LABELS[key]) for key in SORTS], "limited": len(rows) == PAGE_ROWS,
+        "sorts": [(key, SORT_LABELS[key]) for key in SORTS],
+        "pager": {"total": total, "first": first + 1 if rows else 0, "last": first + len(rows), "page": f.page,
+                  "pages": pages, "prev": f.at_page(f.page - 1).as_query() if f.page > 1 else None,
+                  "next": f.at_page(f.page + 1).as_query() if f.page < pages else None},
     }
     template = "jobs/_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)

@@ -318,3 +318,42 @@ def test_the_gpu_chart_of_a_job_with_one_sample_is_readable():
     assert fig.layout.yaxis2.rangemode == "tozero"
     low, high = fig.layout.xaxis.range
     assert (low, high) == (at - timedelta(minutes=1), at + timedelta(minutes=1)), "minutes, not milliseconds"
+
+
+def test_the_job_list_pages_through_every_row_and_keeps_the_page_on_refresh(alice, browser, monkeypatch):
+    import re
+
+    from scheduler import views
+
+    monkeypatch.setattr(views, "PAGE_ROWS", 3)
+    ids = [submit(alice, name=f"job-{i}").pk for i in range(7)]
+    client = browser(alice)
+
+    def shown(page):
+        return [int(i) for i in re.findall(r'<td><a href="/jobs/(\d+)/">\d+</a></td>', page)]
+
+    first = client.get("/jobs/").content.decode()
+    assert shown(first) == ids[::-1][:3]
+    assert "Rows 1–3 of 7 · page 1 of 3" in first and 'rel="prev"' not in first
+    next_query = re.search(r'href="\?([^"]+)" rel="next"', first).group(1).replace("&amp;", "&")
+    assert "page=2" in next_query
+    second = client.get(f"/jobs/?{next_query}").content.decode()
+    assert shown(second) == ids[::-1][3:6]
+    assert 'hx-get="/jobs/?' in second and "page=2" in re.search(r'hx-get="([^"]+)"', second).group(1)
+    last = client.get("/jobs/?page=3").content.decode()
+    assert shown(last) == ids[:1] and "Rows 7–7 of 7" in last and 'rel="next"' not in last
+    past_the_end = client.get("/jobs/?page=99").content.decode()
+    assert shown(past_the_end) == ids[:1]
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("page=0", "page must be a whole number from 1 to 100000"),
+    ("page=abc", "page must be a whole number from 1 to 100000"),
+    ("page=%D9%A3", "page must be a whole number from 1 to 100000"),  # an Arabic-Indic three
+    ("kind=zzz", "kind must be one of training, inference, notebook"),
+])
+def test_the_job_list_names_a_bad_page_or_kind_and_shows_the_first_page(alice, browser, query, message):
+    submit(alice)
+    page = browser(alice).get(f"/jobs/?{query}").content.decode()
+    assert message in page
+    assert "train-resnet" in page
