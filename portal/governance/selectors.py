@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, F, Prefetch, Q, Sum
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 
 from accounting.budgets import budget_used, team_month_usage
 from accounting.models import Budget
@@ -97,13 +97,19 @@ def pools_with_teams() -> list[Pool]:
     return list(Pool.objects.prefetch_related("teams").annotate(node_count=Count("nodes")).order_by("name"))
 
 
-def nodes_for_governance() -> list[Node]:
-    return list(
-        Node.objects.select_related("pool", "state_changed_by")
-        .prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model")))
-        .annotate(busy=Count("allocations", filter=Q(allocations__ended_at__isnull=True), distinct=True))
-        .order_by("name")
-    )
+def nodes_for_governance(*, pool: str = "", state: str = "", q: str = "") -> QuerySet[Node]:
+    """Nodes by name (of ``pool``, in ``state``, with ``q`` in the name when given), each with its present
+    GPUs and the count of its GPUs that jobs hold now (``busy``)."""
+    nodes = Node.objects.select_related("pool", "state_changed_by")
+    if pool:
+        nodes = nodes.filter(pool__name=pool)
+    if state:
+        nodes = nodes.filter(state=state)
+    if q:
+        nodes = nodes.filter(name__icontains=q)
+    return (nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model")))
+            .annotate(busy=Count("allocations", filter=Q(allocations__ended_at__isnull=True), distinct=True))
+            .order_by("name"))
 
 
 QUEUE_ROWS = 100  # like Kueue's visibility API, the head of each queue; the jobs table lists the rest
@@ -165,10 +171,14 @@ def queue_by_pool(*, pool: str = "") -> list[PoolQueue]:
     return out
 
 
-def gpu_heatmap() -> dict:
-    """GPU utilization (percent, latest sample) as a Plotly heatmap figure: nodes across, GPU index down;
-    blank where a node has no such GPU or no sample. One query; plain data (no Plotly import)."""
-    rows = list(Gpu.objects.filter(present=True).order_by("node__name", "index").values_list(
+def gpu_heatmap(nodes: QuerySet[Node] | None = None) -> dict:
+    """GPU utilization (percent, latest sample) as a Plotly heatmap figure: nodes (all, or ``nodes``) across,
+    GPU index down; blank where a node has no such GPU or no sample. One query; plain data (no Plotly
+    import)."""
+    gpus = Gpu.objects.filter(present=True)
+    if nodes is not None:
+        gpus = gpus.filter(node__in=nodes.values("pk"))
+    rows = list(gpus.order_by("node__name", "index").values_list(
         "node__name", "index", "model__name", "util_pct", "healthy"))
     nodes = sorted({r[0] for r in rows})
     depth = max((r[1] for r in rows), default=-1) + 1

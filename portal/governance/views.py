@@ -8,7 +8,8 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404
+from django.core.paginator import Paginator
+from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -31,6 +32,7 @@ from portal.models import AuditEntry
 from scheduler.models import Node, Pool, PriorityClass
 
 AUDIT_PAGE_SIZE = 200
+NODES_PAGE = 50
 
 
 def staff_only(view):
@@ -174,14 +176,32 @@ def pool_teams(request, name: str):
     return redirect("govern-pools")
 
 
-def _nodes_context(**extra):
-    return {"nodes": selectors.nodes_for_governance(), "heatmap": selectors.gpu_heatmap(), "section": "nodes",
-            **extra}
+def _nodes_filter(params) -> dict[str, str]:
+    """The nodes page's filter from ``params`` (the query string, or a drain/resume form's ``back``
+    field), known values only: pool, state, a piece of the name, and the page."""
+    pool, state, page = params.get("pool", ""), params.get("state", ""), params.get("page", "")
+    return {k: v for k, v in (
+        ("pool", pool if Pool.objects.filter(name=pool).exists() else ""),
+        ("state", state if state in dict(Node.STATES) else ""),
+        ("q", params.get("q", "").strip()[:63]),
+        ("page", page if page.isascii() and page.isdigit() else ""),
+    ) if v}
+
+
+def _nodes_context(params, **extra):
+    """The nodes page: NODES_PAGE nodes a page, by pool, state and name (see ``_nodes_filter``)."""
+    f = _nodes_filter(params)
+    nodes = selectors.nodes_for_governance(pool=f.get("pool", ""), state=f.get("state", ""), q=f.get("q", ""))
+    page = Paginator(nodes, NODES_PAGE).get_page(f.get("page"))
+    query = urlencode({k: v for k, v in f.items() if k != "page"})
+    return {"nodes": list(page), "page": page, "query": query, "back": urlencode({**f, "page": page.number}),
+            "pools": list(Pool.objects.order_by("name").values_list("name", flat=True)), "states": Node.STATES,
+            "f": f, "heatmap": selectors.gpu_heatmap(nodes), "section": "nodes", **extra}
 
 
 @staff_only
 def nodes(request):
-    return render(request, "governance/nodes.html", _nodes_context(form=NodeStateForm()))
+    return render(request, "governance/nodes.html", _nodes_context(request.GET, form=NodeStateForm()))
 
 
 @staff_only
@@ -191,7 +211,8 @@ def node_state(request, name: str, target: str):
     form = NodeStateForm(request.POST)
     if not form.is_valid():
         messages.error(request, f"{node.name}: a reason is required to {target} a node.")
-        return render(request, "governance/nodes.html", _nodes_context(form=form, failed=node.name), status=400)
+        return render(request, "governance/nodes.html", _nodes_context(_back(request), form=form, failed=node.name),
+                      status=400)
     state = Node.READY if target == "resume" else Node.DRAINING
     try:
         services.node_change_state(user=request.user, node=node, state=state, reason=form.cleaned_data["reason"])
@@ -199,7 +220,13 @@ def node_state(request, name: str, target: str):
         messages.error(request, f"{node.name}: {' '.join(exc.messages)}")
     else:
         messages.success(request, f"Node {node.name}: {state}.")
-    return redirect("govern-nodes")
+    back = urlencode(_nodes_filter(_back(request)))  # known values only: never an open redirect
+    return redirect(f"{reverse('govern-nodes')}?{back}" if back else reverse("govern-nodes"))
+
+
+def _back(request) -> QueryDict:
+    """The filter and page the drain/resume form was sent from."""
+    return QueryDict(request.POST.get("back", "")[:300])
 
 
 def _audit_rows(entries):

@@ -354,3 +354,32 @@ def test_pool_access_and_priority_class_changes_need_a_reason_and_save_nothing_w
     response = client.post("/govern/priority-classes/new/", form)
     assert response.status_code == 400 and "a reason is required" in response.content.decode()
     assert not PriorityClass.objects.filter(name="urgent").exists() and not AuditEntry.objects.exists()
+
+
+def test_the_nodes_page_pages_and_filters_and_a_drain_returns_to_the_same_page(staff, cluster, monkeypatch):
+    from portal.governance import views
+    from tests.factories import NodeFactory, PoolFactory
+
+    monkeypatch.setattr(views, "NODES_PAGE", 2)
+    serving = PoolFactory(name="serving")
+    for i in range(3):
+        NodeFactory(name=f"gpu-l40s-{i}", pool=serving)
+    client = client_for(staff)
+
+    def names(page):
+        return re.findall(r"<tr>\s*<td>([a-z0-9-]+)</td>", page)
+
+    first = client.get("/govern/nodes/").content.decode()
+    assert names(first) == ["gpu-l40s-0", "gpu-l40s-1"] and "5 nodes · showing 1–2" in first
+    assert '<a href="?page=2" rel="next">' in first
+    filtered = client.get("/govern/nodes/?pool=serving&page=2").content.decode()
+    assert names(filtered) == ["gpu-l40s-2"]
+    assert '<input type="hidden" name="back" value="pool=serving&amp;page=2">' in filtered
+    assert names(client.get("/govern/nodes/?q=a100").content.decode()) == ["node-a100"]
+    assert names(client.get("/govern/nodes/?state=draining").content.decode()) == []
+    response = client.post("/govern/nodes/gpu-l40s-2/drain/", {"reason": "fan", "back": "pool=serving&page=2"})
+    assert response.status_code == 302 and response.url == "/govern/nodes/?pool=serving&page=2"
+    evil = client.post("/govern/nodes/gpu-l40s-2/resume/", {"reason": "ok", "back": "//evil.example/&pool=x"})
+    assert evil.url == "/govern/nodes/"
+    heat = client.get("/govern/nodes/?pool=serving").content.decode()
+    assert "node-h100" not in heat and "3 nodes" in heat  # the heatmap and table follow the filter
