@@ -12,7 +12,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Avg, Max
 from django.db.models.functions import Trunc
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_POST
@@ -36,7 +36,7 @@ GPU_CHART_POINTS = 5000  # per-minute points (GPU x minute) the job GPU chart dr
 @login_required
 def job_list(request):
     """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh."""
-    f = JobFilter.from_params(request.GET)
+    f, teams = _job_filter(request)
     table = job_table(request.user, f)
     total = table.count()
     pages = max(1, -(-total // PAGE_ROWS))
@@ -46,21 +46,33 @@ def job_list(request):
     rows = list(table[first:first + PAGE_ROWS])
     context = {
         "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
-        "states": JobState.values, "teams": list(teams_for(request.user).values_list("name", flat=True)),
-        "sorts": [(key, SORT_LABELS[key]) for key in SORTS],
+        "states": JobState.values, "teams": teams, "sorts": [(key, SORT_LABELS[key]) for key in SORTS],
         "pager": {"total": total, "first": first + 1 if rows else 0, "last": first + len(rows), "page": f.page,
                   "pages": pages, "prev": f.at_page(f.page - 1).as_query() if f.page > 1 else None,
                   "next": f.at_page(f.page + 1).as_query() if f.page < pages else None},
     }
-    template = "jobs/_rows.html" if request.headers.get("HX-Request") else "jobs/list.html"
+    template = "jobs/_list_table.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)
+
+
+def _job_filter(request) -> tuple[JobFilter, list[str]]:
+    """The jobs table's filter from the query string, and the teams the reader may filter by (a team that
+    is not one of them is named as an error, like a bad state or kind)."""
+    f = JobFilter.from_params(request.GET)
+    teams = list(teams_for(request.user).values_list("name", flat=True))
+    if f.team and f.team not in teams:
+        f.errors.append("team must be one of yours" if teams else "you belong to no team to filter by")
+        f.team = ""
+    return f, teams
 
 
 @login_required
 def job_list_csv(request):
     """The same table as CSV (every matching row, streamed); cells that a spreadsheet would run as a
-    formula are neutralized."""
-    f = JobFilter.from_params(request.GET)
+    formula are neutralized. A bad filter is refused (400, naming it) rather than widened to every row."""
+    f, _teams = _job_filter(request)
+    if f.errors:
+        return HttpResponseBadRequest("; ".join(f.errors), content_type="text/plain; charset=utf-8")
     header = ["id", "name", "team", "user", "kind", "gpus", "gpu_fraction", "gpu_model", "state",
               "pending_reason", "queue_position", "created_at", "started_at", "finished_at", "exit_code"]
 

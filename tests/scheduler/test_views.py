@@ -342,15 +342,43 @@ def test_the_job_list_pages_through_every_row_and_keeps_the_page_on_refresh(alic
     assert 'hx-get="/jobs/?' in second and "page=2" in re.search(r'hx-get="([^"]+)"', second).group(1)
     last = client.get("/jobs/?page=3").content.decode()
     assert shown(last) == ids[:1] and "Rows 7–7 of 7" in last and 'rel="next"' not in last
-    past_the_end = client.get("/jobs/?page=99").content.decode()
-    assert shown(past_the_end) == ids[:1]
+    for far in ("99", "999999999"):
+        past_the_end = client.get(f"/jobs/?page={far}").content.decode()
+        assert shown(past_the_end) == ids[:1] and "page 3 of 3" in past_the_end
+
+
+def test_the_live_refresh_redraws_the_rows_and_the_pager_together(alice, browser, monkeypatch):
+    import re
+
+    from scheduler import views
+
+    monkeypatch.setattr(views, "PAGE_ROWS", 3)
+    for i in range(4):
+        submit(alice, name=f"job-{i}")
+    client = browser(alice)
+    page = client.get("/jobs/?page=2").content.decode()
+    assert "Rows 4–4 of 4" in page and 'rel="next"' not in page
+    for i in range(3):  # the table grows while the page is open
+        submit(alice, name=f"late-{i}")
+    refreshed = client.get(re.search(r'id="job-table" hx-get="([^"]+)"', page).group(1).replace("&amp;", "&"),
+                           HTTP_HX_REQUEST="true").content.decode()
+    assert refreshed.lstrip().startswith("<div id=\"job-table\"")
+    assert "Rows 4–6 of 7 · page 2 of 3" in refreshed and 'rel="next"' in refreshed
+
+
+def test_the_jobs_csv_refuses_a_bad_filter_instead_of_giving_every_row(alice, browser):
+    submit(alice)
+    response = browser(alice).get("/jobs.csv?kind=zzz")
+    assert response.status_code == 400
+    assert "kind must be one of" in response.content.decode()
 
 
 @pytest.mark.parametrize(("query", "message"), [
-    ("page=0", "page must be a whole number from 1 to 100000"),
-    ("page=abc", "page must be a whole number from 1 to 100000"),
-    ("page=%D9%A3", "page must be a whole number from 1 to 100000"),  # an Arabic-Indic three
+    ("page=0", "page must be a whole number, 1 or more"),
+    ("page=abc", "page must be a whole number, 1 or more"),
+    ("page=%D9%A3", "page must be a whole number, 1 or more"),  # an Arabic-Indic three
     ("kind=zzz", "kind must be one of training, inference, notebook"),
+    ("team=nlp", "team must be one of yours"),  # alice is in vision only
 ])
 def test_the_job_list_names_a_bad_page_or_kind_and_shows_the_first_page(alice, browser, query, message):
     submit(alice)
