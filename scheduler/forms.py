@@ -272,9 +272,10 @@ class JobSubmitForm(forms.Form):
         return out
 
 
-def template_value_errors(team, values: dict) -> dict[str, str]:
+def template_value_errors(team, values: dict, kind: str | None = None) -> dict[str, str]:
     """Per field, why a template's saved value would not pass the submit form for ``team`` (the same
-    ranges, lengths and choices a submitted job gets); empty when every value would."""
+    ranges, lengths and choices a submitted job gets, and a priority class the team may use: the one
+    saved, else ``kind``'s default); empty when every value would."""
     form = JobSubmitForm(teams=[team])
     errors = {}
     for key, value in values.items():
@@ -287,7 +288,9 @@ def template_value_errors(team, values: dict) -> dict[str, str]:
                 parse_labels(cleaned)
         except forms.ValidationError as exc:
             errors[key] = " ".join(exc.messages)
-    pc_name = values.get("priority_class")
-    if pc_name and "priority_class" not in errors and not PriorityClass.objects.get(name=pc_name).usable_by(team):
-        errors["priority_class"] = f"{pc_name} is restricted and team {team.name} is not granted it"
+    pc_name = values.get("priority_class") or (KINDS[kind].priority_class if kind in KINDS else "")
+    pc = PriorityClass.objects.filter(name=pc_name).first() if "priority_class" not in errors else None
+    if pc is not None and not pc.usable_by(team):
+        default_of = None if values.get("priority_class") else kind
+        errors["priority_class"] = job_services.priority_class_refusal(pc, team, default_of=default_of)
     return errors

@@ -76,7 +76,8 @@ class PriorityClassForm(ReasonMixin, forms.ModelForm):
                               "checkpoint and exit cleanly",
             "restricted": "only the granted teams may submit with this class (others are told which classes they "
                           "may use); unticked: every team may. Jobs already submitted keep their class",
-            "teams": "they may submit with this class while it is restricted",
+            "teams": "they may submit with this class while it is restricted; each team needs its own tick (a "
+                     "department's tick does not cover its teams)",
         }
 
     def __init__(self, *args, **kwargs):

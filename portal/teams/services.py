@@ -88,7 +88,7 @@ def job_template_save(*, user, team: Team, name: str, kind: str, fields: dict):
         raise ValidationError({"template_name": f"must be at most {TEMPLATE_NAME_MAX} characters; got {len(name)}"})
     if kind not in KINDS:
         raise ValidationError({"kind": f"must be one of {', '.join(KINDS)}; got {kind!r}"})
-    problems = template_value_errors(team, fields)
+    problems = template_value_errors(team, fields, kind)
     if problems:
         raise ValidationError({"values": "; ".join(f"{k}: {v}" for k, v in sorted(problems.items()))})
     with transaction.atomic():

@@ -105,6 +105,17 @@ def waiting_for_cycle() -> dict:
             "pending_reason_details": {}, "queue_position": None, "estimated_start": None}
 
 
+def priority_class_refusal(pc: PriorityClass, team: Team, *, default_of: str | None = None) -> str:
+    """Why ``team`` may not use restricted class ``pc`` (``default_of``: the kind whose default it is), with
+    the classes it may use, nearest in priority first (not the one that preempts everyone)."""
+    usable = sorted(PriorityClass.objects.usable_by(team).values_list("name", "value"),
+                    key=lambda c: (abs(c[1] - pc.value), -c[1]))
+    names = ", ".join(name for name, _value in usable) or "none"
+    default = f" (the default for kind {default_of})" if default_of else ""
+    return (f"priority class {pc.name}{default} is restricted to the teams a platform admin granted it; "
+            f"team {team.name} may use: {names}")
+
+
 def job_request_build(
     *,
     user,
@@ -206,10 +217,7 @@ def job_request_build(
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
         errors["priority_class"] = f"unknown priority class {pc_name!r}; known: {known}"
     elif team_obj is not None and not pc.usable_by(team_obj):
-        usable = ", ".join(PriorityClass.objects.usable_by(team_obj).values_list("name", flat=True)) or "none"
-        default = "" if priority_class else f" (the default for kind {kind})"
-        errors["priority_class"] = (f"priority class {pc.name}{default} is restricted to the teams a platform admin "
-                                    f"granted it; team {team_obj.name} may use: {usable}")
+        errors["priority_class"] = priority_class_refusal(pc, team_obj, default_of=None if priority_class else kind)
     labels = node_labels or {}
     problem = _labels_errors(labels)
     if problem:

@@ -144,3 +144,34 @@ def test_a_refreshing_job_page_keeps_the_keyboard_focus_and_the_log_position(pag
     page.keyboard.press("Enter")  # cancel with the keyboard alone
     page.wait_for_selector(".statusline .state-cancelled")
     assert Job.objects.get(pk=job.pk).state == "cancelled"
+
+
+def test_a_kind_whose_default_class_is_not_open_to_the_team_gets_the_nearest_one_and_says_so(page, alice, cluster):
+    from scheduler.models import PriorityClass
+
+    earlier = job_submit(user=alice, name="served", command="true", gpu_model="a100-40gb",
+                         priority_class="production-inference")  # before the class was restricted
+    serving = PriorityClass.objects.get(name="production-inference")
+    serving.restricted = True
+    serving.save()
+    serving.teams.add(cluster["nlp"])
+    sign_in(page, "alice")
+    page.goto(f"/jobs/new/?copy={earlier.pk}")  # copy and edit: the copied class is not silently swapped
+    assert page.input_value("#id_priority_class") == "interactive"
+    assert page.locator("#class-note").inner_text().startswith("production-inference is not open to team vision")
+    page.goto("/jobs/new/")
+    page.click(".kind-card[data-kind=inference]")
+    assert page.input_value("#id_priority_class") == "interactive"
+    note = page.locator("#class-note")
+    assert note.is_visible()
+    assert note.inner_text() == "production-inference is not open to team vision: interactive is chosen instead."
+    page.click(".kind-card[data-kind=training]")  # a kind whose default is open: the note goes away
+    assert page.input_value("#id_priority_class") == "training" and not note.is_visible()
+    page.click(".kind-card[data-kind=inference]")
+    page.fill("#id_name", "web-demo")
+    page.fill("#id_command", "python -m http.server $PORT")
+    page.select_option("#id_gpu_model", "a100-40gb")
+    page.click("button.primary")
+    page.wait_for_url("**/jobs/*/")
+    job = Job.objects.get(name__startswith="web-demo")  # one replica
+    assert job.priority_class.name == "interactive" and job.kind == "inference"

@@ -94,7 +94,8 @@ def test_an_admin_restricts_a_class_and_grants_it_with_a_reason_and_it_is_audite
     assert entry.after["restricted"] is True and entry.after["teams"] == ["nlp"]
     assert entry.reason == "training is nlp's"
     refused = api(alice).post("/api/v1/jobs/", {**VALID, "priority_class": "training"}, format="json")
-    assert refused.status_code == 400 and "team vision may use: production-inference, interactive, batch" in (
+    # Nearest in priority first: not the class that preempts everyone.
+    assert refused.status_code == 400 and "team vision may use: batch, interactive, production-inference" in (
         refused.json()["errors"]["priority_class"][0])
     listing = client_for(staff).get("/govern/priority-classes/").content.decode()
     assert re.search(r"<td>training</td>.*?<td>nlp</td>", listing, re.S)
@@ -113,10 +114,29 @@ def test_granting_teams_alone_is_a_change_that_needs_a_reason(staff, cluster, se
     assert sorted(serving.teams.values_list("name", flat=True)) == ["nlp", "vision"]
 
 
-def test_a_template_may_not_save_a_class_its_team_is_not_granted(cluster, serving):
+def test_a_template_may_not_save_a_class_its_team_is_not_granted_nor_rely_on_a_restricted_default(cluster, serving):
     from scheduler.forms import template_value_errors
 
     assert template_value_errors(cluster["vision"], {"priority_class": "production-inference"}) == {
-        "priority_class": "production-inference is restricted and team vision is not granted it"}
+        "priority_class": "priority class production-inference is restricted to the teams a platform admin granted "
+                          "it; team vision may use: interactive, training, batch"}
     assert template_value_errors(cluster["nlp"], {"priority_class": "production-inference"}) == {}
     assert template_value_errors(cluster["vision"], {"priority_class": "batch"}) == {}
+    blank = template_value_errors(cluster["vision"], {"priority_class": ""}, kind="inference")
+    assert blank["priority_class"].startswith("priority class production-inference (the default for kind inference)")
+    assert template_value_errors(cluster["vision"], {"priority_class": ""}, kind="training") == {}
+
+
+def test_saving_a_class_no_team_may_use_or_ticks_that_do_nothing_warns_the_admin(staff, cluster):
+    base = {"value": 1000, "description": "", "preemptible": "", "may_preempt": "on", "min_runtime_s": 0,
+            "grace_period_s": 30, "reason": "lock down"}
+    client = client_for(staff)
+    page = client.post("/govern/priority-classes/production-inference/", base | {"restricted": "on"},
+                       follow=True).content.decode()
+    assert ("No team may submit with production-inference now: it is restricted and no team is ticked; it is the "
+            "default of kind inference") in page
+    page = client.post("/govern/priority-classes/production-inference/", base | {"teams": [cluster["nlp"].pk]},
+                       follow=True).content.decode()
+    assert "production-inference is open to every team: the ticked teams matter only once it is restricted" in page
+    form = client.get("/govern/priority-classes/production-inference/").content.decode()
+    assert "<legend>Teams granted this class</legend>" in form and 'for=""' not in form
