@@ -188,3 +188,17 @@ def test_a_template_keeps_node_labels_as_text(vision_admin):
     client_for(vision_admin).post("/jobs/new/", form_data(action="save-template", template_name="ib",
                                                           node_labels="network=ib"))
     assert JobTemplate.objects.get().fields["node_labels"] == "network=ib"
+
+
+def test_the_template_list_flags_a_template_that_no_longer_passes(alice, template, cluster):
+    from scheduler.models import PriorityClass
+
+    page = client_for(alice).get("/teams/vision/templates/").content.decode()
+    assert "Change before submitting" not in page
+    JobTemplate.objects.filter(pk=template.pk).update(fields={**template.fields, "priority_class": "interactive"})
+    interactive = PriorityClass.objects.get(name="interactive")
+    interactive.restricted = True
+    interactive.save()
+    interactive.teams.add(cluster["nlp"])
+    page = client_for(alice).get("/teams/vision/templates/").content.decode()
+    assert "Change before submitting: priority_class: priority class interactive is restricted" in page
