@@ -104,10 +104,12 @@ def _start_together(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: d
 def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datetime) -> int:
     """Mark each victim that still holds its GPUs and is not already stopping as preempted, and record who
     preempted it; return how many. Three statements for any number of victims: the victims' rows are
-    locked first, in id order (no deadlock with another writer), so none moves on in between."""
+    locked first, in id order (no deadlock with another writer), so none moves on in between. The lock
+    is a no-key one (only ``stop_reason`` changes): a heartbeat's samples that reference a victim (key
+    share) do not wait on it."""
     by_victim = {p.job_id: p for p in preemptions}
     with transaction.atomic():
-        victims = list(Job.objects.select_for_update().filter(
+        victims = list(Job.objects.select_for_update(no_key=True).filter(
             pk__in=by_victim, state__in=HOLDING_STATES, stop_reason=StopReason.NONE).order_by("pk")
             .values_list("pk", "attempt"))
         if not victims:

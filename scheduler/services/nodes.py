@@ -141,10 +141,11 @@ def node_register(*, node: Node, report: dict) -> dict:
     }
 
 
-def node_assignments(node: Node) -> list[dict]:
-    """What should run on ``node`` now: every holding job with an open allocation here."""
+def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> list[dict]:
+    """What should run on ``node`` now: every job in ``states`` (default: every holding job) with an open
+    allocation here."""
     allocs = (
-        Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=HOLDING_STATES)
+        Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
         .select_related("job", "job__priority_class", "gpu")
         .order_by("job_id", "gpu__index")
     )
@@ -197,18 +198,24 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         )
         if not updated:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
+        # The jobs held here are locked first, in id order, as the cycle locks its victims: the writes below
+        # (a failed GPU's jobs told to stop, delivered jobs marked starting) then never wait on a cycle that
+        # waits on this heartbeat. No-key locks: samples referencing the jobs (key share) do not conflict.
+        held = list(Job.objects.select_for_update(no_key=True).filter(
+            pk__in=Allocation.objects.filter(node=node, ended_at__isnull=True).values("job_id"),
+            state__in=HOLDING_STATES).order_by("pk").values_list("pk", "state"))
         try:
             faults = health_update(node=node, reports=report.get("gpus") or [], now=now)
             telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
         except TelemetryError as exc:
             raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
-        # What the node is told is what counts as delivered: a job the cycle admits here after this read is
-        # neither returned nor marked, so no job reaches the node while still "admitted".
-        assignments = node_assignments(node)
-        delivered = Job.objects.filter(pk__in=[entry["job_id"] for entry in assignments], state=JobState.ADMITTED)
-        for job_id in sorted(delivered.values_list("pk", flat=True)):  # row locks in id order, like the cycle
-            job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
-                           cause=f"delivered to node {node.name}", at=now)
+        for job_id, state in held:
+            if state == JobState.ADMITTED:
+                job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
+                               cause=f"delivered to node {node.name}", at=now)
+        # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
+        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked.
+        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING))
     if faults:
         from scheduler.tasks import run_cycle
 

@@ -32,9 +32,9 @@ def test_the_cycle_locks_victims_in_ascending_id_order_before_asking_them_to_sto
     with CaptureQueriesContext(connection) as captured, transaction.atomic():
         assert persist_decisions(Decisions(preemptions=victims), {}, db_now()).preempted == 3
     sql = [q["sql"] for q in captured.captured_queries]
-    lock = next(i for i, q in enumerate(sql) if "FOR UPDATE" in q)
+    lock = next(i for i, q in enumerate(sql) if "FOR NO KEY UPDATE" in q)
     stop = next(i for i, q in enumerate(sql) if "\"stop_reason\" = 'preempt'" in q)
-    assert lock < stop and sql[lock].endswith("ORDER BY 1 ASC FOR UPDATE")  # 1: the id column
+    assert lock < stop and sql[lock].endswith("ORDER BY 1 ASC FOR NO KEY UPDATE")  # 1: the id column
     assert set(Job.objects.filter(stop_reason="preempt").values_list("pk", flat=True)) == {j.pk for j in jobs}
     assert sorted(PreemptionRow.objects.values_list("job_id", "attempt")) == sorted((j.pk, 1) for j in jobs)
 
@@ -46,3 +46,7 @@ def test_a_heartbeat_moves_delivered_jobs_in_ascending_id_order(alice, cluster):
         node_heartbeat(node=cluster["nodes"][0], report={"seq": 1})
     ids = updated_ids(captured.captured_queries, "\"state\" = 'starting'")
     assert sorted(ids) == sorted(j.pk for j in jobs) and ids == sorted(ids)
+    sql = [q["sql"] for q in captured.captured_queries]
+    lock = next(i for i, q in enumerate(sql) if "FOR NO KEY UPDATE" in q)  # every job held here, first
+    first_write = next(i for i, q in enumerate(sql) if q.startswith('UPDATE "scheduler_job"'))
+    assert lock < first_write and sql[lock].endswith("ORDER BY 1 ASC FOR NO KEY UPDATE")  # 1: the id column

@@ -239,10 +239,10 @@ def test_when_one_gang_member_exits_the_others_are_stopped_and_the_job_ends_once
     assert not Allocation.objects.filter(job=job, ended_at__isnull=True).exists()
 
 
-def test_a_job_admitted_while_a_heartbeat_is_answered_is_starting_when_delivered(
+def test_a_job_admitted_while_a_heartbeat_is_answered_waits_for_the_next_one_and_never_reaches_a_node_admitted(
         alice, cluster, node_client, monkeypatch):
-    """A cycle may commit an admission while a heartbeat is answered: whatever the node is told to run is
-    "starting" when the answer leaves (the agent may report it running before its next beat)."""
+    """A cycle may commit an admission while a heartbeat is answered: the node is told only of jobs marked
+    "starting" (the agent may report one running before its next beat); the late one comes next beat."""
     from scheduler.services import nodes
 
     client = node_client()
@@ -251,13 +251,37 @@ def test_a_job_admitted_while_a_heartbeat_is_answered_is_starting_when_delivered
     real = nodes.node_assignments
     late = []
 
-    def cycle_commits_meanwhile(node):
+    def cycle_commits_meanwhile(node, **kw):
         if not late:
             late.append(admitted_job(alice, gpus=1))
-        return real(node)
+        return real(node, **kw)
 
     monkeypatch.setattr(nodes, "node_assignments", cycle_commits_meanwhile)
     told = {a["job_id"] for a in beat(client, 1).json()["assignments"]}
-    states = {job.pk: job.state for job in Job.objects.filter(pk__in=[first.pk, late[0].pk])}
-    assert told == {first.pk, late[0].pk}
-    assert states == {first.pk: "starting", late[0].pk: "starting"}
+    assert told == {first.pk}
+    assert dict(Job.objects.filter(pk__in=[first.pk, late[0].pk]).values_list("pk", "state")) == {
+        first.pk: "starting", late[0].pk: "admitted"}
+    told = {a["job_id"]: a["desired"] for a in beat(client, 2).json()["assignments"]}
+    assert told == {first.pk: "running", late[0].pk: "running"}
+    assert Job.objects.get(pk=late[0].pk).state == "starting"
+
+
+def test_a_job_preempted_while_a_heartbeat_waits_for_its_row_is_told_to_stop(alice, cluster, node_client,
+                                                                              monkeypatch):
+    """The cycle holds a victim's row while it asks it to stop; the heartbeat waits, then reads what the
+    cycle wrote: the node is told "stopped", never to start a job that is already being preempted."""
+    from scheduler.services import nodes
+
+    client = node_client()
+    client.post("/api/v1/node/register/", H100_REPORT, format="json")
+    job = admitted_job(alice, gpus=1)
+    real = nodes.job_transition
+
+    def cycle_preempts_first(job_id, **kw):
+        Job.objects.filter(pk=job_id).update(stop_reason="preempt")  # what the cycle committed meanwhile
+        return real(job_id, **kw)
+
+    monkeypatch.setattr(nodes, "job_transition", cycle_preempts_first)
+    [assignment] = beat(client, 1).json()["assignments"]
+    assert assignment["job_id"] == job.pk and assignment["desired"] == "stopped"
+    assert assignment["stop_reason"] == "preempt"
