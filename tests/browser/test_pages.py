@@ -167,6 +167,26 @@ def test_a_kind_whose_default_class_is_not_open_to_the_team_gets_the_nearest_one
     assert note.inner_text() == "production-inference is not open to team vision: interactive is chosen instead."
     page.click(".kind-card[data-kind=training]")  # a kind whose default is open: the note goes away
     assert page.input_value("#id_priority_class") == "training" and not note.is_visible()
+    # A member of a team that may use it too: switching teams brings the class asked for back.
+    from portal.models import Membership
+    from tests.factories import MembershipFactory
+
+    MembershipFactory(user=alice, team=cluster["nlp"], role=Membership.MEMBER)
+    page.goto("/jobs/new/")
+    page.select_option("#id_team", "vision")
+    page.click(".kind-card[data-kind=inference]")
+    assert page.input_value("#id_priority_class") == "interactive" and note.is_visible()
+    page.select_option("#id_team", "nlp")
+    assert page.input_value("#id_priority_class") == "production-inference" and not note.is_visible()
+    page.select_option("#id_team", "vision")
+    page.focus("#id_priority_class")  # chosen by hand (the keyboard: a trusted change): kept across teams
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    assert page.input_value("#id_priority_class") == "batch"
+    page.select_option("#id_team", "nlp")
+    assert page.input_value("#id_priority_class") == "batch"
+    page.goto("/jobs/new/")
+    page.select_option("#id_team", "vision")
     page.click(".kind-card[data-kind=inference]")
     page.fill("#id_name", "web-demo")
     page.fill("#id_command", "python -m http.server $PORT")
