@@ -3,7 +3,8 @@
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 
 from accounting.budgets import budget_used, team_month_usage
 from accounting.models import Budget
@@ -107,8 +108,12 @@ def nodes_for_governance(*, pool: str = "", state: str = "", q: str = "") -> Que
         nodes = nodes.filter(state=state)
     if q:
         nodes = nodes.filter(name__icontains=q)
+    # ``busy`` is a subquery over open allocations, not a join over every allocation ever made: counting the
+    # nodes (the pager) and listing their ids (the heatmap) then leave it out.
+    open_here = (Allocation.objects.filter(node=OuterRef("pk"), ended_at__isnull=True).order_by()
+                 .values("node").annotate(n=Count("pk")).values("n"))
     return (nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model")))
-            .annotate(busy=Count("allocations", filter=Q(allocations__ended_at__isnull=True), distinct=True))
+            .annotate(busy=Coalesce(Subquery(open_here, output_field=IntegerField()), 0))
             .order_by("name"))
 
 

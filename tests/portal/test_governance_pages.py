@@ -383,3 +383,21 @@ def test_the_nodes_page_pages_and_filters_and_a_drain_returns_to_the_same_page(s
     assert evil.url == "/govern/nodes/"
     heat = client.get("/govern/nodes/?pool=serving").content.decode()
     assert "node-h100" not in heat and "3 nodes" in heat  # the heatmap and table follow the filter
+
+
+
+def test_the_nodes_page_counts_gpus_in_use_from_open_allocations_without_joining_them_for_the_pager(
+        staff, cluster, alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.cycle import run_cycle
+    from scheduler.services.jobs import job_submit
+
+    job_submit(user=alice, name="two", command="true", gpu_model="h100-80gb", gpus=2)
+    run_cycle()
+    with CaptureQueriesContext(connection) as captured:
+        page = client_for(staff).get("/govern/nodes/?q=h100").content.decode()
+    assert re.search(r"<td>node-h100</td>.*?<td class=\"num\">2</td>", page, re.S)
+    counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"] and "scheduler_node" in q["sql"]]
+    assert counts and all("scheduler_allocation" not in sql for sql in counts)
