@@ -9,6 +9,8 @@ from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node
 from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
 
+MAX_PAGE = 10_000_000  # any page past it is past the end too; SQL offsets stay far inside bigint
+
 SORTS = {
     "id": "id", "-id": "-id", "name": "name", "-name": "-name", "state": "state", "-state": "-state",
     "team": "team__name", "-team": "-team__name", "gpus": "gpus", "-gpus": "-gpus",
@@ -78,7 +80,7 @@ class JobFilter:
             f.kind = ""
         page = params.get("page", "1")
         if page.isascii() and page.isdigit() and len(page) <= 18 and int(page) >= 1:
-            f.page = int(page)  # past the last page: the table shows the last page
+            f.page = min(int(page), MAX_PAGE)  # past the last page: the table shows the last page
         else:
             f.errors.append("page must be a whole number, 1 or more")
         return f

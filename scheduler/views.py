@@ -30,6 +30,7 @@ from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, cluster_
 from scheduler.services import jobs as job_services
 
 PAGE_ROWS = 200
+COUNT_AHEAD = 10_000  # rows the jobs table counts past the page it shows
 GPU_CHART_POINTS = 5000  # per-minute points (GPU x minute) the job GPU chart draws at most
 
 
@@ -38,18 +39,23 @@ def job_list(request):
     """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh."""
     f, teams = _job_filter(request)
     table = job_table(request.user, f)
-    total = table.count()
-    pages = max(1, -(-total // PAGE_ROWS))
-    if f.page > pages:  # past the end (the table shrank, or a typed URL): the last page
-        f = replace(f, page=pages)
     first = (f.page - 1) * PAGE_ROWS
+    # Counted only up to COUNT_AHEAD rows past this page's start (the table refreshes every 3 s in every
+    # open tab; an admin's table holds every job ever run): beyond that the pager says "more than".
+    total = table[:first + COUNT_AHEAD + 1].count()
+    exact = total <= first + COUNT_AHEAD
+    if exact and f.page > 1 and first >= total:  # past the end (the table shrank, or a typed URL): the last
+        f = replace(f, page=max(1, -(-total // PAGE_ROWS)))
+        first = (f.page - 1) * PAGE_ROWS
     rows = list(table[first:first + PAGE_ROWS])
+    pages = max(1, -(-total // PAGE_ROWS)) if exact else None
     context = {
         "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
         "states": JobState.values, "teams": teams, "sorts": [(key, SORT_LABELS[key]) for key in SORTS],
-        "pager": {"total": total, "first": first + 1 if rows else 0, "last": first + len(rows), "page": f.page,
-                  "pages": pages, "prev": f.at_page(f.page - 1).as_query() if f.page > 1 else None,
-                  "next": f.at_page(f.page + 1).as_query() if f.page < pages else None},
+        "pager": {"total": total if exact else first + COUNT_AHEAD, "exact": exact,
+                  "first": first + 1 if rows else 0, "last": first + len(rows), "page": f.page, "pages": pages,
+                  "prev": f.at_page(f.page - 1).as_query() if f.page > 1 else None,
+                  "next": f.at_page(f.page + 1).as_query() if not exact or f.page < pages else None},
     }
     template = "jobs/_list_table.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)

@@ -342,7 +342,7 @@ def test_the_job_list_pages_through_every_row_and_keeps_the_page_on_refresh(alic
     assert 'hx-get="/jobs/?' in second and "page=2" in re.search(r'hx-get="([^"]+)"', second).group(1)
     last = client.get("/jobs/?page=3").content.decode()
     assert shown(last) == ids[:1] and "Rows 7–7 of 7" in last and 'rel="next"' not in last
-    for far in ("99", "999999999"):
+    for far in ("99", "999999999", "999999999999999999"):
         past_the_end = client.get(f"/jobs/?page={far}").content.decode()
         assert shown(past_the_end) == ids[:1] and "page 3 of 3" in past_the_end
 
@@ -385,3 +385,19 @@ def test_the_job_list_names_a_bad_page_or_kind_and_shows_the_first_page(alice, b
     page = browser(alice).get(f"/jobs/?{query}").content.decode()
     assert message in page
     assert "train-resnet" in page
+
+
+def test_the_job_list_counts_only_so_far_ahead_and_then_says_more_than(alice, browser, monkeypatch):
+    from scheduler import views
+
+    monkeypatch.setattr(views, "PAGE_ROWS", 2)
+    monkeypatch.setattr(views, "COUNT_AHEAD", 3)
+    for i in range(8):
+        submit(alice, name=f"job-{i}")
+    client = browser(alice)
+    first = client.get("/jobs/").content.decode()
+    assert "Rows 1–2 of more than 3 · page 1</span>" in first and 'rel="next"' in first
+    assert "Rows 5–6 of more than 7 · page 3</span>" in client.get("/jobs/?page=3").content.decode()
+    last = client.get("/jobs/?page=4").content.decode()  # rows 7 to 9 are counted: the end is in sight
+    assert "Rows 7–8 of 8 · page 4 of 4" in last and 'rel="next"' not in last
+    assert "Rows 7–8 of 8 · page 4 of 4" in client.get("/jobs/?page=9").content.decode()
