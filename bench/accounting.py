@@ -42,7 +42,18 @@ def seed(nodes: int, days: int, seed_value: int) -> dict:
     from accounting.services import usage_rollup
     from portal.access import FINANCE_GROUP
     from portal.models import Membership, Team
-    from scheduler.models import Allocation, Gpu, GpuModel, GpuSample, GpuSampleRollup, Job, Node, Pool, PriorityClass
+    from scheduler.models import (
+        Allocation,
+        Gpu,
+        GpuModel,
+        GpuSample,
+        GpuSampleRollup,
+        Job,
+        JobTransition,
+        Node,
+        Pool,
+        PriorityClass,
+    )
     from scheduler.services.telemetry import RAW_RETENTION
 
     rng = random.Random(seed_value)
@@ -94,6 +105,18 @@ def seed(nodes: int, days: int, seed_value: int) -> dict:
     Allocation.objects.bulk_create(
         (Allocation(job=job, attempt=1, gpu=g, node_id=g.node_id, started_at=start, ended_at=end)
          for job, (_u, _t, lane, start, end) in zip(jobs, plans, strict=True) for g in lane), batch_size=5000)
+    # Each job waited a while before it started, and its history says so: the pages' wait, queue, failure
+    # and fairness sections read these.
+    submitted = [start - timedelta(minutes=rng.uniform(1, 240)) for (_u, _t, _l, start, _e) in plans]
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduler_job j SET created_at = v.at FROM unnest(%s::bigint[], %s::timestamptz[]) "
+                       "AS v(id, at) WHERE j.id = v.id", [[j.pk for j in jobs], submitted])
+    JobTransition.objects.bulk_create(
+        (JobTransition(job=job, from_state=before, to_state=after, at=at, cause="bench")
+         for job, sub_at, (_u, _t, _l, start, end) in zip(jobs, submitted, plans, strict=True)
+         for before, after, at in (("", "pending", sub_at), ("pending", "admitted", start),
+                                   ("admitted", "starting", start), ("starting", "running", start),
+                                   ("running", "succeeded", end))), batch_size=10000)
 
     def samples():
         for job, (_u, _t, lane, start, end) in zip(jobs, plans, strict=True):
