@@ -10,13 +10,15 @@ from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
 
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
 from django.db.models import Count, F, Min, Q, QuerySet, Sum, Window
 from django.db.models.functions import Lead
 
 from accounting.capacity import Presence, Step, capacity_steps
 from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
 from accounting.models import GpuPresence, UsageRecord
-from accounting.selectors import TRUNCS, _card_version
+from accounting.selectors import TRUNCS, _aware, _card_version
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
@@ -51,17 +53,29 @@ def capacity_over(*, start: datetime, end: datetime) -> list[Step]:
 def waiting_intervals(visible: set[str] | None, *, start: datetime, horizon: datetime) -> list[tuple]:
     """``(team, from, to)`` for every stretch a job of a visible team spent pending or held, from its recorded
     transitions (a stretch runs to the job's next transition, or to ``horizon`` if there is none), for jobs
-    not finished before ``start``. Unclipped. One query."""
-    rows = (
+    not finished before ``start``. Unclipped. One query: the stretches are picked out in the database, after
+    the window has paired each transition with the next (a job's history is mostly not waiting: of its five
+    or so transitions one is)."""
+    inner = (
         JobTransition.objects.filter(job__team__in=_teams(visible), at__lt=horizon)
         .filter(Q(job__finished_at__isnull=True) | Q(job__finished_at__gte=start))
         .annotate(next_at=Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at").asc(), F("id").asc()]))
         .values_list("job__team__name", "to_state", "at", "next_at")
+        .order_by()
     )
-    waiting = {str(s) for s in WAITING_STATES}
-    return [
-        (team, at, nxt or horizon) for team, state, at, nxt in rows if state in waiting and (nxt or horizon) > start
-    ]
+    try:
+        sql, params = inner.query.sql_with_params()
+    except EmptyResultSet:  # no visible team
+        return []
+    waiting = sorted(str(s) for s in WAITING_STATES)
+    query = (f'SELECT w."job__team__name", w."at", w."next_at" FROM ({sql}) w '
+             f'WHERE w."to_state" IN ({", ".join(["%s"] * len(waiting))}) '
+             'AND (w."next_at" IS NULL OR w."next_at" > %s)')
+    with connections[inner.db].cursor() as cursor:
+        cursor.execute(query, (*params, *waiting, start))
+        rows = cursor.fetchall()
+    out = [(team, _aware(at), _aware(nxt) if nxt is not None else horizon) for team, at, nxt in rows]
+    return [row for row in out if row[2] > start]  # a stretch still open counts only if the horizon is past start
 
 
 def held_intervals(visible: set[str] | None, *, start: datetime, horizon: datetime) -> dict[str, list]:
