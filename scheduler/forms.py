@@ -196,13 +196,11 @@ class JobSubmitForm(forms.Form):
             self.fields[field].choices = choices
             self.fields[field].widget = TeamOptionSelect(teams_of=teams_of, choices=choices)
         # Restricted classes are offered to the teams granted them only (the page hides the rest per team).
-        names = [t.name for t in teams]
         classes = list(PriorityClass.objects.prefetch_related("teams"))
-        teams_of = {p.name: names if not p.restricted else [t.name for t in p.teams.all() if t.name in names]
-                    for p in classes}
+        self.class_teams = {p.name: [t.name for t in p.usable_among(teams)] for p in classes}
         choices = [("", "the kind's default")] + [(p.name, f"{p.name} ({p.value})") for p in classes]
         self.fields["priority_class"].choices = choices
-        self.fields["priority_class"].widget = TeamOptionSelect(teams_of=teams_of, choices=choices)
+        self.fields["priority_class"].widget = TeamOptionSelect(teams_of=self.class_teams, choices=choices)
         for name, kinds in KIND_FIELDS.items():
             self.fields[name].widget.attrs["data-kinds"] = " ".join(kinds)
 
@@ -272,11 +270,13 @@ class JobSubmitForm(forms.Form):
         return out
 
 
-def template_value_errors(team, values: dict, kind: str | None = None) -> dict[str, str]:
+def template_value_errors(team, values: dict, kind: str | None = None,
+                          form: JobSubmitForm | None = None) -> dict[str, str]:
     """Per field, why a template's saved value would not pass the submit form for ``team`` (the same
     ranges, lengths and choices a submitted job gets, and a priority class the team may use: the one
-    saved, else ``kind``'s default); empty when every value would."""
-    form = JobSubmitForm(teams=[team])
+    saved, else ``kind``'s default); empty when every value would. ``form``: the team's submit form, when
+    checking several templates of it."""
+    form = form or JobSubmitForm(teams=[team])
     errors = {}
     for key, value in values.items():
         field = form.fields.get(key)
@@ -289,8 +289,8 @@ def template_value_errors(team, values: dict, kind: str | None = None) -> dict[s
         except forms.ValidationError as exc:
             errors[key] = " ".join(exc.messages)
     pc_name = values.get("priority_class") or (KINDS[kind].priority_class if kind in KINDS else "")
-    pc = PriorityClass.objects.filter(name=pc_name).first() if "priority_class" not in errors else None
-    if pc is not None and not pc.usable_by(team):
+    if "priority_class" not in errors and team.name not in form.class_teams.get(pc_name, [team.name]):
         default_of = None if values.get("priority_class") else kind
+        pc = PriorityClass.objects.get(name=pc_name)
         errors["priority_class"] = job_services.priority_class_refusal(pc, team, default_of=default_of)
     return errors

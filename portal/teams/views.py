@@ -90,12 +90,13 @@ def member_remove(request, name: str, username: str):
 @login_required
 def template_list(request, name: str):
     """The team's saved job templates: apply (members), delete (team-admins)."""
-    from scheduler.forms import template_value_errors
+    from scheduler.forms import JobSubmitForm, template_value_errors
 
     team = selectors.team_for(request.user, name)
     templates = selectors.job_templates(team=team)
+    form = JobSubmitForm(teams=[team])  # one for all: its choices are the team's
     for t in templates:  # what changed since it was saved (a class restricted, a pool taken away) shows here
-        t.problems = sorted(template_value_errors(team, t.fields or {}, t.kind).items())
+        t.problems = sorted(template_value_errors(team, t.fields or {}, t.kind, form=form).items())
     return render(request, "teams/templates.html", {
         "team": team, "templates": templates,
         "can_manage": selectors.can_manage_team(request.user, team),

@@ -163,8 +163,4 @@ class PriorityClassSerializer(serializers.ModelSerializer):
                   "restricted", "usable_by"]
 
     def get_usable_by(self, pc: PriorityClass) -> list[str]:
-        teams = self.context["submit_teams"]
-        if not pc.restricted:
-            return [t.name for t in teams]
-        granted = {t.pk for t in pc.teams.all()}
-        return [t.name for t in teams if t.pk in granted]
+        return [t.name for t in pc.usable_among(self.context["submit_teams"])]

@@ -42,8 +42,15 @@ class PriorityClass(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def usable_among(self, teams) -> list[Team]:
+        """Those of ``teams`` that may submit with this class (prefetch ``teams`` when asking per class)."""
+        if not self.restricted:
+            return list(teams)
+        granted = {t.pk for t in self.teams.all()}
+        return [t for t in teams if t.pk in granted]
+
     def usable_by(self, team: Team) -> bool:
-        return not self.restricted or self.teams.filter(pk=team.pk).exists()
+        return bool(self.usable_among([team]))
 
 
 class JobState(models.TextChoices):
