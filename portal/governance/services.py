@@ -15,6 +15,7 @@ from accounting.models import Budget
 from portal.access import is_platform_admin
 from portal.audit import audit_record
 from portal.models import Team
+from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Node, Pool, PriorityClass, Quota
 from scheduler.models.jobs import WAITING_STATES
 from scheduler.services.common import db_now
@@ -344,6 +345,19 @@ def priority_class_set(*, user, name: str, values: dict, reason: str = "",
                          object_type="priority-class", object_id=pc.pk, object_name=pc.name, before=before,
                          after=after, reason=reason)
     return pc
+
+
+def priority_class_warnings(pc: PriorityClass) -> list[str]:
+    """What an admin may not have meant by a class's access settings."""
+    granted = pc.teams.exists()
+    if pc.restricted and not granted:
+        kinds = [kind for kind, d in KINDS.items() if d.priority_class == pc.name]
+        also = (f"; it is the default of kind {', '.join(kinds)}, so those jobs need another class chosen"
+                if kinds else "")
+        return [f"No team may submit with {pc.name} now: it is restricted and no team is ticked{also}."]
+    if granted and not pc.restricted:
+        return [f"{pc.name} is open to every team: the ticked teams matter only once it is restricted."]
+    return []
 
 
 def pool_set_teams(*, user, pool: Pool, teams: list[Team], reason: str = "") -> Pool:

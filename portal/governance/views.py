@@ -138,28 +138,13 @@ def priority_class_edit(request, name: str | None = None):
             _errors_onto(form, exc)
         else:
             messages.success(request, f"Priority class {pc.name} saved.")
-            for warning in _priority_class_warnings(pc):
+            for warning in services.priority_class_warnings(pc):
                 messages.warning(request, warning)
             return redirect("govern-priority-classes")
     heading = f"Edit priority class {instance.name}" if instance else "New priority class"
     return render(request, "governance/priority_class_form.html",
                   {"form": form, "instance": instance, "heading": heading, "section": "priority"},
                   status=400 if form.errors else 200)
-
-
-def _priority_class_warnings(pc: PriorityClass) -> list[str]:
-    """What an admin may not have meant by a class's access settings."""
-    from scheduler.kinds import KINDS
-
-    granted = pc.teams.exists()
-    if pc.restricted and not granted:
-        kinds = [kind for kind, d in KINDS.items() if d.priority_class == pc.name]
-        also = (f"; it is the default of kind {', '.join(kinds)}, so those jobs need another class chosen"
-                if kinds else "")
-        return [f"No team may submit with {pc.name} now: it is restricted and no team is ticked{also}."]
-    if granted and not pc.restricted:
-        return [f"{pc.name} is open to every team: the ticked teams matter only once it is restricted."]
-    return []
 
 
 @staff_only
