@@ -127,15 +127,24 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
     return qs.order_by(SORTS[f.sort], "-id")
 
 
-def cluster_nodes(*, pool: str = "", state: str = "") -> tuple[QuerySet[Node], dict]:
-    """Nodes (of ``pool`` and in ``state`` when given) by name, each with its present GPUs and their open
-    allocations (``open_allocations``) prefetched when read, and totals over all of them: nodes, GPUs, GPUs in
-    use and unhealthy ones (two queries)."""
+def nodes_matching(*, pool: str = "", state: str = "", q: str = "") -> QuerySet[Node]:
+    """Nodes by name: of ``pool``, in ``state`` (an unknown state is no filter) and with ``q`` in the name,
+    each when given."""
     nodes = Node.objects.select_related("pool").order_by("name")
     if pool:
         nodes = nodes.filter(pool__name=pool)
     if state in dict(Node.STATES):
         nodes = nodes.filter(state=state)
+    if q:
+        nodes = nodes.filter(name__icontains=q)
+    return nodes
+
+
+def cluster_nodes(*, pool: str = "", state: str = "") -> tuple[QuerySet[Node], dict]:
+    """Nodes (of ``pool`` and in ``state`` when given) by name, each with its present GPUs and their open
+    allocations (``open_allocations``) prefetched when read, and totals over all of them: nodes, GPUs, GPUs in
+    use and unhealthy ones (two queries)."""
+    nodes = nodes_matching(pool=pool, state=state)
     # Exists, not allocations__ended_at__isnull: that join also matches GPUs with no allocation at all.
     held = Exists(Allocation.objects.filter(gpu=OuterRef("pk"), ended_at__isnull=True))
     totals = Gpu.objects.filter(present=True, node__in=nodes).aggregate(

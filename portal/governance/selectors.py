@@ -12,6 +12,7 @@ from accounting.rating import BudgetStatus, budget_status
 from portal.models import Team
 from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Quota
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES
+from scheduler.selectors import nodes_matching
 
 
 @dataclass
@@ -101,13 +102,7 @@ def pools_with_teams() -> list[Pool]:
 def nodes_for_governance(*, pool: str = "", state: str = "", q: str = "") -> QuerySet[Node]:
     """Nodes by name (of ``pool``, in ``state``, with ``q`` in the name when given), each with its present
     GPUs and the count of its GPUs that jobs hold now (``busy``)."""
-    nodes = Node.objects.select_related("pool", "state_changed_by")
-    if pool:
-        nodes = nodes.filter(pool__name=pool)
-    if state:
-        nodes = nodes.filter(state=state)
-    if q:
-        nodes = nodes.filter(name__icontains=q)
+    nodes = nodes_matching(pool=pool, state=state, q=q).select_related("state_changed_by")
     # ``busy`` is a subquery over open allocations, not a join over every allocation ever made: counting the
     # nodes (the pager) and listing their ids (the heatmap) then leave it out.
     open_here = (Allocation.objects.filter(node=OuterRef("pk"), ended_at__isnull=True).order_by()

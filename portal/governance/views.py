@@ -178,12 +178,12 @@ def pool_teams(request, name: str):
     return redirect("govern-pools")
 
 
-def _nodes_filter(params) -> dict[str, str]:
+def _nodes_filter(params, pools: list[str]) -> dict[str, str]:
     """The nodes page's filter from ``params`` (the query string, or a drain/resume form's ``back``
-    field), known values only: pool, state, a piece of the name, and the page."""
+    field), known values only: one of ``pools``, a state, a piece of the name, and the page."""
     pool, state, page = params.get("pool", ""), params.get("state", ""), params.get("page", "")
     return {k: v for k, v in (
-        ("pool", pool if Pool.objects.filter(name=pool).exists() else ""),
+        ("pool", pool if pool in pools else ""),
         ("state", state if state in dict(Node.STATES) else ""),
         ("q", params.get("q", "").strip()[:63]),
         ("page", page if page.isascii() and page.isdigit() else ""),
@@ -192,13 +192,14 @@ def _nodes_filter(params) -> dict[str, str]:
 
 def _nodes_context(params, **extra):
     """The nodes page: NODES_PAGE nodes a page, by pool, state and name (see ``_nodes_filter``)."""
-    f = _nodes_filter(params)
+    pools = _pool_names()
+    f = _nodes_filter(params, pools)
     nodes = selectors.nodes_for_governance(pool=f.get("pool", ""), state=f.get("state", ""), q=f.get("q", ""))
     page = Paginator(nodes, NODES_PAGE).get_page(f.get("page"))
     query = urlencode({k: v for k, v in f.items() if k != "page"})
     return {"nodes": list(page), "page": page, "query": query, "back": urlencode({**f, "page": page.number}),
-            "pools": list(Pool.objects.order_by("name").values_list("name", flat=True)), "states": Node.STATES,
-            "f": f, "heatmap": selectors.gpu_heatmap(nodes), "section": "nodes", **extra}
+            "pools": pools, "states": Node.STATES, "f": f, "heatmap": selectors.gpu_heatmap(nodes),
+            "section": "nodes", **extra}
 
 
 @staff_only
@@ -222,8 +223,12 @@ def node_state(request, name: str, target: str):
         messages.error(request, f"{node.name}: {' '.join(exc.messages)}")
     else:
         messages.success(request, f"Node {node.name}: {state}.")
-    back = urlencode(_nodes_filter(_back(request)))  # known values only: never an open redirect
+    back = urlencode(_nodes_filter(_back(request), _pool_names()))  # known values only: never an open redirect
     return redirect(f"{reverse('govern-nodes')}?{back}" if back else reverse("govern-nodes"))
+
+
+def _pool_names() -> list[str]:
+    return list(Pool.objects.order_by("name").values_list("name", flat=True))
 
 
 def _back(request) -> QueryDict:
