@@ -25,6 +25,7 @@ TIMEOUT_S = 30
 FOLLOW_INTERVAL_S = 2.0
 SCRIPT_PREFIX = "#ROTA"
 PAGE = 200  # jobs per API page
+NODE_PAGE = 1000  # nodes per API page (the portal's largest)
 MAX_QUEUE = 10_000  # the most active jobs `rota queue` reads
 
 # CLI flag (dest) -> API field for ``rota submit``.
@@ -419,8 +420,18 @@ def cmd_action(args) -> int:
     return 0
 
 
+def fetch_nodes(client: Client, **params) -> list[dict]:
+    """Every node matching ``params``, read page by page."""
+    nodes: list[dict] = []
+    while True:
+        body = client.get("/api/v1/nodes/", limit=NODE_PAGE, offset=len(nodes), **params)
+        nodes.extend(body["results"])
+        if not body.get("next") or not body["results"]:
+            return nodes
+
+
 def cmd_nodes(args) -> int:
-    nodes = client_from_config().get("/api/v1/nodes/")
+    nodes = fetch_nodes(client_from_config(), pool=args.pool, state=args.state)
     if args.json:
         print_json(nodes)
         return 0
@@ -522,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", type=int)
         p.set_defaults(action=action)
 
-    sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
+    p = sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
+    p.add_argument("--pool", help="only this pool's nodes")
+    p.add_argument("--state", help="only nodes in this state (ready, draining, drained, down, unhealthy)")
 
     p = sub.add_parser("share", parents=[common], help="fair-share standing and quota of your teams (like sshare)")
     p.add_argument("team", nargs="?", help="one team (default: every team you may see)")

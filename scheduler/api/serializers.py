@@ -145,7 +145,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return [
             {"index": g.index, "uuid": g.uuid, "model": g.model.name, "memory_mb": g.memory_mb, "healthy": g.healthy,
              "health_reason": g.health_reason}
-            for g in node.gpus.all() if g.present
+            for g in node.gpus.all() if g.present  # (the list API prefetches present GPUs only)
         ]
 
 

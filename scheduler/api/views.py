@@ -21,9 +21,9 @@ from scheduler.api.serializers import (
     NodeStateInputSerializer,
     PriorityClassSerializer,
 )
-from scheduler.models import Allocation, Gpu, Job, Node, PriorityClass
+from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS, JobState
-from scheduler.selectors import STATE_RULE, filter_state, valid_state
+from scheduler.selectors import STATE_RULE, filter_state, nodes_matching, valid_state
 from scheduler.services import jobs as job_services
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
@@ -153,16 +153,34 @@ class JobLogsAPI(APIView):
         })
 
 
-class NodeListAPI(ListAPIView):
-    """Every node with its GPUs (cluster capacity is not tenant-owned data)."""
+class NodeListAPI(APIView):
+    """Nodes with their GPUs, by name, a page at a time (cluster capacity is not tenant-owned data): filter
+    with ?pool=, ?state= and ?name= (part of the name)."""
 
-    serializer_class = NodeSerializer
-    pagination_class = None
+    pagination_class = Pagination  # also tells the schema the list is paginated
 
-    def get_queryset(self):
-        return Node.objects.select_related("pool").prefetch_related(
-            Prefetch("gpus", queryset=Gpu.objects.select_related("model"))
-        )
+    @extend_schema(
+        responses=NodeSerializer(many=True),
+        parameters=[OpenApiParameter("pool", str), OpenApiParameter("state", str), OpenApiParameter("name", str)],
+    )
+    def get(self, request):
+        params = request.query_params
+        pool, state, name = params.get("pool", ""), params.get("state", ""), params.get("name", "")
+        errors = {}
+        if state and state not in dict(Node.STATES):
+            errors["state"] = f"must be one of {', '.join(s for s, _label in Node.STATES)}; got {state!r}"
+        if pool and not Pool.objects.filter(name=pool).exists():
+            pools = Pool.objects.order_by("name").values_list("name", flat=True)
+            errors["pool"] = f"no pool named {pool!r}; pools: {', '.join(pools)}"
+        if len(name) > Node._meta.get_field("name").max_length:
+            errors["name"] = f"at most {Node._meta.get_field('name').max_length} characters"
+        if errors:
+            raise ValidationError(errors)
+        nodes = nodes_matching(pool=pool, state=state, q=name).prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related("model").order_by("index")))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(nodes, request, view=self)
+        return paginator.get_paginated_response(NodeSerializer(page, many=True).data)
 
 
 class NodeStateAPI(APIView):

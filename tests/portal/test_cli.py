@@ -216,6 +216,19 @@ def test_it_lists_nodes(rota, alice, capsys):
     assert {n["name"] for n in json.loads(out_of(capsys)[0])} == {"node-h100", "node-a100"}
 
 
+def test_it_reads_every_page_of_nodes_and_passes_the_filters(rota, alice, cluster, monkeypatch, capsys):
+    from scheduler.models import Node
+
+    monkeypatch.setattr(cli, "NODE_PAGE", 1)  # one node a page: the listing must follow "next"
+    assert rota(alice, "nodes", "--json") == 0
+    assert [n["name"] for n in json.loads(out_of(capsys)[0])] == ["node-a100", "node-h100"]
+    Node.objects.filter(name="node-a100").update(state=Node.DRAINING)
+    assert rota(alice, "nodes", "--state", "draining", "--pool", "train", "--json") == 0
+    assert [n["name"] for n in json.loads(out_of(capsys)[0])] == ["node-a100"]
+    assert rota(alice, "nodes", "--state", "asleep") == 1
+    assert "state" in out_of(capsys)[1]
+
+
 def test_parse_script_reads_only_the_header():
     flags, text = cli.parse_script("#!/bin/sh\n# comment\n#ROTA --gpus 2 # two\nrun\n#ROTA --gpus 3\n")
     assert flags == ["--gpus", "2"]
