@@ -11,7 +11,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.access import job_for, jobs_for, submit_teams_for
+from portal.access import job_for, jobs_for, submit_teams_for, teams_for
 from portal.api import Pagination
 from scheduler.api.serializers import (
     JobDetailSerializer,
@@ -21,6 +21,7 @@ from scheduler.api.serializers import (
     NodeStateInputSerializer,
     PriorityClassSerializer,
 )
+from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS, JobState
 from scheduler.selectors import STATE_RULE, filter_state, nodes_matching, valid_state
@@ -63,9 +64,14 @@ class JobListCreateAPI(APIView):
         qs = filter_state(qs, state)
         kind = request.query_params.get("kind")
         if kind:
+            if kind not in KINDS:
+                raise ValidationError({"kind": f"must be one of {', '.join(KINDS)}; got {kind!r}"})
             qs = qs.filter(kind=kind)
         team = request.query_params.get("team")
         if team:
+            # Another team's name gets the same answer as a missing one: names of other teams do not leak.
+            if not teams_for(request.user).filter(name=team).exists():
+                raise ValidationError({"team": f"no team of yours is named {team!r}"})
             qs = qs.filter(team__name=team)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)

@@ -217,6 +217,23 @@ def test_the_job_list_filters_by_state_group_and_refuses_an_unknown_state(api, a
     assert response.status_code == 400 and "active, finished or one of pending" in str(response.json()["errors"])
 
 
+def test_the_job_list_filters_by_kind_and_team_and_names_a_bad_one(api, alice, charlie, staff):
+    client = api(alice)
+    training = submit(client).json()["id"]
+    notebook = submit(client, kind="notebook").json()["id"]
+    assert [j["id"] for j in client.get("/api/v1/jobs/?kind=notebook").json()["results"]] == [notebook]
+    assert [j["id"] for j in client.get("/api/v1/jobs/?team=vision").json()["results"]] == [notebook, training]
+    response = client.get("/api/v1/jobs/?kind=mining")
+    assert response.status_code == 400 and response.json()["errors"]["kind"].startswith("must be one of training")
+    # Another team's name gets the answer a missing team gets: no team names leak.
+    for name in ("nlp", "no-such-team"):
+        response = client.get(f"/api/v1/jobs/?team={name}")
+        assert response.status_code == 400
+        assert response.json()["errors"]["team"] == f"no team of yours is named '{name}'"
+    assert api(charlie).get("/api/v1/jobs/?team=nlp").json()["results"] == []
+    assert len(api(staff).get("/api/v1/jobs/?team=vision").json()["results"]) == 2  # admins: any team
+
+
 def test_a_page_of_the_job_list_holds_at_most_max_limit_jobs(api, alice, monkeypatch):
     from portal.api import Pagination
 
