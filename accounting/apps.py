@@ -9,6 +9,7 @@ class AccountingConfig(AppConfig):
     def ready(self):
         from django.conf import settings
 
+        from accounting import signals  # noqa: F401  (connects the rate card receivers)
         from accounting.idle import POLICIES
 
         policy = getattr(settings, "ROTA_IDLE_COST_POLICY", "separate")

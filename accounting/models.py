@@ -47,6 +47,42 @@ class UsageRecord(models.Model):
         return f"{self.team_id}/{self.job_id} {self.period_start:%Y-%m-%d %H:00} {self.gpu_seconds}s"
 
 
+class UsageDay(models.Model):
+    """The ledger summed per day (in ``settings.TIME_ZONE``), job, GPU model, pool and rate card version, with
+    the GPU-seconds weighted by utilization: what the accounting pages read for whole days instead of 24
+    hourly rows per allocation.
+
+    Written by the usage rollup, under its lock, for days whose hourly rows no rollup changes any more (more
+    than ``LATE_COMMIT_SLACK`` before the watermark); ``RollupState(key="usage-days")`` says up to where. A
+    rollup repair, a rollup into the past and any rate card change drop the days they touch, and the next
+    rollup sums them again. The auditor checks the days against the hourly rows."""
+
+    day = models.DateTimeField()
+    card = models.IntegerField(null=True)  # the rate card version in force (NULL before the first card)
+    job = models.ForeignKey("scheduler.Job", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=20)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    gpu_model = models.ForeignKey("scheduler.GpuModel", on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey("scheduler.Pool", on_delete=models.PROTECT, related_name="+")
+    gpu_seconds = models.DecimalField(max_digits=24, decimal_places=9)
+    utilized_gpu_seconds = models.FloatField()  # GPU-seconds × utilization, where telemetry was kept
+    measured_gpu_seconds = models.FloatField()  # GPU-seconds that had telemetry
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "card", "job", "kind", "team", "user", "gpu_model", "pool"],
+                                    nulls_distinct=False, name="usageday_unique_line"),
+        ]
+        indexes = [
+            models.Index(fields=["day"], name="usageday_day_idx"),
+            models.Index(fields=["team", "day"], name="usageday_team_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.job_id} {self.day:%Y-%m-%d} {self.gpu_seconds}s"
+
+
 class RollupState(models.Model):
     """The single row recording how far the ledger has been rolled up (database time)."""
 

@@ -7,7 +7,7 @@ number of queries.
 """
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, time, timedelta
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
@@ -30,7 +30,7 @@ from django.db.models.functions import Cast, Coalesce, TruncDay, TruncMonth, Tru
 from django.http import Http404
 from django.utils import timezone
 
-from accounting.models import Budget, RateCard, UsageRecord
+from accounting.models import Budget, RateCard, RollupState, UsageDay, UsageRecord
 from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
 from portal.access import cost_teams_for, sees_all_costs
@@ -68,13 +68,13 @@ def rate_cards() -> list[RateCardVersion]:
     ]
 
 
-def _card_version():
+def card_version():
     """The version of the rate card in force at each row's ``period_start`` (NULL before the first card): a
     CASE over the cards, newest first, read in one small query (a subquery per ledger row cost about a
     microsecond each, a tenth of a month's report)."""
     cards = list(RateCard.objects.order_by("-effective_from").values_list("effective_from", "version"))
     if not cards:
-        return Value(None, output_field=IntegerField())
+        return Cast(Value(None), IntegerField())  # typed: a bare NULL parameter is text to PostgreSQL
     return Case(*(When(period_start__gte=since, then=Value(version)) for since, version in cards),
                 default=None, output_field=IntegerField())
 
@@ -85,10 +85,10 @@ def usage_lines(user, *, start: datetime, end: datetime, agg: str = "day", team:
 
     Per-person detail is for team-admins: in a team where ``user`` is a plain member, other people's rows
     keep their job but show the user as ``OTHER_MEMBERS``."""
-    qs = usage_for(user)
+    teams = None if sees_all_costs(user) else cost_teams_for(user)
     if team is not None:
-        qs = qs.filter(team=team)
-    lines = _lines(qs, start=start, end=end, agg=agg)
+        teams = Team.objects.filter(pk=team.pk) if teams is None else teams.filter(pk=team.pk)
+    lines = _lines(teams, start=start, end=end, agg=agg)
     masked = _member_only_teams(user)
     if not masked:
         return lines
@@ -111,7 +111,7 @@ def _member_only_teams(user) -> set[str]:
 
 def team_usage_lines(team: Team, *, start: datetime, end: datetime, agg: str = "month") -> list[UsageLine]:
     """One team's usage lines, for system work (stored statements) that acts for no user."""
-    return _lines(UsageRecord.objects.filter(team=team), start=start, end=end, agg=agg)
+    return _lines(Team.objects.filter(pk=team.pk), start=start, end=end, agg=agg)
 
 
 def teams_with_usage(*, start: datetime, end: datetime) -> list[Team]:
@@ -140,34 +140,102 @@ def _utilization():
     return Coalesce(Subquery(rolled, output_field=FloatField()), Subquery(raw, output_field=FloatField()))
 
 
-def _lines(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
-    """Ledger rows in ``[start, end)`` summed per period, job, GPU model and rate card version, with the
-    GPU-seconds weighted by utilization.
+KEYS = ("period", "card", "job_id", "kind", "team_id", "user_id", "gpu_model_id", "pool_id")
 
-    Three steps in one statement: an inner query gives each row its period, card and utilization (two
-    correlated subqueries) and is fenced (``OFFSET 0``) so PostgreSQL works the utilization out once per row
-    instead of once per sum; the middle sums it per period, card, job, team, user, model and pool by id (a
-    hash aggregate over integers, not a sort over names); the outer adds the names to the few summed lines."""
+
+def hourly_sums_sql(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime,
+                    agg: str) -> tuple[str, tuple]:
+    """SQL that sums the hourly ledger rows of ``qs`` in ``[start, end)`` per ``KEYS`` (the period truncated to
+    ``agg``) into ``gs``, ``utilized`` and ``measured``: GPU-seconds, those weighted by utilization, those with
+    telemetry.
+
+    The inner query gives each row its period, card and utilization (two correlated subqueries) and is fenced
+    (``OFFSET 0``) so PostgreSQL works the utilization out once per row instead of once per sum; the sum is a
+    hash aggregate over integers, not a sort over names."""
     trunc = TRUNCS[agg]
     inner = (
         qs.filter(period_start__gte=start, period_start__lt=end)
-        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version(),
+        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=card_version(),
                   util=_utilization(), gsf=Cast("gpu_seconds", FloatField()))
-        .values("period", "card", "job_id", "kind", "team_id", "user_id", "gpu_model_id", "pool_id", "util", "gsf",
-                "gpu_seconds")
+        .values(*KEYS, "util", "gsf", "gpu_seconds")
         .order_by()  # no sort inside: the outer query groups and orders
     )
     sql, params = inner.query.sql_with_params()
-    connection = connections[qs.db]
-    fence = " OFFSET 0" if connection.vendor == "postgresql" else ""
-    keys = 'r."period", r."card", r."job_id", r."kind", r."team_id", r."user_id", r."gpu_model_id", r."pool_id"'
+    fence = " OFFSET 0" if connections[qs.db].vendor == "postgresql" else ""
+    keys = ", ".join(f'r."{k}"' for k in KEYS)
+    return (f"SELECT {keys}, SUM(r.gpu_seconds) AS gs, SUM(r.gsf * r.util / 100.0) AS utilized, "
+            "SUM(CASE WHEN r.util IS NOT NULL THEN r.gsf ELSE 0.0 END) AS measured "
+            f"FROM ({sql}{fence}) r GROUP BY {keys}"), tuple(params)
+
+
+def _daily_sums_sql(qs: QuerySet[UsageDay], *, start: datetime, end: datetime, agg: str) -> tuple[str, tuple]:
+    """The same sums as ``hourly_sums_sql``, read from the days the rollup has summed (``UsageDay``)."""
+    period = F("day") if agg == "day" else TRUNCS[agg]("day")
+    sql, params = (
+        qs.filter(day__gte=start, day__lt=end)
+        .annotate(period=period, gs=F("gpu_seconds"), utilized=F("utilized_gpu_seconds"),
+                  measured=F("measured_gpu_seconds"))
+        .values(*KEYS, "gs", "utilized", "measured")
+        .order_by()
+        .query.sql_with_params()
+    )
+    return sql, tuple(params)
+
+
+def day_floor(at: datetime) -> datetime:
+    """The start of ``at``'s day in the current time zone (what ``TruncDay`` gives)."""
+    local = timezone.localtime(at)
+    return datetime.combine(local.date(), time(), tzinfo=local.tzinfo)
+
+
+def _day_ceil(at: datetime) -> datetime:
+    floor = day_floor(at)
+    return floor if floor == at else day_floor(floor + timedelta(hours=36))
+
+
+def days_summed_until() -> datetime | None:
+    """Up to where whole days of the ledger are summed in ``UsageDay`` (None: none are)."""
+    return RollupState.objects.filter(key=DAYS_KEY).values_list("rolled_until", flat=True).first()
+
+
+DAYS_KEY = "usage-days"
+
+
+def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
+    """Ledger GPU-seconds of ``teams`` (None: every team) in ``[start, end)`` summed per period, job, GPU model
+    and rate card version, with the GPU-seconds weighted by utilization.
+
+    Whole days the rollup has summed come from ``UsageDay`` (unless the lines are by hour); the hours before
+    and after them from the hourly rows. The two parts are summed together per line, then named: names are
+    joined to the few summed lines, not to every row."""
+    hourly: QuerySet[UsageRecord] = UsageRecord.objects.all()
+    daily: QuerySet[UsageDay] = UsageDay.objects.all()
+    if teams is not None:
+        hourly, daily = hourly.filter(team__in=teams), daily.filter(team__in=teams)
+    parts = []
+    first = last = None
+    summed = days_summed_until() if agg != "hour" else None
+    if summed is not None:
+        first, last = _day_ceil(start), min(day_floor(end), summed)
+    if first is not None and last is not None and first < last:
+        parts.append(_daily_sums_sql(daily, start=first, end=last, agg=agg))
+        if start < first:
+            parts.append(hourly_sums_sql(hourly, start=start, end=first, agg=agg))
+        if last < end:
+            parts.append(hourly_sums_sql(hourly, start=last, end=end, agg=agg))
+    else:
+        parts.append(hourly_sums_sql(hourly, start=start, end=end, agg=agg))
+    connection = connections[hourly.db]
+    params: tuple = sum((p for _sql, p in parts), ())
+    keys = ", ".join(f'u."{k}"' for k in KEYS)
+    columns = ", ".join(f'"{k}"' for k in (*KEYS, "gs", "utilized", "measured"))
+    union = " UNION ALL ".join(f"SELECT {columns} FROM ({sql}) p{i}" for i, (sql, _p) in enumerate(parts))
     table = {m: m._meta.db_table for m in (Team, Job, GpuModel, Pool, get_user_model())}
     query = (
         'SELECT s."period", s."card", s."job_id", s."kind", t."name", d."name", u."username", j."name", j."gpus", '
         'j."gpu_fraction", m."name", p."name", s.gs, s.utilized, s.measured '
-        f"FROM (SELECT {keys}, SUM(r.gpu_seconds) AS gs, SUM(r.gsf * r.util / 100.0) AS utilized, "
-        "SUM(CASE WHEN r.util IS NOT NULL THEN r.gsf ELSE 0.0 END) AS measured "
-        f"FROM ({sql}{fence}) r GROUP BY {keys}) s "
+        f"FROM (SELECT {keys}, SUM(u.gs) AS gs, SUM(u.utilized) AS utilized, SUM(u.measured) AS measured "
+        f"FROM ({union}) u GROUP BY {keys}) s "
         f'LEFT JOIN "{table[Team]}" t ON t."id" = s."team_id" '
         f'LEFT JOIN "{table[Team]}" d ON d."id" = t."parent_id" '
         f'LEFT JOIN "{table[get_user_model()]}" u ON u."id" = s."user_id" '

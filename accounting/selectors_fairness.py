@@ -18,7 +18,7 @@ from django.db.models.functions import Lead
 from accounting.capacity import Presence, Step, capacity_steps
 from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
 from accounting.models import GpuPresence, UsageRecord
-from accounting.selectors import TRUNCS, _aware, _card_version
+from accounting.selectors import TRUNCS, _aware, card_version
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
@@ -163,7 +163,7 @@ def cluster_allocated(
     trunc = TRUNCS[agg]
     rows = (
         UsageRecord.objects.filter(period_start__gte=start, period_start__lt=end)
-        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=_card_version())
+        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=card_version())
         .values("period", "team__name", "gpu_model__name", "card")
         .annotate(s=Sum("gpu_seconds"))
     )

@@ -12,11 +12,21 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Min, Q, Sum
+from django.db.models.functions import TruncDay
 
 from accounting.capacity import InventoryGpu, OpenPresence, reconcile
-from accounting.models import GpuPresence, RateCard, RateCardEntry, RollupState, Statement, UsageRecord
+from accounting.models import (
+    GpuPresence,
+    RateCard,
+    RateCardEntry,
+    RollupState,
+    Statement,
+    UsageDay,
+    UsageRecord,
+)
+from accounting.selectors import DAYS_KEY, card_version, day_floor, days_summed_until, hourly_sums_sql
 from accounting.slicing import HOUR, bucket_floor, gpu_seconds, slice_interval, to_us
 from portal import locks
 from scheduler.models import Allocation, Gpu, GpuModel
@@ -37,6 +47,7 @@ class RollupReport:
     rows: int = 0
     deleted: int = 0
     presence_changes: int = 0
+    days: int = 0  # whole days newly summed into UsageDay
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -114,13 +125,94 @@ def usage_rollup(*, until: datetime | None = None, full: bool = False) -> Rollup
             )
         state.rolled_until = until
         state.save(update_fields=["rolled_until", "updated_at"])
+        # Summed days are of rows no forward rollup rewrites; a repair, or a rollup into the past, rewrites them.
+        if full:
+            usage_days_forget(None)
+        elif from_bucket is not None:
+            usage_days_forget(from_bucket)  # (nothing to drop when the rollup went forward)
+        days = usage_days_sum(final_before=bucket_floor(until - LATE_COMMIT_SLACK))
         changes = capacity_record(now=now)
-    report = RollupReport(
-        ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted, presence_changes=changes
-    )
+    report = RollupReport(ran=True, until=until, allocations=len(allocs), rows=len(records), deleted=deleted,
+                          presence_changes=changes, days=days)
     if allocs:
         log.info("usage rollup: %s", report.as_dict())
     return report
+
+
+def _days_state() -> RollupState:
+    """The ``UsageDay`` watermark, locked: rollups that sum days and changes that drop them take turns."""
+    return RollupState.objects.select_for_update().get_or_create(key=DAYS_KEY)[0]
+
+
+def usage_days_sum(*, final_before: datetime) -> int:
+    """Sum the whole days of hourly ledger rows that end by ``final_before`` (rows no later rollup changes) and
+    are not summed yet into ``UsageDay``, and move its watermark; returns the days summed. Runs inside the
+    usage rollup, after its rows are written."""
+    state = _days_state()
+    last = day_floor(final_before)
+    first = state.rolled_until
+    if first is None:
+        oldest = UsageRecord.objects.order_by("period_start").values_list("period_start", flat=True).first()
+        if oldest is None:
+            return 0
+        first = day_floor(oldest)
+    if first >= last:
+        return 0
+    sums, params = hourly_sums_sql(UsageRecord.objects.all(), start=first, end=last, agg="day")
+    table = UsageDay._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{table}" ("day", "card", "job_id", "kind", "team_id", "user_id", "gpu_model_id", '
+            '"pool_id", "gpu_seconds", "utilized_gpu_seconds", "measured_gpu_seconds") '
+            'SELECT s."period", s."card", s."job_id", s."kind", s."team_id", s."user_id", s."gpu_model_id", '
+            f's."pool_id", s.gs, COALESCE(s.utilized, 0.0), COALESCE(s.measured, 0.0) FROM ({sums}) s',
+            params,
+        )
+    state.rolled_until = last
+    state.save(update_fields=["rolled_until", "updated_at"])
+    return round((last - first) / timedelta(days=1))
+
+
+def usage_days_check() -> list[str]:
+    """Where the summed days disagree with the hourly rows they were summed from: GPU-seconds per day, job, GPU
+    model, pool and rate card version, over every summed day."""
+    until = days_summed_until()
+    if until is None:
+        return []
+    keys = ("day", "card", "job_id", "gpu_model_id", "pool_id")
+    hourly = (UsageRecord.objects.filter(period_start__lt=until)
+              .annotate(day=TruncDay("period_start"), card=card_version()).values(*keys)
+              .annotate(gs=Sum("gpu_seconds")).order_by())
+    daily = UsageDay.objects.filter(day__lt=until).values(*keys).annotate(gs=Sum("gpu_seconds")).order_by()
+    want = {tuple(r[k] for k in keys): r["gs"] for r in hourly}
+    have = {tuple(r[k] for k in keys): r["gs"] for r in daily}
+    return [
+        f"summed day {key[0]:%Y-%m-%d} of job {key[2]} (GPU model {key[3]}, pool {key[4]}, card {key[1]}) holds "
+        f"{have.get(key, 0)} GPU-s but its hourly rows {want.get(key, 0)}"
+        for key in sorted(set(want) | set(have), key=lambda k: (k[0], k[2], k[3], k[4], k[1] or 0))
+        if want.get(key) != have.get(key)
+    ]
+
+
+def usage_days_forget(since: datetime | None) -> None:
+    """Drop the summed days from ``since``'s day on (every day when None): their hourly rows or their rate
+    cards changed. The next rollup sums them again."""
+    with transaction.atomic():
+        _forget(since)
+
+
+def _forget(since: datetime | None) -> None:
+    state = _days_state()
+    if since is None:
+        UsageDay.objects.all().delete()
+        state.rolled_until = None
+    else:
+        since = day_floor(since)
+        if state.rolled_until is None or state.rolled_until <= since:
+            return
+        UsageDay.objects.filter(day__gte=since).delete()
+        state.rolled_until = since
+    state.save(update_fields=["rolled_until", "updated_at"])
 
 
 def capacity_record(*, now: datetime) -> int:

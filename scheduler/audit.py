@@ -203,17 +203,20 @@ def check_allocations() -> list[str]:
 
 
 def check_ledger() -> list[str]:
-    """GPU-seconds in the usage ledger equal allocation intervals × share (skipped before any rollup)."""
+    """GPU-seconds in the usage ledger equal allocation intervals × share, and its summed days equal its hourly
+    rows (skipped before any rollup)."""
     from accounting.models import RollupState
-    from accounting.services import usage_reconcile
+    from accounting.services import usage_days_check, usage_reconcile
 
     if not RollupState.objects.filter(key="usage", rolled_until__isnull=False).exists():
         return []
+    findings = usage_days_check()
     result = usage_reconcile()
-    if result.ok:
-        return []
-    return [f"usage ledger {result.ledger_gpu_seconds} GPU-s but allocations held {result.held_gpu_seconds} GPU-s "
-            f"up to {result.until:%Y-%m-%d %H:%M:%S} (difference {result.difference})"]
+    if not result.ok:
+        findings.insert(0, f"usage ledger {result.ledger_gpu_seconds} GPU-s but allocations held "
+                           f"{result.held_gpu_seconds} GPU-s up to {result.until:%Y-%m-%d %H:%M:%S} "
+                           f"(difference {result.difference})")
+    return _capped(findings)
 
 
 CHECKS = {

@@ -1,0 +1,133 @@
+"""Summed ledger days (``UsageDay``): what the accounting pages read for whole days. They must give the very lines
+the hourly rows give, be summed only once no rollup changes their rows, and be dropped when their rows or rate
+cards change."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from accounting.models import RateCard, UsageDay, UsageRecord
+from accounting.selectors import days_summed_until, team_usage_lines, usage_lines
+from accounting.services import LATE_COMMIT_SLACK, rate_card_create, usage_days_forget, usage_rollup
+from scheduler.audit import audit
+from scheduler.models import Gpu, GpuSampleRollup
+from tests.accounting.conftest import NOV
+from tests.accounting.helpers import allocate, make_job
+
+pytestmark = pytest.mark.django_db
+H = timedelta(hours=1)
+D = timedelta(days=1)
+
+
+def line_values(lines):
+    """Lines as comparable tuples: GPU-seconds exactly, the float sums to a millionth of a GPU-second."""
+    return [(ln.period, ln.team, ln.user, ln.job_id, ln.kind, ln.gpu_model, ln.pool, ln.card_version, ln.gpu_seconds,
+             round(ln.utilized_gpu_seconds, 6), round(ln.measured_gpu_seconds, 6)) for ln in lines]
+
+
+@pytest.fixture
+def midnight(usage, alice, charlie, cluster):
+    """On top of the month of ``usage``: work that crosses midnights, a fraction, telemetry for some hours."""
+    long = make_job(alice, cluster["vision"], name="long", gpus=1)
+    allocate(long, "GPU-h100-0", NOV + timedelta(days=7, hours=20, minutes=17), NOV + timedelta(days=9, hours=2))
+    frac = make_job(charlie, cluster["nlp"], name="frac", gpu_fraction="0.5")
+    allocate(frac, "GPU-a100-1", NOV + timedelta(days=12, hours=23, minutes=30),
+             NOV + timedelta(days=13, hours=0, minutes=45), share_milli=500)
+    gpu = Gpu.objects.get(uuid="GPU-h100-0")
+    for k in range(0, 30, 3):  # telemetry for every third hour of the long job
+        GpuSampleRollup.objects.create(gpu=gpu, job=long, hour=NOV + timedelta(days=7, hours=20 + k), samples=60,
+                                       util_avg=40.0 + k)
+    usage_rollup(until=NOV + timedelta(days=30), full=True)  # (work written into the past: a repair counts it)
+    return {"long": long, "frac": frac}
+
+
+RANGES = [
+    (NOV, NOV + timedelta(days=30)),  # whole days
+    (NOV + timedelta(days=7, hours=21, minutes=5), NOV + timedelta(days=13, hours=0, minutes=20)),  # mid-day ends
+    (NOV - timedelta(days=2), NOV + timedelta(days=8, hours=3)),
+    (NOV + timedelta(days=8, hours=1), NOV + timedelta(days=8, hours=5)),  # inside one day
+]
+
+
+@pytest.mark.parametrize("agg", ["day", "week", "month", "hour"])
+@pytest.mark.parametrize(("start", "end"), RANGES)
+def test_lines_read_through_summed_days_equal_lines_from_the_hourly_rows(midnight, staff, alice, cluster, agg, start,
+                                                                        end):
+    assert days_summed_until() == NOV + timedelta(days=29)  # (the rollup ran to Dec 1; an hour of slack)
+    assert UsageDay.objects.exists()
+    read = [lambda: usage_lines(staff, start=start, end=end, agg=agg),
+            lambda: usage_lines(alice, start=start, end=end, agg=agg),  # vision only; others' rows masked
+            lambda: team_usage_lines(cluster["nlp"], start=start, end=end, agg=agg)]
+    through_days = [line_values(fn()) for fn in read]
+    usage_days_forget(None)
+    assert days_summed_until() is None and not UsageDay.objects.exists()
+    assert [line_values(fn()) for fn in read] == through_days
+    assert through_days[0], "the range holds usage"
+
+
+def test_the_summed_lines_carry_utilization_from_telemetry(midnight, staff):
+    day = NOV + timedelta(days=8)
+    (line,) = [ln for ln in usage_lines(staff, start=day, end=day + D, agg="day") if ln.job_id == midnight["long"].pk]
+    assert line.gpu_seconds == Decimal(86400)
+    hours = [k for k in range(0, 30, 3) if day <= NOV + timedelta(days=7, hours=20 + k) < day + D]
+    assert line.measured_gpu_seconds == pytest.approx(3600 * len(hours))
+    assert line.utilized_gpu_seconds == pytest.approx(sum(3600 * (40.0 + k) / 100 for k in hours))
+
+
+def test_a_day_is_summed_only_once_no_later_rollup_changes_its_rows(alice, cluster):
+    job = make_job(alice, cluster["vision"])
+    alloc = allocate(job, "GPU-h100-0", NOV + timedelta(hours=22), None)  # still running
+    usage_rollup(until=NOV + D + LATE_COMMIT_SLACK - timedelta(minutes=1))
+    assert days_summed_until() is None  # Nov 1's rows may still change: the rollup looks an hour back
+    usage_rollup(until=NOV + D + LATE_COMMIT_SLACK)
+    assert days_summed_until() == NOV + D
+    assert list(UsageDay.objects.values_list("day", "gpu_seconds")) == [(NOV, Decimal(7200))]
+    alloc.ended_at = NOV + D + timedelta(hours=3)
+    alloc.save()
+    report = usage_rollup(until=NOV + 3 * D + 2 * H)
+    assert report.days == 2 and days_summed_until() == NOV + 3 * D
+    assert list(UsageDay.objects.order_by("day").values_list("day", "gpu_seconds")) == [
+        (NOV, Decimal(7200)), (NOV + D, Decimal(3 * 3600))]
+    assert usage_rollup(until=NOV + 3 * D + 3 * H).days == 0  # nothing summed twice
+    assert audit(only=["ledger"]) == []
+
+
+def test_a_backdated_rate_card_drops_the_days_it_rates_and_the_next_rollup_sums_them_again(midnight, staff):
+    before = line_values(usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month"))
+    rate_card_create(version=2, effective_from=NOV + timedelta(days=8, hours=12),
+                     prices={"h100-80gb": Decimal("5.00"), "a100-40gb": Decimal("3.00")})
+    assert days_summed_until() == NOV + timedelta(days=8)  # the card's day and after are dropped
+    assert not UsageDay.objects.filter(day__gte=NOV + timedelta(days=8)).exists()
+    lines = usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month")
+    cards = {ln.card_version: ln.gpu_seconds for ln in lines if ln.job_id == midnight["long"].pk}
+    # Nov 8 20:17 to Nov 10 02:00, split at Nov 9 12:00
+    assert cards == {1: Decimal(15 * 3600 + 43 * 60), 2: Decimal(14 * 3600)}
+    assert sum(ln.gpu_seconds for ln in lines) == sum(v[8] for v in before)  # the same seconds, rated anew
+    usage_rollup(until=NOV + timedelta(days=30, hours=1))
+    assert days_summed_until() == NOV + timedelta(days=30)
+    assert line_values(usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month")) == line_values(lines)
+    RateCard.objects.get(version=2).delete()
+    assert days_summed_until() == NOV + timedelta(days=8)
+    assert line_values(usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month")) == before
+
+
+def test_a_repair_forgets_every_summed_day_and_a_rollup_into_the_past_those_it_rewrites(midnight):
+    usage_rollup(until=NOV + timedelta(days=10), full=True)
+    assert days_summed_until() == NOV + timedelta(days=9)
+    assert not UsageDay.objects.filter(day__gte=NOV + timedelta(days=9)).exists()
+    usage_rollup(until=NOV + timedelta(days=8, hours=6))  # into the past
+    assert days_summed_until() == NOV + timedelta(days=8)
+    assert audit(only=["ledger"]) == []
+
+
+def test_the_auditor_finds_a_summed_day_that_disagrees_with_its_hourly_rows(midnight):
+    row = UsageDay.objects.filter(job=midnight["long"], day=NOV + timedelta(days=8)).get()
+    UsageDay.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds + 1)
+    (finding,) = audit(only=["ledger"])
+    assert f"summed day 2026-11-09 of job {midnight['long'].pk}" in finding
+    assert "86401.000000000 GPU-s but its hourly rows 86400" in finding
+    UsageDay.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds)
+    UsageRecord.objects.filter(job=midnight["frac"]).delete()
+    findings = audit(only=["ledger"])
+    assert any(f"of job {midnight['frac'].pk}" in f and "its hourly rows 0" in f for f in findings)
