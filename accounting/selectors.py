@@ -201,6 +201,19 @@ def days_summed_until() -> datetime | None:
 DAYS_KEY = "usage-days"
 
 
+def ledger_spans(start: datetime, end: datetime, agg: str) -> list[tuple[bool, datetime, datetime]]:
+    """``[start, end)`` cut into spans to read from the summed days (True) or the hourly rows (False): whole
+    summed days from ``UsageDay`` unless the reading is by hour, the hours around them from ``UsageRecord``."""
+    summed = days_summed_until() if agg != "hour" else None
+    if summed is not None:
+        first, last = _day_ceil(start), min(day_floor(end), summed)
+        if first < last:
+            spans = [(False, start, first)] if start < first else []
+            spans.append((True, first, last))
+            return spans + ([(False, last, end)] if last < end else [])
+    return [(False, start, end)]
+
+
 def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg: str) -> list[UsageLine]:
     """Ledger GPU-seconds of ``teams`` (None: every team) in ``[start, end)`` summed per period, job, GPU model
     and rate card version, with the GPU-seconds weighted by utilization.
@@ -212,19 +225,8 @@ def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg:
     daily: QuerySet[UsageDay] = UsageDay.objects.all()
     if teams is not None:
         hourly, daily = hourly.filter(team__in=teams), daily.filter(team__in=teams)
-    parts = []
-    first = last = None
-    summed = days_summed_until() if agg != "hour" else None
-    if summed is not None:
-        first, last = _day_ceil(start), min(day_floor(end), summed)
-    if first is not None and last is not None and first < last:
-        parts.append(_daily_sums_sql(daily, start=first, end=last, agg=agg))
-        if start < first:
-            parts.append(hourly_sums_sql(hourly, start=start, end=first, agg=agg))
-        if last < end:
-            parts.append(hourly_sums_sql(hourly, start=last, end=end, agg=agg))
-    else:
-        parts.append(hourly_sums_sql(hourly, start=start, end=end, agg=agg))
+    parts = [(_daily_sums_sql(daily, start=a, end=b, agg=agg) if summed else
+              hourly_sums_sql(hourly, start=a, end=b, agg=agg)) for summed, a, b in ledger_spans(start, end, agg)]
     connection = connections[hourly.db]
     params: tuple = sum((p for _sql, p in parts), ())
     keys = ", ".join(f'u."{k}"' for k in KEYS)

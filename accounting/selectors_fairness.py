@@ -17,8 +17,8 @@ from django.db.models.functions import Lead
 
 from accounting.capacity import Presence, Step, capacity_steps
 from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
-from accounting.models import GpuPresence, UsageRecord
-from accounting.selectors import TRUNCS, _aware, card_version
+from accounting.models import GpuPresence, UsageDay, UsageRecord
+from accounting.selectors import TRUNCS, _aware, card_version, ledger_spans
 from portal.access import cost_teams_for, sees_all_costs
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
@@ -161,13 +161,21 @@ def cluster_allocated(
     """Every team's ledger GPU-seconds in ``[start, end)`` as ``(period, team, GPU model, card version,
     GPU-seconds)``: the cluster-wide input of idle cost. One query."""
     trunc = TRUNCS[agg]
-    rows = (
-        UsageRecord.objects.filter(period_start__gte=start, period_start__lt=end)
-        .annotate(period=trunc("period_start") if trunc else F("period_start"), card=card_version())
-        .values("period", "team__name", "gpu_model__name", "card")
-        .annotate(s=Sum("gpu_seconds"))
-    )
-    return [(r["period"], r["team__name"], r["gpu_model__name"], r["card"], r["s"]) for r in rows]
+    parts = []
+    for summed, a, b in ledger_spans(start, end, agg):  # one query: the spans' sums, united
+        if summed:  # whole days the rollup has summed
+            rows = UsageDay.objects.filter(day__gte=a, day__lt=b).annotate(
+                period=F("day") if agg == "day" else trunc("day"), card_v=F("card"))
+        else:
+            rows = UsageRecord.objects.filter(period_start__gte=a, period_start__lt=b).annotate(
+                period=trunc("period_start") if trunc else F("period_start"), card_v=card_version())
+        parts.append(rows.values("team__name", "gpu_model__name", "period", "card_v")
+                     .annotate(s=Sum("gpu_seconds")).order_by())
+    sums: dict[tuple, Decimal] = {}
+    for r in (parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]):
+        key = (_aware(r["period"]), r["team__name"], r["gpu_model__name"], r["card_v"])
+        sums[key] = sums.get(key, Decimal(0)) + r["s"]
+    return [(*key, gs) for key, gs in sums.items()]
 
 
 def wait_seconds(visible: set[str] | None, *, start: datetime, end: datetime) -> dict[str, list[float]]:
