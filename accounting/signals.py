@@ -3,7 +3,7 @@ version each hour of the ledger is rated under from its ``effective_from`` on, s
 are dropped (``usage_days_forget``) and summed again by the next rollup. Signals cover every way a card is
 changed: the governance service, the Django admin and the shell."""
 
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
 from accounting.models import RateCard
@@ -23,12 +23,16 @@ def _card_saved(sender, instance: RateCard, raw: bool = False, **kwargs) -> None
         return
     from accounting.services import usage_days_forget
 
+    # As stored: a card may be saved with its time as text, which the database parsed.
+    now = RateCard.objects.filter(pk=instance.pk).values_list("effective_from", flat=True).get()
     before = getattr(instance, "_rota_effective_before", None)
-    usage_days_forget(min(instance.effective_from, before) if before is not None else instance.effective_from)
+    usage_days_forget(min(now, before) if before is not None else now)
 
 
-@receiver(post_delete, sender=RateCard)
+@receiver(pre_delete, sender=RateCard)
 def _card_deleted(sender, instance: RateCard, **kwargs) -> None:
     from accounting.services import usage_days_forget
 
-    usage_days_forget(instance.effective_from)
+    stored = RateCard.objects.filter(pk=instance.pk).values_list("effective_from", flat=True).first()
+    if stored is not None:  # (in the delete's transaction: undone with it)
+        usage_days_forget(stored)

@@ -113,8 +113,17 @@ def test_a_backdated_rate_card_drops_the_days_it_rates_and_the_next_rollup_sums_
     usage_rollup(until=NOV + timedelta(days=30, hours=1))
     assert days_summed_until() == NOV + timedelta(days=30)
     assert line_values(usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month")) == line_values(lines)
-    RateCard.objects.get(version=2).delete()
+    card = RateCard.objects.get(version=2)
+    card.effective_from = "2026-11-20T00:00:00Z"  # moved later, given as text (the days from the 9th stay dropped)
+    card.save()
     assert days_summed_until() == NOV + timedelta(days=8)
+    usage_rollup(until=NOV + timedelta(days=30, hours=2))
+    card.effective_from = "2026-11-10T06:00:00+00:00"  # moved earlier: dropped from the 10th on
+    card.save()
+    assert days_summed_until() == NOV + timedelta(days=9)
+    usage_rollup(until=NOV + timedelta(days=30, hours=3))
+    card.delete()
+    assert days_summed_until() == NOV + timedelta(days=9)
     assert line_values(usage_lines(staff, start=NOV, end=NOV + timedelta(days=30), agg="month")) == before
 
 
