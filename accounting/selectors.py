@@ -34,6 +34,7 @@ from accounting.models import Budget, RateCard, RollupState, UsageDay, UsageReco
 from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
 from portal.access import cost_teams_for, sees_all_costs
+from portal.dbrows import fast_timestamps
 from portal.models import Membership, Team
 from scheduler.models import GpuModel, GpuSample, GpuSampleRollup, Job, Pool, Preemption
 
@@ -247,6 +248,7 @@ def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg:
         'ORDER BY s."period", t."name", u."username", s."job_id", m."name", s."card"'
     )
     with connection.cursor() as cursor:
+        fast_timestamps(cursor)
         cursor.execute(query, params)
         rows = cursor.fetchall()
     field = UsageRecord._meta.get_field("gpu_seconds")

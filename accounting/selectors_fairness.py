@@ -20,6 +20,7 @@ from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
 from accounting.models import GpuPresence, UsageDay, UsageRecord
 from accounting.selectors import TRUNCS, _aware, card_version, ledger_spans
 from portal.access import cost_teams_for, sees_all_costs
+from portal.dbrows import fast_timestamps, fetch_rows
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
 from scheduler.models.jobs import FINAL_STATES, WAITING_STATES, JobState
@@ -72,6 +73,7 @@ def waiting_intervals(visible: set[str] | None, *, start: datetime, horizon: dat
              f'WHERE w."to_state" IN ({", ".join(["%s"] * len(waiting))}) '
              'AND (w."next_at" IS NULL OR w."next_at" > %s)')
     with connections[inner.db].cursor() as cursor:
+        fast_timestamps(cursor)
         cursor.execute(query, (*params, *waiting, start))
         rows = cursor.fetchall()
     out = [(team, _aware(at), _aware(nxt) if nxt is not None else horizon) for team, at, nxt in rows]
@@ -82,7 +84,7 @@ def held_intervals(visible: set[str] | None, *, start: datetime, horizon: dateti
     """Per team, ``(from, to, GPUs)`` of its allocations overlapping ``[start, horizon)`` (open ones run to
     ``horizon``; a fraction counts its share). One query."""
     out: dict[str, list] = defaultdict(list)
-    rows = (
+    rows = fetch_rows(
         Allocation.objects.filter(job__team__in=_teams(visible), started_at__lt=horizon)
         .exclude(ended_at__lte=start)
         .values_list("job__team__name", "started_at", "ended_at", "share_milli")
@@ -181,7 +183,7 @@ def cluster_allocated(
 def wait_seconds(visible: set[str] | None, *, start: datetime, end: datetime) -> dict[str, list[float]]:
     """Per team, seconds from submission to first admission of the jobs submitted in ``[start, end)`` and
     admitted at least once (jobs still waiting for their first admission are left out). One query."""
-    rows = (
+    rows = fetch_rows(
         Job.objects.filter(team__in=_teams(visible), created_at__gte=start, created_at__lt=end)
         .annotate(first=Min("transitions__at", filter=Q(transitions__to_state=JobState.ADMITTED)))
         .filter(first__isnull=False)

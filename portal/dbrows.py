@@ -1,0 +1,48 @@
+"""Reading many timestamps fast.
+
+Django reads every ``timestamptz`` through its own loader, a Python subclass of psycopg's: about 6 µs a value,
+because psycopg's C loader is used only for its own class. A month of allocations (64k rows, 128k timestamps)
+took 0.8 s to read that way, against 0.08 s with the C loader. When the session's time zone is UTC and Django
+reads datetimes as UTC (``USE_TZ`` with the default database time zone), the C loader gives the very same
+values, so reads that fetch many rows can ask for it, per cursor (Django's connection-wide loader, which its
+cursors check, stays as it is).
+"""
+
+from datetime import UTC
+
+from django.conf import settings
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
+from django.db.models import QuerySet
+
+
+def fast_timestamps(cursor) -> None:
+    """Let Django's ``cursor`` read ``timestamptz`` values with psycopg's C loader when that gives what Django's
+    own loader gives (PostgreSQL, ``USE_TZ``, UTC on both sides); otherwise leave it as it is."""
+    db = cursor.db
+    if db.vendor != "postgresql" or not settings.USE_TZ or db.timezone != UTC:
+        return
+    raw = cursor.cursor
+    if raw.connection.info.parameter_status("TimeZone") != "UTC":
+        return
+    from psycopg.types.datetime import TimestamptzLoader
+
+    # Registering psycopg's own class installs its C version, where psycopg has one.
+    raw.adapters.register_loader("timestamptz", TimestamptzLoader)
+
+
+def fetch_rows(qs: QuerySet) -> list[tuple]:
+    """The rows of a ``values_list`` queryset as tuples, timestamps read fast (``fast_timestamps``). Only for
+    fields whose database values are what the ORM gives (numbers, text, timestamps); off PostgreSQL it is
+    ``list(qs)``."""
+    db = connections[qs.db]
+    if db.vendor != "postgresql":
+        return [tuple(row) for row in qs]
+    try:
+        sql, params = qs.query.sql_with_params()
+    except EmptyResultSet:  # e.g. ``__in`` an empty list: nothing can match
+        return []
+    with db.cursor() as cursor:
+        fast_timestamps(cursor)
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -1,0 +1,51 @@
+"""``portal.dbrows``: many timestamps read with psycopg's C loader give exactly what the ORM gives."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from psycopg.pq import Format
+
+from portal.dbrows import fast_timestamps, fetch_rows
+from scheduler.models import Allocation, Gpu
+from tests.accounting.helpers import allocate, make_job
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 11, 2, 9, 0, 0, 123457, tzinfo=UTC)
+
+
+def loader(cursor):
+    oid = cursor.cursor.adapters.types["timestamptz"].oid
+    return cursor.cursor.adapters.get_loader(oid, Format.TEXT)
+
+
+@pytest.fixture
+def allocations(alice, cluster):
+    job = make_job(alice, cluster["vision"])
+    for k, gpu in enumerate(Gpu.objects.order_by("uuid")[:4]):
+        allocate(job, gpu, T0 + timedelta(hours=k, microseconds=k), None if k == 3 else T0 + timedelta(days=1 + k))
+
+
+def test_the_rows_are_the_ones_the_orm_reads_to_the_microsecond_and_time_zone(allocations):
+    qs = Allocation.objects.order_by("pk").values_list("gpu__uuid", "started_at", "ended_at", "share_milli")
+    rows = fetch_rows(qs)
+    assert rows == [tuple(r) for r in qs]
+    assert all(r[1].tzinfo is UTC for r in rows) and rows[0][1] == T0 and rows[3][2] is None
+
+
+def test_the_cursor_reads_timestamps_with_psycopgs_own_loader_only_when_it_gives_utc(allocations):
+    with connection.cursor() as cursor:
+        before = loader(cursor)
+        fast_timestamps(cursor)
+        fast = loader(cursor)
+    assert "django" in before.__module__ and "django" not in fast.__module__
+    assert fast.__name__ == "TimestamptzLoader"
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL TIME ZONE 'Europe/Paris'")
+        fast_timestamps(cursor)  # the C loader would answer in Paris time: Django's stays
+        assert "django" in loader(cursor).__module__
+
+
+def test_nothing_can_match_an_empty_list(allocations):
+    assert fetch_rows(Allocation.objects.filter(job_id__in=[]).values_list("pk")) == []
