@@ -25,6 +25,9 @@ MAX_AGENT_CLOCK_OFFSET = timedelta(days=730)
 # A sample older than the raw retention (once corrected) would be rolled up and deleted at once: refused.
 # The agent buffers minutes of samples while the portal is away, not days.
 MAX_SAMPLE_AGE = RAW_RETENTION
+# The ledger sums a day only an hour (its LATE_COMMIT_SLACK) after it ends: no sample newer than this can
+# belong to a summed day.
+LATE_SAMPLE = timedelta(hours=1)
 
 
 class TelemetryError(Exception):
@@ -89,6 +92,12 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
                 details={"xid": sample.xid, "gpu": gpu.index, "uuid": gpu.uuid},
             )
     GpuSample.objects.bulk_create(samples)
+    if samples and samples[0].at < now - LATE_SAMPLE:
+        # Late (a node that was cut off sends what it kept): a day of the ledger already summed may have read
+        # its utilization without them. Those days are summed again by the next rollup.
+        from accounting.services import usage_days_forget
+
+        usage_days_forget(samples[0].at)
     for gpu_id, s in latest.items():
         Gpu.objects.filter(pk=gpu_id).update(
             last_sample_at=s.at, util_pct=s.util_pct, mem_used_mb=s.mem_used_mb, temperature_c=s.temperature_c,

@@ -146,3 +146,30 @@ def test_the_auditor_finds_a_summed_day_that_disagrees_with_its_hourly_rows(midn
     UsageRecord.objects.filter(job=midnight["frac"]).delete()
     findings = audit(only=["ledger"])
     assert any(f"of job {midnight['frac'].pk}" in f and "its hourly rows 0" in f for f in findings)
+
+
+def test_a_late_sample_for_a_summed_day_drops_it_and_the_next_rollup_reads_its_utilization(alice, cluster):
+    from scheduler.services.telemetry import LATE_SAMPLE, telemetry_ingest
+
+    assert LATE_SAMPLE <= LATE_COMMIT_SLACK  # no sample on time can fall in a summed day
+    job = make_job(alice, cluster["vision"])
+    allocate(job, "GPU-h100-0", NOV + timedelta(days=9, hours=18), None)
+    usage_rollup(until=NOV + timedelta(days=10, hours=4))
+    day = UsageDay.objects.get(job=job, day=NOV + timedelta(days=9))
+    assert (day.gpu_seconds, day.measured_gpu_seconds) == (Decimal(6 * 3600), 0.0)
+    node = cluster["nodes"][0]
+    on_time = {"uuid": "GPU-h100-0", "at": NOV + timedelta(days=10, hours=4, minutes=30), "util_pct": 90.0}
+    telemetry_ingest(node=node, rows=[on_time], now=NOV + timedelta(days=10, hours=5))
+    assert days_summed_until() == NOV + timedelta(days=10)  # a sample on time drops nothing
+    late = {"uuid": "GPU-h100-1", "at": NOV + timedelta(days=9, hours=20, minutes=30), "util_pct": 50.0}
+    allocate(job, "GPU-h100-1", NOV + timedelta(days=9, hours=18), None)
+    usage_rollup(until=NOV + timedelta(days=10, hours=5), full=True)
+    # What a node cut off for a while sends: what it kept, up to now (its newest row sets the clock).
+    now_row = {"uuid": "GPU-h100-1", "at": NOV + timedelta(days=10, hours=4, minutes=59), "util_pct": 10.0}
+    assert telemetry_ingest(node=node, rows=[late, now_row], now=NOV + timedelta(days=10, hours=5)) == 2
+    assert days_summed_until() == NOV + timedelta(days=9)
+    usage_rollup(until=NOV + timedelta(days=10, hours=5))
+    days = {d.measured_gpu_seconds: d.utilized_gpu_seconds
+            for d in UsageDay.objects.filter(job=job, day=NOV + timedelta(days=9))}
+    assert days == {3600.0: 1800.0}  # the hour the late sample covers, at its 50%
+    assert audit(only=["ledger"]) == []
