@@ -180,7 +180,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"node": "600/min"},
+    "DEFAULT_THROTTLE_RATES": {"node": "600/min", "quote": "60/min"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rota API",

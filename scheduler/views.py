@@ -21,6 +21,7 @@ from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for, t
 from portal.csvutil import csv_response
 from portal.teams.selectors import can_manage_team, job_template_for, job_templates
 from portal.teams.services import job_template_save
+from portal.throttle import QuoteThrottle
 from scheduler.forms import JobSubmitForm, kind_cards
 from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
@@ -178,10 +179,14 @@ def job_quote_partial(request):
         field = form.fields.get(name)
         return str(field.label or name.replace("_", " ").capitalize()) if field else name
 
+    throttle = QuoteThrottle()
     if form.is_valid():
         replicas = form.replica_count()
         try:
-            quote = job_quote(user=request.user, **form.submit_kwargs())
+            if not throttle.allow_request(request, None):  # (only a form that can be quoted counts)
+                problems = [throttle.refusal().capitalize()]
+            else:
+                quote = job_quote(user=request.user, **form.submit_kwargs())
         except ValidationError as exc:
             problems = [f"{label(k)}: {'; '.join(v)}" for k, v in exc.message_dict.items()]
     else:

@@ -25,6 +25,14 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_throttles():
+    """Each test starts with no request history (throttles count in the cache, which outlives a test)."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def cluster(db):
     """Two teams (vision, nlp) sharing pool ``train``: one node of 4×h100-80gb and one of 2×a100-40gb,

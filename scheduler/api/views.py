@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from portal.access import job_for, jobs_for, submit_teams_for, teams_for
 from portal.api import Pagination
+from portal.throttle import QuoteThrottle
 from scheduler.api.serializers import (
     JobDetailSerializer,
     JobInputSerializer,
@@ -89,7 +90,10 @@ class JobListCreateAPI(APIView):
 
 class JobQuoteAPI(APIView):
     """Quote a job before submitting it: would it start now (or when, and why), its hourly and maximum
-    total cost at the current rate card, and the team's remaining quota. Nothing is saved."""
+    total cost at the current rate card, and the team's remaining quota. Nothing is saved. At most
+    ``DEFAULT_THROTTLE_RATES["quote"]`` a person (429 past it)."""
+
+    throttle_classes = [QuoteThrottle]
 
     @extend_schema(request=JobInputSerializer, responses={200: dict})
     def post(self, request):

@@ -64,3 +64,25 @@ def test_the_quote_panel_waits_for_required_fields_and_names_wrong_ones_by_their
                                          "gpu_fraction": "1.5"}).content.decode()
     assert "GPUs: Ensure this value is greater than or equal to 1." in wrong
     assert "GPU fraction:" in wrong and "required" not in wrong and "gpu_fraction" not in wrong
+
+
+def test_quotes_are_limited_per_person_across_the_api_and_the_form(api, alice, bob, charlie, client, monkeypatch):
+    from portal.throttle import QuoteThrottle
+
+    monkeypatch.setattr(QuoteThrottle, "rate", "2/min", raising=False)
+    for _ in range(2):
+        assert quote(api(alice), gpu_model="h100-80gb", gpus=1).status_code == 200
+    refused = quote(api(alice), gpu_model="h100-80gb", gpus=1)
+    assert refused.status_code == 429 and "throttled" in refused.json()["detail"].lower()
+    assert quote(api(charlie), gpu_model="h100-80gb", gpus=1).status_code == 200  # a person's own budget
+    # The form shares alice's budget and says so in the panel (htmx swaps only answers that succeed).
+    client.force_login(alice)
+    form = {"team": "vision", "name": "x", "kind": "training", "command": "true", "gpus": 1, "gpu_model": "h100-80gb"}
+    panel = client.post("/jobs/quote/", form)
+    assert panel.status_code == 200 and b"Too many quotes: at most 2/min; try again in" in panel.content
+    assert b"Starts now" not in panel.content
+    # A form that cannot be quoted yet costs nothing and still names what is missing or wrong.
+    client.force_login(bob)
+    for _ in range(3):
+        assert b"Fill in the form" in client.post("/jobs/quote/", {"team": "vision", "kind": "training"}).content
+    assert b"Starts now" in client.post("/jobs/quote/", form).content
