@@ -28,30 +28,19 @@ class BudgetAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin):
-    """Read-only: the ledger is rebuilt by the rollup, never edited by hand."""
+class UsageRecordAdmin(ReadOnly, admin.ModelAdmin):
+    """View only: the ledger is rebuilt by the rollup, never edited or deleted by hand (a repair is
+    ``manage.py usage_rollup --full``)."""
 
     list_display = ["period_start", "team", "user", "job", "gpu_model", "gpu_seconds", "open"]
     list_select_related = ["team", "user", "job", "gpu_model"]
     list_filter = ["kind", "open"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(GpuPresence)
-class GpuPresenceAdmin(admin.ModelAdmin):
-    """Read-only: the inventory's history is recorded by the usage rollup, never edited by hand."""
+class GpuPresenceAdmin(ReadOnly, admin.ModelAdmin):
+    """View only: the inventory's history is recorded by the usage rollup, never edited or deleted by hand."""
 
     list_display = ["gpu", "gpu_model", "since", "until"]
     list_select_related = ["gpu__node", "gpu_model"]
     list_filter = ["gpu_model"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

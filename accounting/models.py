@@ -84,10 +84,12 @@ class UsageDay(models.Model):
 
 
 class RollupState(models.Model):
-    """The single row recording how far the ledger has been rolled up (database time)."""
+    """How far the ledger has been rolled up (database time): ``usage`` for the hourly rows, ``usage-days@<time
+    zone>`` for the summed days, with the rate cards they were summed under (``cards``)."""
 
-    key = models.CharField(max_length=20, unique=True, default="usage")
+    key = models.CharField(max_length=80, unique=True, default="usage")
     rolled_until = models.DateTimeField(null=True, blank=True)
+    cards = models.TextField(blank=True)  # summed days: the rate cards (version@effective_from) they read
     updated_at = models.DateTimeField(auto_now=True)
 
 

@@ -34,7 +34,7 @@ from accounting.models import Budget, RateCard, RollupState, UsageDay, UsageReco
 from accounting.rating import RateCardVersion, UsageLine
 from accounting.slicing import HOUR
 from portal.access import cost_teams_for, sees_all_costs
-from portal.dbrows import fast_timestamps
+from portal.dbrows import fast_timestamps, one_snapshot
 from portal.models import Membership, Team
 from scheduler.models import GpuModel, GpuSample, GpuSampleRollup, Job, Pool, Preemption
 
@@ -171,7 +171,7 @@ def hourly_sums_sql(qs: QuerySet[UsageRecord], *, start: datetime, end: datetime
 
 def _daily_sums_sql(qs: QuerySet[UsageDay], *, start: datetime, end: datetime, agg: str) -> tuple[str, tuple]:
     """The same sums as ``hourly_sums_sql``, read from the days the rollup has summed (``UsageDay``)."""
-    period = F("day") if agg == "day" else TRUNCS[agg]("day")
+    period = TRUNCS[agg]("day")  # (local and naive, as the hourly rows' periods are)
     sql, params = (
         qs.filter(day__gte=start, day__lt=end)
         .annotate(period=period, gs=F("gpu_seconds"), utilized=F("utilized_gpu_seconds"),
@@ -184,8 +184,8 @@ def _daily_sums_sql(qs: QuerySet[UsageDay], *, start: datetime, end: datetime, a
 
 
 def day_floor(at: datetime) -> datetime:
-    """The start of ``at``'s day in the current time zone (what ``TruncDay`` gives)."""
-    local = timezone.localtime(at)
+    """The start of ``at``'s day in the portal's time zone (``settings.TIME_ZONE``: what ``TruncDay`` gives)."""
+    local = timezone.localtime(at, timezone.get_default_timezone())
     return datetime.combine(local.date(), time(), tzinfo=local.tzinfo)
 
 
@@ -194,12 +194,17 @@ def _day_ceil(at: datetime) -> datetime:
     return floor if floor == at else day_floor(floor + timedelta(hours=36))
 
 
+def days_key() -> str:
+    """The watermark of the summed days: days are of the portal's time zone, so another zone starts afresh."""
+    return f"usage-days@{timezone.get_default_timezone_name()}"
+
+
 def days_summed_until() -> datetime | None:
-    """Up to where whole days of the ledger are summed in ``UsageDay`` (None: none are)."""
-    return RollupState.objects.filter(key=DAYS_KEY).values_list("rolled_until", flat=True).first()
-
-
-DAYS_KEY = "usage-days"
+    """Up to where whole days of the ledger are summed in ``UsageDay`` (None: none are, or this reading is in
+    a time zone other than the portal's, whose days they are)."""
+    if timezone.get_current_timezone_name() != timezone.get_default_timezone_name():
+        return None
+    return RollupState.objects.filter(key=days_key()).values_list("rolled_until", flat=True).first()
 
 
 def ledger_spans(start: datetime, end: datetime, agg: str) -> list[tuple[bool, datetime, datetime]]:
@@ -226,9 +231,17 @@ def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg:
     daily: QuerySet[UsageDay] = UsageDay.objects.all()
     if teams is not None:
         hourly, daily = hourly.filter(team__in=teams), daily.filter(team__in=teams)
-    parts = [(_daily_sums_sql(daily, start=a, end=b, agg=agg) if summed else
-              hourly_sums_sql(hourly, start=a, end=b, agg=agg)) for summed, a, b in ledger_spans(start, end, agg)]
-    connection = connections[hourly.db]
+    with one_snapshot(hourly.db):  # the watermark and the days it covers, as of one moment
+        parts = [(_daily_sums_sql(daily, start=a, end=b, agg=agg) if summed else hourly_sums_sql(
+            hourly, start=a, end=b, agg=agg)) for summed, a, b in ledger_spans(start, end, agg)]
+        rows = _fetch_lines(hourly.db, parts)
+    return [_line(row) for row in rows]
+
+
+def _fetch_lines(db: str, parts: list[tuple[str, tuple]]) -> list[tuple]:
+    """Sum the parts' sums per line, then name the lines: names are joined to the few summed lines, not to
+    every row."""
+    connection = connections[db]
     params: tuple = sum((p for _sql, p in parts), ())
     keys = ", ".join(f'u."{k}"' for k in KEYS)
     columns = ", ".join(f'"{k}"' for k in (*KEYS, "gs", "utilized", "measured"))
@@ -250,28 +263,31 @@ def _lines(teams: QuerySet[Team] | None, *, start: datetime, end: datetime, agg:
     with connection.cursor() as cursor:
         fast_timestamps(cursor)
         cursor.execute(query, params)
-        rows = cursor.fetchall()
-    field = UsageRecord._meta.get_field("gpu_seconds")
-    out = []
-    for (period, card, job_id, kind, team, department, user, job_name, gpus, fraction, model, pool, gs, utilized,
-         measured) in rows:
-        out.append(UsageLine(
-            period=_aware(period),
-            team=team,
-            department=department or team,
-            user=user,
-            job_id=job_id,
-            job_name=job_name,
-            kind=kind,
-            gpu_model=model,
-            pool=pool,
-            gpus=_fraction(fraction) if fraction is not None else Decimal(gpus),
-            card_version=card,
-            gpu_seconds=Decimal(str(gs)).quantize(Decimal(1).scaleb(-field.decimal_places)),
-            utilized_gpu_seconds=utilized or 0.0,
-            measured_gpu_seconds=measured or 0.0,
-        ))
-    return out
+        return cursor.fetchall()
+
+
+_GS_PLACES = Decimal(1).scaleb(-UsageRecord._meta.get_field("gpu_seconds").decimal_places)
+
+
+def _line(row: tuple) -> UsageLine:
+    (period, card, job_id, kind, team, department, user, job_name, gpus, fraction, model, pool, gs, utilized,
+     measured) = row
+    return UsageLine(
+        period=_aware(period),
+        team=team,
+        department=department or team,
+        user=user,
+        job_id=job_id,
+        job_name=job_name,
+        kind=kind,
+        gpu_model=model,
+        pool=pool,
+        gpus=_fraction(fraction) if fraction is not None else Decimal(gpus),
+        card_version=card,
+        gpu_seconds=Decimal(str(gs)).quantize(_GS_PLACES),
+        utilized_gpu_seconds=utilized or 0.0,
+        measured_gpu_seconds=measured or 0.0,
+    )
 
 
 def _aware(value) -> datetime:

@@ -20,7 +20,7 @@ from accounting.fairness import QuotaTerm, TeamFairness, fairness_statement
 from accounting.models import GpuPresence, UsageDay, UsageRecord
 from accounting.selectors import TRUNCS, _aware, card_version, ledger_spans
 from portal.access import cost_teams_for, sees_all_costs
-from portal.dbrows import fast_timestamps, fetch_rows
+from portal.dbrows import fast_timestamps, fetch_rows, one_snapshot
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
 from scheduler.models.jobs import FINAL_STATES, WAITING_STATES, JobState
@@ -164,17 +164,18 @@ def cluster_allocated(
     GPU-seconds)``: the cluster-wide input of idle cost. One query."""
     trunc = TRUNCS[agg]
     parts = []
-    for summed, a, b in ledger_spans(start, end, agg):  # one query: the spans' sums, united
-        if summed:  # whole days the rollup has summed
-            rows = UsageDay.objects.filter(day__gte=a, day__lt=b).annotate(
-                period=F("day") if agg == "day" else trunc("day"), card_v=F("card"))
-        else:
-            rows = UsageRecord.objects.filter(period_start__gte=a, period_start__lt=b).annotate(
-                period=trunc("period_start") if trunc else F("period_start"), card_v=card_version())
-        parts.append(rows.values("team__name", "gpu_model__name", "period", "card_v")
-                     .annotate(s=Sum("gpu_seconds")).order_by())
+    with one_snapshot():  # the watermark and the days it covers, as of one moment
+        for summed, a, b in ledger_spans(start, end, agg):  # one query: the spans' sums, united
+            if summed:  # whole days the rollup has summed (periods local and naive, as the hourly ones)
+                rows = UsageDay.objects.filter(day__gte=a, day__lt=b).annotate(period=trunc("day"), card_v=F("card"))
+            else:
+                rows = UsageRecord.objects.filter(period_start__gte=a, period_start__lt=b).annotate(
+                    period=trunc("period_start") if trunc else F("period_start"), card_v=card_version())
+            parts.append(rows.values("team__name", "gpu_model__name", "period", "card_v")
+                         .annotate(s=Sum("gpu_seconds")).order_by())
+        found = list(parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0])
     sums: dict[tuple, Decimal] = {}
-    for r in (parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]):
+    for r in found:
         key = (_aware(r["period"]), r["team__name"], r["gpu_model__name"], r["card_v"])
         sums[key] = sums.get(key, Decimal(0)) + r["s"]
     return [(*key, gs) for key, gs in sums.items()]

@@ -1,4 +1,4 @@
-"""Reading many timestamps fast.
+"""Reading many rows: timestamps read fast, and several reads that must agree read as of one moment.
 
 Django reads every ``timestamptz`` through its own loader, a Python subclass of psycopg's: about 6 µs a value,
 because psycopg's C loader is used only for its own class. A month of allocations (64k rows, 128k timestamps)
@@ -8,11 +8,13 @@ values, so reads that fetch many rows can ask for it, per cursor (Django's conne
 cursors check, stays as it is).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import QuerySet
 
 
@@ -46,3 +48,20 @@ def fetch_rows(qs: QuerySet) -> list[tuple]:
         fast_timestamps(cursor)
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+@contextmanager
+def one_snapshot(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Run the reads inside against one snapshot of the database (PostgreSQL's REPEATABLE READ, read only).
+
+    Under autocommit each query sees a newer state than the last: a watermark read, then the rows it
+    promises, could straddle a change that moves both. Inside a caller's transaction (tests, a task's own
+    transaction) that transaction's view is used as it is; other databases read as they are."""
+    db = connections[using]
+    if db.in_atomic_block or db.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(using=using):
+        with db.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield

@@ -17,12 +17,11 @@ at the end of a 10,000-job load run. It never writes.
 """
 
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import connection
 
+from portal.dbrows import one_snapshot
 from scheduler.models.jobs import FINAL_STATES, HOLDING_STATES, WAITING_STATES, JobState
 
 STATES = {s.value for s in JobState}
@@ -233,25 +232,9 @@ def audit(*, ledger: bool = True, only: list[str] | None = None) -> list[str]:
     """Every violation found, as ``"<check>: <what>"`` lines; empty when the database is sound. ``ledger``
     False skips the ledger reconciliation (while allocations change concurrently it can lag a rollup)."""
     findings = []
-    with _one_snapshot():
+    with one_snapshot():  # one moment: work committed between two checks' queries never looks broken
         for name, check in CHECKS.items():
             if (only and name not in only) or (name == "ledger" and not ledger):
                 continue
             findings += [f"{name}: {line}" for line in check()]
     return findings
-
-
-@contextmanager
-def _one_snapshot() -> Iterator[None]:
-    """Run every check's queries against one snapshot of the database (REPEATABLE READ, read only).
-
-    Under autocommit each query would see a newer state than the last, so a job committed between the
-    read of jobs and the read of transitions would look inconsistent while nothing is. Inside a caller's
-    transaction (tests), that transaction's view is used as it is."""
-    if connection.in_atomic_block:
-        yield
-        return
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        yield

@@ -186,3 +186,22 @@ def test_a_password_change_in_the_admin_is_audited_without_the_password(root, al
     assert response.status_code == 302
     entry = AuditEntry.objects.get()
     assert entry.action == "user.password" and entry.object_name == "alice" and entry.after is None
+
+
+def test_the_usage_ledger_and_the_inventory_history_cannot_be_deleted_by_hand(root, cluster, alice):
+    from datetime import timedelta
+
+    from accounting.models import GpuPresence, UsageRecord
+    from accounting.services import usage_rollup
+    from tests.accounting.helpers import T0, allocate, make_job
+
+    allocate(make_job(alice, cluster["vision"]), "GPU-h100-0", T0, T0 + timedelta(hours=2))
+    usage_rollup(until=T0 + timedelta(hours=3))
+    row, presence = UsageRecord.objects.first(), GpuPresence.objects.first()
+    assert root.get(f"/admin/accounting/usagerecord/{row.pk}/change/").status_code == 200  # still viewable
+    assert root.post(f"/admin/accounting/usagerecord/{row.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert root.post(f"/admin/accounting/gpupresence/{presence.pk}/delete/", {"post": "yes"}).status_code == 403
+    bulk = root.post("/admin/accounting/usagerecord/", {"action": "delete_selected", "_selected_action": [row.pk],
+                                                         "post": "yes"})
+    assert bulk.status_code in (200, 302, 403)
+    assert UsageRecord.objects.filter(pk=row.pk).exists() and GpuPresence.objects.filter(pk=presence.pk).exists()
