@@ -23,3 +23,9 @@ X_FRAME_OPTIONS = "DENY"
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (opt in: trusting it without a proxy is unsafe).
 if env_bool("SECURE_PROXY_SSL", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Throttles (quotes per person, node API calls) count in the cache: one cache for every web worker, in Redis
+# (Django's default keeps a cache per process, so N workers would allow N times the rate).
+if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):  # noqa: F405
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,  # noqa: F405
+                          "KEY_PREFIX": "rota"}}

@@ -24,6 +24,7 @@ class QuoteThrottle(UserRateThrottle):
 
     scope = "quote"
 
-    def refusal(self) -> str:
-        wait = self.wait()
+    def refusal(self, wait: float | None = None) -> str:
+        """What a person past the limit is told (``wait``: seconds until the next quote, else this throttle's)."""
+        wait = self.wait() if wait is None else wait
         return f"too many quotes: at most {self.rate}; try again in {max(1, round(wait or 1))} s"

@@ -5,7 +5,7 @@ from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import PermissionDenied, Throttled, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
@@ -59,20 +59,22 @@ class JobListCreateAPI(APIView):
     )
     def get(self, request):
         qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
-        state = request.query_params.get("state", "")
+        params = request.query_params
+        state, kind, team = params.get("state", ""), params.get("kind", ""), params.get("team", "")
+        errors = {}  # every bad filter at once
         if not valid_state(state):
-            raise ValidationError({"state": f"must be {STATE_RULE}"})
+            errors["state"] = [f"must be {STATE_RULE}"]
+        if kind and kind not in KINDS:
+            errors["kind"] = [f"must be one of {', '.join(KINDS)}; got {kind!r}"]
+        # Another team's name gets the same answer as a missing one: names of other teams do not leak.
+        if team and not teams_for(request.user).filter(name=team).exists():
+            errors["team"] = [f"no team of yours is named {team!r}"]
+        if errors:
+            raise ValidationError(errors)
         qs = filter_state(qs, state)
-        kind = request.query_params.get("kind")
         if kind:
-            if kind not in KINDS:
-                raise ValidationError({"kind": f"must be one of {', '.join(KINDS)}; got {kind!r}"})
             qs = qs.filter(kind=kind)
-        team = request.query_params.get("team")
         if team:
-            # Another team's name gets the same answer as a missing one: names of other teams do not leak.
-            if not teams_for(request.user).filter(name=team).exists():
-                raise ValidationError({"team": f"no team of yours is named {team!r}"})
             qs = qs.filter(team__name=team)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)
@@ -94,6 +96,10 @@ class JobQuoteAPI(APIView):
     ``DEFAULT_THROTTLE_RATES["quote"]`` a person (429 past it)."""
 
     throttle_classes = [QuoteThrottle]
+
+    def throttled(self, request, wait):
+        """The form's words for the limit, with DRF's Retry-After."""
+        raise Throttled(wait, detail=QuoteThrottle().refusal(wait))
 
     @extend_schema(request=JobInputSerializer, responses={200: dict})
     def post(self, request):
@@ -178,12 +184,12 @@ class NodeListAPI(APIView):
         pool, state, name = params.get("pool", ""), params.get("state", ""), params.get("name", "")
         errors = {}
         if state and state not in dict(Node.STATES):
-            errors["state"] = f"must be one of {', '.join(s for s, _label in Node.STATES)}; got {state!r}"
+            errors["state"] = [f"must be one of {', '.join(s for s, _label in Node.STATES)}; got {state!r}"]
         if pool and not Pool.objects.filter(name=pool).exists():
             pools = Pool.objects.order_by("name").values_list("name", flat=True)
-            errors["pool"] = f"no pool named {pool!r}; pools: {', '.join(pools)}"
+            errors["pool"] = [f"no pool named {pool!r}; pools: {', '.join(pools)}"]
         if len(name) > Node._meta.get_field("name").max_length:
-            errors["name"] = f"at most {Node._meta.get_field('name').max_length} characters"
+            errors["name"] = [f"at most {Node._meta.get_field('name').max_length} characters"]
         if errors:
             raise ValidationError(errors)
         nodes = nodes_matching(pool=pool, state=state, q=name).prefetch_related(

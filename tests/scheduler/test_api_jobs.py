@@ -224,13 +224,15 @@ def test_the_job_list_filters_by_kind_and_team_and_names_a_bad_one(api, alice, c
     assert [j["id"] for j in client.get("/api/v1/jobs/?kind=notebook").json()["results"]] == [notebook]
     assert [j["id"] for j in client.get("/api/v1/jobs/?team=vision").json()["results"]] == [notebook, training]
     response = client.get("/api/v1/jobs/?kind=mining")
-    assert response.status_code == 400 and response.json()["errors"]["kind"].startswith("must be one of training")
+    assert response.status_code == 400 and response.json()["errors"]["kind"][0].startswith("must be one of training")
     # Another team's name gets the answer a missing team gets: no team names leak.
     for name in ("nlp", "no-such-team"):
         response = client.get(f"/api/v1/jobs/?team={name}")
         assert response.status_code == 400
-        assert response.json()["errors"]["team"] == f"no team of yours is named '{name}'"
+        assert response.json()["errors"]["team"] == [f"no team of yours is named '{name}'"]
     assert api(charlie).get("/api/v1/jobs/?team=nlp").json()["results"] == []
+    every = client.get("/api/v1/jobs/?state=x&kind=mining&team=nlp")  # every bad filter named at once
+    assert every.status_code == 400 and set(every.json()["errors"]) == {"state", "kind", "team"}
     assert len(api(staff).get("/api/v1/jobs/?team=vision").json()["results"]) == 2  # admins: any team
 
 

@@ -67,10 +67,10 @@ def test_a_bad_filter_is_named_and_lists_what_is_allowed(api, alice, cluster):
     response = client.get("/api/v1/nodes/", {"state": "sleeping", "pool": "nowhere"})
     assert response.status_code == 400
     errors = response.json()["errors"]
-    assert errors["state"] == "must be one of ready, draining, drained, down, unhealthy; got 'sleeping'"
-    assert errors["pool"] == "no pool named 'nowhere'; pools: train"
+    assert errors["state"] == ["must be one of ready, draining, drained, down, unhealthy; got 'sleeping'"]
+    assert errors["pool"] == ["no pool named 'nowhere'; pools: train"]
     response = client.get("/api/v1/nodes/", {"name": "n" * 300})
-    assert response.status_code == 400 and response.json()["errors"]["name"] == "at most 63 characters"
+    assert response.status_code == 400 and response.json()["errors"]["name"] == ["at most 63 characters"]
 
 
 def test_it_needs_a_login(api, cluster):

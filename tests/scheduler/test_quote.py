@@ -73,7 +73,8 @@ def test_quotes_are_limited_per_person_across_the_api_and_the_form(api, alice, b
     for _ in range(2):
         assert quote(api(alice), gpu_model="h100-80gb", gpus=1).status_code == 200
     refused = quote(api(alice), gpu_model="h100-80gb", gpus=1)
-    assert refused.status_code == 429 and "throttled" in refused.json()["detail"].lower()
+    assert refused.status_code == 429 and refused["Retry-After"]
+    assert refused.json()["detail"].startswith("too many quotes: at most 2/min; try again in ")
     assert quote(api(charlie), gpu_model="h100-80gb", gpus=1).status_code == 200  # a person's own budget
     # The form shares alice's budget and says so in the panel (htmx swaps only answers that succeed).
     client.force_login(alice)

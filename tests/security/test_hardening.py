@@ -116,3 +116,29 @@ def test_production_settings_refuse_a_missing_or_default_secret_key():
         done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode != 0 and "SECRET_KEY" in done.stderr
+
+
+def test_under_production_settings_every_web_process_counts_quotes_in_one_shared_cache():
+    """Two processes (two web workers): what one counted, the other sees."""
+    import random
+
+    script = (
+        "import sys, django; django.setup()\n"
+        "from types import SimpleNamespace\n"
+        "from portal.throttle import QuoteThrottle\n"
+        "QuoteThrottle.rate = '2/min'\n"
+        "person = SimpleNamespace(user=SimpleNamespace(is_authenticated=True, pk=int(sys.argv[1])), META={})\n"
+        "print(sum(QuoteThrottle().allow_request(person, None) for _ in range(int(sys.argv[2]))))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings_production",
+           "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "rota.example.com"}
+    person = str(random.randrange(10**9, 2 * 10**9))  # nobody else's counter
+
+    def allowed(tries: int) -> int:
+        done = subprocess.run([sys.executable, "-c", script, person, str(tries)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.strip().splitlines()[-1])
+
+    assert allowed(2) == 2
+    assert allowed(1) == 0  # another process, the same person: refused
