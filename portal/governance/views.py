@@ -194,12 +194,16 @@ def _nodes_context(params, **extra):
     """The nodes page: NODES_PAGE nodes a page, by pool, state and name (see ``_nodes_filter``)."""
     pools = _pool_names()
     f = _nodes_filter(params, pools)
+    # A value the filter does not know is named, not silently taken for "all".
+    filter_errors = [f"{label} must be one of {', '.join(known)}; got {params.get(key)!r} (showing all)"
+                     for key, label, known in (("pool", "Pool", pools), ("state", "State", dict(Node.STATES)))
+                     if params.get(key) and params.get(key) not in known]
     nodes = selectors.nodes_for_governance(pool=f.get("pool", ""), state=f.get("state", ""), q=f.get("q", ""))
     page = Paginator(nodes, NODES_PAGE).get_page(f.get("page"))
     query = urlencode({k: v for k, v in f.items() if k != "page"})
     return {"nodes": list(page), "page": page, "query": query, "back": urlencode({**f, "page": page.number}),
             "pools": pools, "states": Node.STATES, "f": f, "heatmap": selectors.gpu_heatmap(nodes),
-            "section": "nodes", **extra}
+            "section": "nodes", "filter_errors": filter_errors, **extra}
 
 
 @staff_only

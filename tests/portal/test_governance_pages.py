@@ -383,6 +383,11 @@ def test_the_nodes_page_pages_and_filters_and_a_drain_returns_to_the_same_page(s
     assert evil.url == "/govern/nodes/"
     heat = client.get("/govern/nodes/?pool=serving").content.decode()
     assert "node-h100" not in heat and "3 nodes" in heat  # the heatmap and table follow the filter
+    assert "must be one of" not in heat
+    bad = client.get("/govern/nodes/?state=sleeping&pool=nowhere").content.decode()
+    assert ("State must be one of ready, draining, drained, down, unhealthy; got &#x27;sleeping&#x27; (showing all)"
+            in bad)
+    assert "Pool must be one of serving, train; got &#x27;nowhere&#x27;" in bad and "5 nodes" in bad
 
 
 
