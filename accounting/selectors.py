@@ -41,13 +41,6 @@ from scheduler.models import GpuModel, GpuSample, GpuSampleRollup, Job, Pool, Pr
 TRUNCS = {"hour": None, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 
 
-def usage_for(user) -> QuerySet[UsageRecord]:
-    """Ledger rows ``user`` may see (none for anonymous users)."""
-    if sees_all_costs(user):
-        return UsageRecord.objects.all()
-    return UsageRecord.objects.filter(team__in=cost_teams_for(user))
-
-
 def team_for(user, name: str) -> Team:
     """Team ``name`` if ``user`` may see it, else Http404 (the same answer as for a missing team)."""
     team = cost_teams_for(user).filter(name=name).first()

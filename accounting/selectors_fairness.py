@@ -161,7 +161,7 @@ def cluster_allocated(
     *, start: datetime, end: datetime, agg: str
 ) -> list[tuple[datetime, str, str, int | None, Decimal]]:
     """Every team's ledger GPU-seconds in ``[start, end)`` as ``(period, team, GPU model, card version,
-    GPU-seconds)``: the cluster-wide input of idle cost. One query."""
+    GPU-seconds)``: the cluster-wide input of idle cost. One query over the ledger's spans (``ledger_spans``)."""
     trunc = TRUNCS[agg]
     parts = []
     with one_snapshot():  # the watermark and the days it covers, as of one moment

@@ -26,7 +26,7 @@ from accounting.models import (
     UsageDay,
     UsageRecord,
 )
-from accounting.selectors import day_floor, days_key, days_summed_until, hourly_sums_sql
+from accounting.selectors import _aware, day_floor, days_key, days_summed_until, hourly_sums_sql
 from accounting.slicing import HOUR, bucket_floor, gpu_seconds, slice_interval, to_us
 from portal import locks
 from scheduler.models import Allocation, Gpu, GpuModel
@@ -221,8 +221,7 @@ def usage_days_check() -> list[str]:
     if until is None:
         return []
     keys = ("card", "job_id", "kind", "team_id", "user_id", "gpu_model_id", "pool_id")
-    sums, params = hourly_sums_sql(UsageRecord.objects.filter(period_start__lt=until), start=datetime.min.replace(
-        tzinfo=UTC), end=until, agg="day")
+    sums, params = hourly_sums_sql(UsageRecord.objects.all(), start=_FROM_THE_START, end=until, agg="day")
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT * FROM ({sums}) s", params)
         names = [c.name for c in cursor.description]
@@ -230,10 +229,10 @@ def usage_days_check() -> list[str]:
     daily = UsageDay.objects.filter(day__lt=until).values("day", *keys, "gpu_seconds", "utilized_gpu_seconds",
                                                           "measured_gpu_seconds")
     # Keyed by the day's instant in UTC: in zones that skip a midnight, two spellings of one instant differ.
-    want = {(_instant(r["period"]), *(r[k] for k in keys)): (r["gs"], r["utilized"] or 0.0, r["measured"] or 0.0)
-            for r in hourly}
-    have = {(_instant(r["day"]), *(r[k] for k in keys)): (r["gpu_seconds"], r["utilized_gpu_seconds"],
-                                                           r["measured_gpu_seconds"]) for r in daily}
+    want = {(_aware(r["period"]).astimezone(UTC), *(r[k] for k in keys)):
+            (r["gs"], r["utilized"] or 0.0, r["measured"] or 0.0) for r in hourly}
+    have = {(_aware(r["day"]).astimezone(UTC), *(r[k] for k in keys)):
+            (r["gpu_seconds"], r["utilized_gpu_seconds"], r["measured_gpu_seconds"]) for r in daily}
     findings = []
     for key in sorted(set(want) | set(have), key=lambda k: (k[0], k[2], k[6], k[7], k[1] or 0)):
         w, h = want.get(key, (0, 0.0, 0.0)), have.get(key, (0, 0.0, 0.0))
@@ -242,15 +241,6 @@ def usage_days_check() -> list[str]:
                             f"{key[1]}) holds {h[0]} GPU-s ({h[1]:.3f} utilized, {h[2]:.3f} measured) but its hourly "
                             f"rows {w[0]} ({w[1]:.3f}, {w[2]:.3f})")
     return findings
-
-
-def _instant(value) -> datetime:
-    """A day as an aware instant in UTC (the hourly sums' days come back local and naive)."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value, timezone.get_default_timezone())
-    return value.astimezone(UTC)
 
 
 def usage_days_forget(since: datetime | None) -> None:
