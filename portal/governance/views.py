@@ -178,26 +178,29 @@ def pool_teams(request, name: str):
     return redirect("govern-pools")
 
 
-def _nodes_filter(params, pools: list[str]) -> dict[str, str]:
+def _nodes_filter(params, pools: list[str]) -> tuple[dict[str, str], list[str]]:
     """The nodes page's filter from ``params`` (the query string, or a drain/resume form's ``back``
-    field), known values only: one of ``pools``, a state, a piece of the name, and the page."""
+    field), known values only: one of ``pools``, a state, a piece of the name, and the page; and what is
+    wrong with the rest (a pool or state it does not know is named, not silently taken for "all")."""
     pool, state, page = params.get("pool", ""), params.get("state", ""), params.get("page", "")
-    return {k: v for k, v in (
-        ("pool", pool if pool in pools else ""),
-        ("state", state if state in dict(Node.STATES) else ""),
-        ("q", params.get("q", "").strip()[:63]),
-        ("page", page if page.isascii() and page.isdigit() else ""),
-    ) if v}
+    f, errors = {}, []
+    for key, label, value, known in (("pool", "Pool", pool, pools), ("state", "State", state, dict(Node.STATES))):
+        if value in known:
+            f[key] = value
+        elif value:
+            errors.append(f"{label} must be one of {', '.join(known)}; got {value!r} (showing all)")
+    q = params.get("q", "").strip()[:63]
+    if q:
+        f["q"] = q
+    if page.isascii() and page.isdigit():
+        f["page"] = page
+    return f, errors
 
 
 def _nodes_context(params, **extra):
     """The nodes page: NODES_PAGE nodes a page, by pool, state and name (see ``_nodes_filter``)."""
     pools = _pool_names()
-    f = _nodes_filter(params, pools)
-    # A value the filter does not know is named, not silently taken for "all".
-    filter_errors = [f"{label} must be one of {', '.join(known)}; got {params.get(key)!r} (showing all)"
-                     for key, label, known in (("pool", "Pool", pools), ("state", "State", dict(Node.STATES)))
-                     if params.get(key) and params.get(key) not in known]
+    f, filter_errors = _nodes_filter(params, pools)
     nodes = selectors.nodes_for_governance(pool=f.get("pool", ""), state=f.get("state", ""), q=f.get("q", ""))
     page = Paginator(nodes, NODES_PAGE).get_page(f.get("page"))
     query = urlencode({k: v for k, v in f.items() if k != "page"})
@@ -227,7 +230,7 @@ def node_state(request, name: str, target: str):
         messages.error(request, f"{node.name}: {' '.join(exc.messages)}")
     else:
         messages.success(request, f"Node {node.name}: {state}.")
-    back = urlencode(_nodes_filter(_back(request), _pool_names()))  # known values only: never an open redirect
+    back = urlencode(_nodes_filter(_back(request), _pool_names())[0])  # known values only: never an open redirect
     return redirect(f"{reverse('govern-nodes')}?{back}" if back else reverse("govern-nodes"))
 
 
