@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
     """Start ``python -m scheduler.agent`` against the stand-in portal; kill leftovers at the end."""
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "token").chmod(0o600)
     (tmp_path / "node.json").write_text(json.dumps(SMALL_NODE))
     started: list[subprocess.Popen] = []
 
@@ -31,7 +32,7 @@ def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
             sys.executable, "-m", "scheduler.agent", "--portal", portal.url,
             "--token-file", str(tmp_path / "token"), "--gpu-backend", "fake",
             "--profile", str(tmp_path / "node.json"), "--work-dir", str(tmp_path / "work"),
-            "--interval", "0.1", *extra,
+            "--interval", "0.1", "--executor", "process", *extra,
         ]  # fmt: skip
         log = open(tmp_path / f"agent-{len(started)}.log", "w")  # noqa: SIM115 (kept for the process's life)
         process = subprocess.Popen(command, cwd=ROOT, stderr=log, stdout=log)
