@@ -4,7 +4,7 @@
         [--gpu-backend auto|nvml|fake] [--profile FILE|NAME] [--fault-file FILE]
         [--work-dir DIR] [--interval 2] [--hostname NAME] [--once]
         [--executor auto|container|process] [--containers-conf FILE] [--container-network none]
-        [--dev-run-as-self]
+        [--default-image IMAGE] [--dev-run-as-self]
 
 SIGTERM or Ctrl-C stops the node's jobs gracefully and exits; after SIGKILL the jobs keep running and the
 next agent started with the same ``--work-dir`` adopts them.
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from scheduler.agent.client import PortalClient
 from scheduler.agent.executors import EXECUTOR_NAMES, ExecutorUnavailable, open_executor
+from scheduler.agent.executors.container import DEFAULT_IMAGE
 from scheduler.agent.executors.identity import DEV_FLAG, secret_file_problem
 from scheduler.agent.gpu import BACKEND_KINDS, NvmlUnavailable, open_backend
 from scheduler.agent.gpu.profile import ProfileError
@@ -61,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--containers-conf", type=Path, help="containers.conf for podman "
                         "(default deploy/podman/containers.conf)")
     parser.add_argument("--container-network", default="none", help="podman --network of job containers")
+    parser.add_argument("--default-image", default=DEFAULT_IMAGE,
+                        help="image for an assignment that names none (container executor)")
     parser.add_argument(
         DEV_FLAG, action="store_true", dest="dev_run_as_self",
         help="laptop demo with --executor process: an agent that is not root runs jobs as itself instead "
@@ -133,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             network=args.container_network,
             fake_gpus=backend.kind == "fake",
             allow_run_as_self=args.dev_run_as_self,
+            default_image=args.default_image,
         )
     except ExecutorUnavailable as error:
         log.error("%s", error)

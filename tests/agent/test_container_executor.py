@@ -3,7 +3,9 @@
 import time
 from pathlib import Path
 
-from scheduler.agent.executors import ContainerExecutor
+import pytest
+
+from scheduler.agent.executors import ContainerExecutor, ExecutorUnavailable, ProcessExecutor, open_executor
 from scheduler.agent.jobs import Assignment, JobEvent
 from tests.agent.conftest import wait_until
 
@@ -83,9 +85,15 @@ def test_a_missing_image_fails_to_start_with_image_pull_failed(container_executo
     assert "localhost/rota/missing:1" in event.message and "connection refused" in event.message
 
 
-def test_a_job_without_an_image_is_refused_rather_than_run_on_the_host(container_executor) -> None:
-    event = container_executor.start(assignment(1, "true", image=None))
-    assert event.type == "start_failed" and "no image" in event.message
+def test_a_job_without_an_image_runs_in_the_nodes_default_image_never_on_the_host(container_executor) -> None:
+    started = container_executor.start(assignment(1, "python3 -c 'print(1)'; ls /job/..", image=None))
+    assert started.message == "no image given: ran in the node's default image localhost/rota/python:3.11"
+    [ended] = run_until_ended(container_executor)
+    output = Path(ended.log_path).read_text()
+    assert output.split()[0] == "1" and "agent-jobs.json" not in output  # not the host's work dir
+    strict = ContainerExecutor(container_executor.work_dir, default_image=None)
+    refused = strict.start(assignment(2, "true", image=None))
+    assert refused.type == "start_failed" and "no image" in refused.message
 
 
 def test_a_restarted_agent_adopts_a_running_container_and_learns_how_it_ended(container_executor) -> None:
@@ -103,3 +111,14 @@ def test_it_describes_itself_for_the_register_body(container_executor) -> None:
     described = container_executor.describe()
     assert described["name"] == "container" and described["isolates"] is True
     assert described["runtime"].startswith("podman 4.")
+
+
+def test_auto_picks_containers_where_podman_runs_and_warns_loudly_where_it_does_not(
+    tmp_path, images, monkeypatch, caplog
+) -> None:
+    assert isinstance(open_executor("auto", tmp_path / "a", fake_gpus=True), ContainerExecutor)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no podman on it
+    fallback = open_executor("auto", tmp_path / "b")
+    assert isinstance(fallback, ProcessExecutor) and "does NOT isolate tenants" in caplog.text
+    with pytest.raises(ExecutorUnavailable, match="podman is not installed"):
+        open_executor("container", tmp_path / "c")

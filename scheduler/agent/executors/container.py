@@ -35,6 +35,7 @@ INIT = (
 )
 IMAGE_PULL_FAILED = "ImagePullFailed"
 OOM_KILLED = "OOMKilled"
+DEFAULT_IMAGE = "localhost/rota/python:3.11"
 PODMAN_FAILED = 125  # podman's own exit status when it could not create or start the container
 
 
@@ -51,12 +52,15 @@ class ContainerExecutor(Executor):
         podman: Podman | None = None,
         network: str = "none",
         fake_gpus: bool = False,
+        default_image: str | None = DEFAULT_IMAGE,
         **options: object,
     ) -> None:
-        """``network`` is podman's ``--network`` (none by default); ``fake_gpus``: make stand-in devices."""
+        """``network`` is podman's ``--network`` (none by default); ``fake_gpus``: make stand-in devices;
+        ``default_image`` runs an assignment that names no image (None: refuse it)."""
         super().__init__(work_dir, **options)  # type: ignore[arg-type]
         self.podman = podman or Podman()
         self.network = network
+        self.default_image = default_image
         self.devices = GpuDeviceFiles(self.work_dir / "devices" if fake_gpus else None)
         self.runtime = self.podman.version()
         self._prefix = "rota-" + hashlib.sha1(str(self.work_dir).encode()).hexdigest()[:8]
@@ -76,18 +80,23 @@ class ContainerExecutor(Executor):
 
     # hooks ------------------------------------------------------------------------------------------
 
+    def image_of(self, assignment: Assignment) -> str | None:
+        """The image the attempt runs in: its own, else the node's default."""
+        return assignment.image or self.default_image
+
     def _refuse(self, assignment: Assignment) -> tuple[str, str] | None:
-        if not assignment.image:
-            return "", "no image: the container executor runs every job in an image"
+        image = self.image_of(assignment)
+        if not image:
+            return "", "no image: the container executor runs every job in an image; this node has no default"
         if any("\n" in value for value in assignment.env.values()):
             name = next(k for k, v in assignment.env.items() if "\n" in v)
             return "", f"env {name}: a value with a line break cannot be passed into a container"
-        if self.podman.image_exists(assignment.image):
+        if self.podman.image_exists(image):
             return None
         try:
-            self.podman.pull(assignment.image)
+            self.podman.pull(image)
         except PodmanError as error:
-            return IMAGE_PULL_FAILED, f"image {assignment.image}: {error}"
+            return IMAGE_PULL_FAILED, f"image {image}: {error}"
         return None
 
     def _launch(self, assignment: Assignment, job_dir: Path, who: Identity) -> Launch:
@@ -113,8 +122,10 @@ class ContainerExecutor(Executor):
             args += ["--cgroup-parent", cgroups.create(name, limits.memory_mb)]
         if limits.pids is not None:
             args += ["--pids-limit", str(limits.pids)]
-        args += [str(assignment.image), "/bin/sh", "-c", INIT, "rota-init", assignment.command]
-        return Launch(self.podman.argv(*args), self.podman.env, container=name)
+        args += [str(self.image_of(assignment)), "/bin/sh", "-c", INIT, "rota-init", assignment.command]
+        default = f"no image given: ran in the node's default image {self.default_image}"
+        notes = () if assignment.image else (default,)
+        return Launch(self.podman.argv(*args), self.podman.env, container=name, notes=notes)
 
     def _deliver(self, job: JobRecord, signum: int) -> None:
         """The signal to the container's init (which passes a stop on to all), and to podman's group."""
