@@ -54,9 +54,8 @@ def test_an_exit_code_comes_back_and_the_container_is_removed(container_executor
 
 def test_a_stop_reaches_every_process_of_the_container(container_executor) -> None:
     ex = container_executor
-    ex.start(assignment(1, "trap 'echo got TERM; exit 0' TERM; sleep 30 & wait"))
-    wait_until(lambda: ex.podman.inspect(ex.container_name(1, 1)), timeout=10)
-    time.sleep(0.5)
+    ex.start(assignment(1, "trap 'echo got TERM; exit 0' TERM; echo ready; sleep 30 & wait"))
+    wait_until(lambda: "ready" in (ex.work_dir / "logs" / "1-1.log").read_text(), timeout=15)
     ex.stop("1:1")
     [ended] = run_until_ended(ex)
     assert (ended.type, ended.exit_code, ended.message) == ("exited", 0, "stopped on request")
@@ -65,8 +64,8 @@ def test_a_stop_reaches_every_process_of_the_container(container_executor) -> No
 
 def test_a_job_ignoring_sigterm_is_killed_after_its_grace_period(container_executor) -> None:
     ex = container_executor
-    ex.start(assignment(1, "trap '' TERM; sleep 30", grace_period_s=0.5))
-    wait_until(lambda: ex.podman.inspect(ex.container_name(1, 1)), timeout=10)
+    ex.start(assignment(1, "trap '' TERM; echo ready; sleep 30", grace_period_s=0.5))
+    wait_until(lambda: "ready" in (ex.work_dir / "logs" / "1-1.log").read_text(), timeout=15)
     ex.stop("1:1")
     [ended] = run_until_ended(ex)
     assert (ended.type, ended.signal, ended.reason) == ("exited", 9, "")
