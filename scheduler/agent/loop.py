@@ -118,7 +118,8 @@ class Agent:
 
     def _save_state(self) -> None:
         temporary = self._state_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"seq": self.seq, "heartbeat_timeout_s": self.timeout_s}))
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(json.dumps({"seq": self.seq, "heartbeat_timeout_s": self.timeout_s}))
         temporary.replace(self._state_path)
 
     # talking to the portal --------------------------------------------------------------------------

@@ -35,9 +35,10 @@ def run_until_ended(ex: ProcessExecutor, timeout: float = 10.0) -> list[JobEvent
 
 def test_a_root_agent_runs_the_job_as_its_team_with_a_private_directory_and_log(executor) -> None:
     assert os.geteuid() == 0, "the identity tests need a root agent, as on a real node"
-    executor.start(assignment(3, "id -u; id -g; id -G; echo secret > mine"))
+    executor.start(assignment(3, 'id -u; id -g; id -G; echo "$HOME"; echo secret > mine'))
     [ended] = run_until_ended(executor)
-    assert Path(ended.log_path).read_text().split() == ["20001", "20001", "20001"]
+    home = str(executor.work_dir / "jobs" / "3")
+    assert Path(ended.log_path).read_text().split() == ["20001", "20001", "20001", home]
     job_dir, log = executor.work_dir / "jobs" / "3", Path(ended.log_path)
     for path, mode in ((job_dir, 0o700), (log, 0o600), (job_dir / "mine", None)):
         info = path.stat()

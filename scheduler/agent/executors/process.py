@@ -36,5 +36,7 @@ class ProcessExecutor(Executor):
         if assignment.limits != Limits():
             limits = assignment.limits.describe()
             notes.append(f"limits ({limits}) not enforced: the process executor has no cgroups")
-        argv = ["/bin/sh", "-c", assignment.command]
-        return Launch(argv, self.job_env(assignment), user, notes=tuple(notes))
+        env = self.job_env(assignment)
+        if who.uid is not None:  # the team's own home: the agent's is not the job's to read or write
+            env.update(HOME=str(job_dir), USER=str(who.uid), LOGNAME=str(who.uid))
+        return Launch(["/bin/sh", "-c", assignment.command], env, user, notes=tuple(notes))
