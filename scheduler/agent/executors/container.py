@@ -7,7 +7,8 @@ directory (mounted at ``/job``), with only its allocated GPUs' device files, no 
 allows one, and its CPU, memory (no swap) and process-count limits enforced by cgroups.
 
 The container's first process is a small ``/bin/sh`` script: it forwards a stop signal to every
-process in the container (``kill -1``), as a stop reaches the whole process group on the host.
+process in the container (``kill -1``), as a stop reaches the whole process group on the host. The
+container always gets its own pid namespace (``--pid private``), so that signal never leaves it.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class ContainerExecutor(Executor):
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
         args = [
             "run", "--name", name, "--pull", "never", "--log-driver", "none", "--network", self.network,
-            "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges",
+            "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
             "--env-file", str(env_file), "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
             "--label", f"rota.job={assignment.job_id}", "--label", f"rota.attempt={assignment.attempt}",
         ]
