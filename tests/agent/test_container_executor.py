@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.agent.executors import ContainerExecutor, ExecutorUnavailable, ProcessExecutor, open_executor
+from scheduler.agent.executors import (
+    ContainerExecutor,
+    ExecutorUnavailable,
+    ProcessExecutor,
+    cgroups,
+    open_executor,
+)
 from scheduler.agent.jobs import Assignment, JobEvent
 from tests.agent.conftest import wait_until
 
@@ -121,3 +127,15 @@ def test_auto_picks_containers_where_podman_runs_and_warns_loudly_where_it_does_
     assert isinstance(fallback, ProcessExecutor) and "does NOT isolate tenants" in caplog.text
     with pytest.raises(ExecutorUnavailable, match="podman is not installed"):
         open_executor("container", tmp_path / "c")
+
+
+def test_an_attempt_that_cannot_be_launched_leaves_nothing_behind(container_executor) -> None:
+    ex = container_executor
+    refused = ex.start(assignment(1, "true", env={"BAD": "two\nlines"}))
+    assert refused.type == "start_failed" and "env BAD: a value with a line break" in refused.message
+    (ex.work_dir / "devices").write_text("not a directory")  # the GPU device files cannot be made
+    event = ex.start(assignment(2, "true", gpus=[{"index": 0, "uuid": "GPU-a"}], limits={"memory_mb": 64}))
+    assert event.type == "start_failed" and event.message.startswith("cannot start:")
+    assert not list((ex.work_dir / "run").glob("*.env"))
+    assert ex.podman.inspect(ex.container_name(2, 1)) is None
+    assert not cgroups.job_cgroup_dir(ex.container_name(2, 1)).exists()  # made before the devices failed

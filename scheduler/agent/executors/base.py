@@ -204,6 +204,7 @@ class Executor:
                     start_new_session=True,
                 )
         except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
+            self._abandon(assignment)
             return self.start_failed(assignment, f"cannot start: {error}")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -416,6 +417,9 @@ class Executor:
     def _launch(self, assignment: Assignment, job_dir: Path, who: Identity) -> Launch:
         """What the shim starts for this attempt, as whom, with which environment."""
         raise NotImplementedError
+
+    def _abandon(self, assignment: Assignment) -> None:
+        """Undo what ``_launch`` prepared for an attempt that then failed to start."""
 
     def _deliver(self, job: JobRecord, signum: int) -> None:
         """Send a stop signal (SIGTERM, then SIGKILL) to every process of the attempt."""

@@ -89,9 +89,9 @@ class ContainerExecutor(Executor):
         image = self.image_of(assignment)
         if not image:
             return "", "no image: the container executor runs every job in an image; this node has no default"
-        if any("\n" in value for value in assignment.env.values()):
-            name = next(k for k, v in assignment.env.items() if "\n" in v)
-            return "", f"env {name}: a value with a line break cannot be passed into a container"
+        name = next((k for k, v in assignment.env.items() if "\n" in v or "\0" in v), None)
+        if name is not None:
+            return "", f"env {name}: a value with a line break or NUL cannot be passed into a container"
         if self.podman.image_exists(image):
             return None
         try:
@@ -114,8 +114,6 @@ class ContainerExecutor(Executor):
             "--env-file", str(env_file), "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
             "--label", f"rota.job={assignment.job_id}", "--label", f"rota.attempt={assignment.attempt}",
         ]
-        for host, inside in self.devices.for_gpus(assignment.gpus):
-            args += ["--device", f"{host}:{inside}:rw"]
         limits = assignment.limits
         if limits.cpus is not None:
             args += ["--cpus", f"{limits.cpus:g}"]
@@ -123,6 +121,8 @@ class ContainerExecutor(Executor):
             args += ["--cgroup-parent", cgroups.create(name, limits.memory_mb)]
         if limits.pids is not None:
             args += ["--pids-limit", str(limits.pids)]
+        for host, inside in self.devices.for_gpus(assignment.gpus):
+            args += ["--device", f"{host}:{inside}:rw"]
         args += [str(self.image_of(assignment)), "/bin/sh", "-c", INIT, "rota-init", assignment.command]
         default = f"no image given: ran in the node's default image {self.default_image}"
         notes = () if assignment.image else (default,)
@@ -154,7 +154,14 @@ class ContainerExecutor(Executor):
             oom = signum == signal.SIGKILL and not job.killed and job.memory_mb
             if oom and cgroups.reached_limit(job.container):
                 reason, message = OOM_KILLED, f"memory limit {job.memory_mb} MiB exceeded"
-        self.podman.remove(job.container)
-        cgroups.remove(job.container)
-        (self.work_dir / "run" / f"{job.container}.env").unlink(missing_ok=True)
+        self._clean_up(job.container)
         return exit_code, signum, message, reason, started
+
+    def _abandon(self, assignment: Assignment) -> None:
+        self._clean_up(self.container_name(assignment.job_id, assignment.attempt))
+
+    def _clean_up(self, name: str) -> None:
+        """Remove the attempt's container, cgroup and environment file."""
+        self.podman.remove(name)
+        cgroups.remove(name)
+        (self.work_dir / "run" / f"{name}.env").unlink(missing_ok=True)
