@@ -121,7 +121,9 @@ class JobSubmitForm(forms.Form):
     command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
                               max_length=job_services.MAX_COMMAND)
     image = forms.CharField(label="Container image", required=False, max_length=300,
-                            help_text="Where the runtime uses one, e.g. nvcr.io/nvidia/pytorch:24.05-py3")
+                            help_text="Registry first, e.g. localhost/rota/python:3.11 or "
+                                      "nvcr.io/nvidia/pytorch:24.05-py3; blank: the kind's default image. Each "
+                                      "pool runs only the images a platform admin allows there")
     gpus = forms.IntegerField(label="GPUs", min_value=1, max_value=job_services.MAX_GPUS, initial=1)
     gpu_fraction = OneRuleDecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
                                       decimal_places=3, error_messages=job_services.FRACTION_ERRORS,
