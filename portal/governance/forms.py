@@ -4,6 +4,7 @@ priority classes, pool teams, node state changes, budgets and images."""
 from datetime import datetime
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.dateparse import parse_datetime
 
@@ -149,3 +150,7 @@ class PoolImagesForm(ReasonMixin):
 class KindImageForm(ReasonMixin):
     image = forms.CharField(label="Default image", required=False, max_length=300,
                             help_text="blank: the site's default")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["image"].widget.attrs["placeholder"] = f"{settings.ROTA_DEFAULT_IMAGE} (the site's)"
