@@ -77,6 +77,8 @@ def test_an_admin_sets_a_kinds_default_image_and_new_jobs_of_the_kind_run_in_it(
         "kind.image", "training", {"image": None}, {"image": "localhost/rota/torch:2.3"})
     job = job_submit(user=alice, name="j", command="x")
     assert Job.objects.get(pk=job.pk).image == "localhost/rota/torch:2.3"
+    cards = client_for(alice).get("/jobs/new/").content.decode()  # the submit page's kind cards say so
+    assert "localhost/rota/torch:2.3</span>" in cards and "localhost/rota/python:3.11</span>" in cards
     assert post_kind(staff, image="", reason="back to the site's").status_code == 302
     assert not KindImage.objects.filter(kind="training").exists()
     assert AuditEntry.objects.latest("id").after == {"image": None}
