@@ -30,6 +30,8 @@ STABLE_RUN_S = 600  # a service up this long had recovered: its next failure bac
 # once the processes are gone, after its heartbeat timeout, the grace period and a few log passes, or as
 # long as the outage lasted. Later reports are refused.
 LATE_REPORT_WINDOW = timedelta(hours=1)
+# A requeued job starts a fresh attempt: what a node said ended the last one (a gang member's OOMKilled) goes.
+NO_FAILURE = {"failure_reason": "", "failure_message": ""}
 
 
 class NodeProtocolError(Exception):
@@ -327,6 +329,8 @@ def _end_attempt_on_node(job: Job, node: Node, event: dict, now) -> None:
     if event["type"] == "start_failed":
         exit_code = exit_code if exit_code is not None else -1
     fields = {"exit_code": exit_code} if job.exit_code is None and exit_code is not None else {}
+    if event.get("reason") and not job.failure_reason:  # kept, like the exit code, from the first member to end
+        fields.update(failure_reason=event["reason"], failure_message=(event.get("message") or "")[:500])
     if not _close_on_node(job, node, now, **fields):
         return  # a duplicate report: already settled
     if _still_holds(job):
@@ -359,8 +363,10 @@ def _settle(job: Job, event: dict, now) -> None:
     code = job.exit_code
     reason = job.stop_reason
     common = {"finished_at": now, "stop_reason": StopReason.NONE}
-    failure = event.get("reason") or ""  # what the node names as the cause (FailureReason), if it knows
-    failed_because = {"failure_reason": failure, "failure_message": message[:500]} if failure else {}
+    # What a node named as the cause (FailureReason): this report's, or the first gang member's to end.
+    failure = job.failure_reason
+    failure_message = job.failure_message or message
+    failed_because = {"failure_reason": failure, "failure_message": failure_message[:500]} if failure else {}
     agent_stopped = event["type"] == "stopped" and not reason and "time limit" not in message
     if reason in (StopReason.PREEMPT, StopReason.NODE_UNHEALTHY) or agent_stopped:
         cause = {StopReason.PREEMPT: "preempted: requeued", StopReason.NODE_UNHEALTHY: "node unhealthy: requeued"}.get(
@@ -370,13 +376,14 @@ def _settle(job: Job, event: dict, now) -> None:
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],
             at=now, details={"attempt": job.attempt, "exit_code": code},
-            extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
+            extra={**NO_FAILURE, "attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
                    "started_at": None, "exit_code": None, "pending_reason_code": "Requeued",
                    "pending_reason_message": cause[:500]},
         )
-    elif failure == FailureReason.OOM_KILLED and not reason:  # a resource failure, never retried as is
+    elif failure == FailureReason.OOM_KILLED and reason in (StopReason.NONE, StopReason.GANG_EXIT):
+        # a resource failure, not retried into the same limit (a gang's other members were stopped for it)
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
-                       cause=f"OOMKilled: {message or 'the job exceeded its memory limit'}"[:300], at=now,
+                       cause=f"OOMKilled: {failure_message or 'the job exceeded its memory limit'}"[:300], at=now,
                        details={"exit_code": code, "signal": event.get("signal"), "reason": failure},
                        extra={**common, **failed_because, "failure_class": "resource"})
     elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")):
@@ -388,7 +395,7 @@ def _settle(job: Job, event: dict, now) -> None:
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=f"service failed (exit {code}, signal {event.get('signal')}): restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
-            extra={"attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
+            extra={**NO_FAILURE, "attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
                    "started_at": None, "exit_code": None, "not_before": now + timedelta(seconds=delay),
                    "pending_reason_code": "Backoff",
                    "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},
@@ -407,7 +414,7 @@ def _settle(job: Job, event: dict, now) -> None:
     elif event["type"] == "start_failed":
         pull = failure == FailureReason.IMAGE_PULL_FAILED  # a wrong or missing image: the submitter's to fix
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
-                       cause=f"could not start: {f'{failure}: ' if failure else ''}{message}"[:300], at=now,
+                       cause=f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"[:300], at=now,
                        details={"exit_code": code, **({"reason": failure} if failure else {})},
                        extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
     elif code == 0:
@@ -491,7 +498,7 @@ def _lose_node(job: Job, node: Node, now) -> None:
     job_transition(
         job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
         cause=f"node {node.name} lost: requeued", at=now,
-        extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
+        extra={**NO_FAILURE, "attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
                "started_at": None, "pending_reason_code": "Requeued",
                "pending_reason_message": f"node {node.name} stopped answering; requeued"},
     )

@@ -295,3 +295,32 @@ def test_the_cluster_page_marks_a_node_that_does_not_isolate_tenants(alice, clus
     process_card = page[page.index("<h2>node-h100</h2>"):]
     assert "process executor — does NOT isolate tenants" in process_card[:2000]
     assert "container (podman 4.3.1) — isolates tenants" in page
+
+
+def test_a_gang_whose_member_is_oom_killed_ends_failed_with_the_reason_once_the_others_stop(alice, cluster,
+                                                                                           node_client):
+    second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=second, index=i, model=cluster["h100"], uuid=f"GPU-h100-b-{i}")
+    first_api, second_api = node_client(), node_client(second)
+    job = placed(alice, gpus=4, nodes=2, memory_gb=2)
+    for api_ in (first_api, second_api):
+        event(api_, job, type="started")
+    event(first_api, job, type="exited", exit_code=137, signal=9, reason="OOMKilled", message="limit 1024 MiB")
+    assert job.state == "running" and job.stop_reason == "gang-exit"  # the other member is told to stop
+    event(second_api, job, type="stopped", exit_code=143, signal=15, message="stopped by the portal")
+    assert job.state == "failed" and job.failure_class == "resource"
+    assert (job.failure_reason, job.failure_message) == ("OOMKilled", "limit 1024 MiB")
+
+
+def test_a_requeued_attempt_keeps_no_failure_reason_of_the_last_one(alice, cluster, node_client):
+    second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=second, index=i, model=cluster["h100"], uuid=f"GPU-h100-b-{i}")
+    first_api, second_api = node_client(), node_client(second)
+    job = placed(alice, gpus=4, nodes=2)
+    Job.objects.filter(pk=job.pk).update(stop_reason="preempt")  # asked to stop for a preemption
+    event(first_api, job, type="exited", exit_code=137, signal=9, reason="OOMKilled", message="limit")
+    event(second_api, job, type="stopped", exit_code=143, signal=15)
+    assert job.state == "pending" and job.attempt == 2
+    assert (job.failure_reason, job.failure_message) == ("", "")
