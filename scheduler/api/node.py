@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
+from scheduler.models.jobs import FailureReason
 from scheduler.services import nodes as node_services
 
 MAX_GPUS_PER_NODE = 64
@@ -104,6 +105,20 @@ class GpuReportSerializer(serializers.Serializer):
         return attrs
 
 
+class ExecutorSerializer(serializers.Serializer):
+    """How the agent runs jobs. A process executor never isolates tenants, whatever it says."""
+
+    name = serializers.ChoiceField(choices=["container", "process"])
+    isolates = serializers.BooleanField()
+    runtime = serializers.CharField(max_length=80, required=False, allow_blank=True, default="")
+    detail = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        if attrs["name"] == "process":
+            attrs["isolates"] = False
+        return attrs
+
+
 class RegisterSerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
@@ -113,6 +128,7 @@ class RegisterSerializer(serializers.Serializer):
     cpus = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     memory_mb = serializers.IntegerField(min_value=0, max_value=10**12, default=0)
     gpus = GpuReportSerializer(many=True, max_length=MAX_GPUS_PER_NODE)
+    executor = ExecutorSerializer(required=False)
 
     def validate_gpus(self, gpus):
         indexes = [g["index"] for g in gpus]
@@ -163,6 +179,7 @@ class EventSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
     signal = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=128)
     message = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    reason = serializers.ChoiceField(choices=FailureReason.choices, required=False, default="")
     at = serializers.CharField(max_length=40, required=False, allow_blank=True)
 
 
