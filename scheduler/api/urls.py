@@ -9,6 +9,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.JobActionAPI.as_view(action_name="cancel"), name="api-job-cancel"),
     path("jobs/<int:job_id>/hold/", views.JobActionAPI.as_view(action_name="hold"), name="api-job-hold"),
     path("jobs/<int:job_id>/release/", views.JobActionAPI.as_view(action_name="release"), name="api-job-release"),
+    path("jobs/<int:job_id>/explain/", views.JobExplainAPI.as_view(), name="api-job-explain"),
+    path("jobs/<int:job_id>/resubmit/", views.JobResubmitAPI.as_view(), name="api-job-resubmit"),
     path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
     path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),
     path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),

@@ -341,3 +341,41 @@ def job_release(*, user, job: Job, why: str = "") -> Job:
         _wake_cycle()
     job.refresh_from_db()
     return job
+
+
+# The request of a job as ``job_request_build`` takes it (a resubmit copies these).
+REQUEST_FIELDS = ("name", "command", "kind", "gpus", "gpu_fraction", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
+                  "node_labels", "min_driver_version", "time_limit_minutes", "preemptible", "env", "image",
+                  "idle_timeout_minutes")
+
+
+def job_resubmit(*, user, job: Job, changes: dict) -> Job:
+    """Replace the waiting ``job`` by a copy with ``changes`` (from its "what would make it start":
+    ``gpus``, ``gpu_model``, ``pool``, ``time_limit_minutes``): the copy is submitted and the job cancelled
+    in one transaction, or nothing happens (a bad change names its field; a job that started meanwhile is
+    refused)."""
+    from scheduler.services.explain import RESUBMIT_FIELDS
+
+    if not can_manage_job(user, job):
+        raise NotAllowed("only the submitter, a team-admin or a platform admin may resubmit this job")
+    if not isinstance(changes, dict) or not changes:
+        raise ValidationError({"changes": f"name at least one of {', '.join(RESUBMIT_FIELDS)}"})
+    unknown = sorted(set(changes) - set(RESUBMIT_FIELDS))
+    if unknown:
+        raise ValidationError({k: f"cannot be changed by a resubmit; allowed: {', '.join(RESUBMIT_FIELDS)}"
+                               for k in unknown})
+    request = {f: getattr(job, f) for f in REQUEST_FIELDS}
+    request |= {"team": job.team, "gpu_model": job.gpu_model.name if job.gpu_model else None,
+                "pool": job.pool.name if job.pool else None, "priority_class": job.priority_class.name}
+    request |= changes
+    with transaction.atomic():
+        new = job_submit(user=user, **request)
+        described = ", ".join(f"{k}={v}" for k, v in sorted(changes.items()))
+        if not job_transition(
+            job.pk, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
+            cause=f"resubmitted by {user} as #{new.pk} with {described}"[:300], at=db_now(), actor=user,
+            extra={"finished_at": db_now(), "queue_position": None, "estimated_start": None},
+        ):
+            raise ValidationError({"state": f"only a waiting job can be resubmitted; this one is "
+                                            f"{Job.objects.get(pk=job.pk).state}"})
+    return new
