@@ -114,3 +114,22 @@ def test_the_job_page_shows_the_changes_and_resubmits_in_one_click(alice, client
     response = client.post(f"/jobs/{big.pk}/resubmit/", {"gpus": "3"})
     new = Job.objects.exclude(pk=big.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{new.pk}/" and new.gpus == 3
+
+
+def test_a_job_behind_a_reservation_would_start_with_a_time_limit_that_fits_before_it(api, alice):
+    Quota.objects.filter(team__name="vision", gpu_model__name="h100-80gb").update(guaranteed=8, limit=8)
+    job_submit(user=alice, name="first", command="true", gpu_model="h100-80gb", gpus=2, time_limit_minutes=60,
+               preemptible=False)
+    run_cycle()
+    # The whole node for an urgent job: it waits for the first job's end, with the GPUs reserved for it.
+    job_submit(user=alice, name="urgent", command="true", gpu_model="h100-80gb", gpus=4,
+               priority_class="interactive", preemptible=True)
+    late = job_submit(user=alice, name="late", command="true", gpu_model="h100-80gb", gpus=2,
+                      time_limit_minutes=240)
+    run_cycle()
+    late.refresh_from_db()
+    assert late.state == JobState.PENDING
+    body = explain(api(alice), late).json()
+    shorter = change(body, "time_limit_minutes")
+    assert shorter is not None and shorter["starts_now"] and shorter["resubmit"], body
+    assert 50 <= shorter["change"]["time_limit_minutes"] <= 60
