@@ -252,3 +252,24 @@ def team_loans(*, team: Team, user: User, now: datetime) -> list[LoanRow]:
             can_cancel=manages and not lent and status in (QuotaLoan.REQUESTED, "scheduled", "active")))
     return rows
 
+
+@dataclass(frozen=True)
+class BudgetStanding:
+    """A team's budget this month: its use (at the last usage rollup), the percent used, and each threshold
+    with whether it fired this month."""
+
+    budget: object
+    percent: int
+    thresholds: list[tuple[int, bool]]
+
+
+def team_budgets(*, team: Team, now: datetime) -> list[BudgetStanding]:
+    """The team's budgets with their thresholds this month (two queries)."""
+    from accounting.budgets import budget_thresholds
+    from accounting.models import Budget, BudgetAlert
+
+    budgets = list(Budget.objects.filter(team=team).order_by("unit"))
+    fired = set(BudgetAlert.objects.filter(budget__in=budgets, period_start=now.date().replace(day=1)).values_list(
+        "budget_id", "threshold"))
+    return [BudgetStanding(budget=b, percent=int(b.used * 100 / b.amount) if b.amount else 100,
+                           thresholds=[(t, (b.pk, t) in fired) for t in budget_thresholds(b)]) for b in budgets]

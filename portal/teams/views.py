@@ -41,6 +41,7 @@ def _dashboard_context(request, team, form=None):
         "columns": DEFAULT_COLUMNS,
         "failure_columns": FAILURE_COLUMNS,
         "loans": selectors.team_loans(team=team, user=request.user, now=now),
+        "budgets": selectors.team_budgets(team=team, now=now),
     }
 
 

@@ -7,6 +7,8 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from accounting.budgets import budget_action
+from accounting.models import Budget
 from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
 from scheduler.kinds import KINDS
@@ -212,6 +214,13 @@ def job_request_build(
         if pool_obj is None or (team_obj is not None and not pool_obj.teams.filter(pk=team_obj.pk).exists()):
             errors["pool"] = f"unknown pool {pool!r} or your team may not use it"
     pc_name = priority_class or defaults.priority_class
+    budget = budget_action(team_obj) if team_obj is not None else None
+    if budget and budget[0] == Budget.BLOCK:
+        errors["team"] = (f"{budget[1]}: its budget refuses new submissions until a platform admin raises it or "
+                          "the month ends")
+    elif budget and budget[0] == Budget.LOWER:
+        lowest = PriorityClass.objects.usable_by(team_obj).order_by("value").first()
+        pc_name = lowest.name if lowest else pc_name  # ``job_submit`` records why
     pc = PriorityClass.objects.filter(name=pc_name).first()
     if pc is None:
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
@@ -250,10 +259,14 @@ def job_submit(*, user, **request) -> Job:
     """Validate a request (see ``job_request_build``) and queue it as a pending job of its team; nothing
     is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
     job = job_request_build(user=user, **request)
+    budget = budget_action(job.team)
+    cause = "submitted"
+    if budget and budget[0] == Budget.LOWER:
+        cause = f"submitted at priority class {job.priority_class.name}: {budget[1]}"[:300]
     with transaction.atomic():
         now = db_now()
         job.save()
-        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause="submitted", actor=user)
+        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause=cause, actor=user)
         _wake_cycle()
     return job
 
