@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.governance import views
+from portal.governance import views, views_admin
 
 urlpatterns = [
     path("", views.index, name="govern"),
@@ -10,7 +10,11 @@ urlpatterns = [
     path("priority-classes/", views.priority_classes, name="govern-priority-classes"),
     path("priority-classes/new/", views.priority_class_edit, name="govern-priority-class-new"),
     path("priority-classes/<slug:name>/", views.priority_class_edit, name="govern-priority-class"),
+    path("teams/", views_admin.teams, name="govern-teams"),
+    path("teams/<slug:name>/", views_admin.team_edit, name="govern-team"),
+    path("gpu-models/", views_admin.gpu_models, name="govern-gpu-models"),
     path("pools/", views.pools, name="govern-pools"),
+    path("pools/new/", views_admin.pool_new, name="govern-pool-new"),
     path("pools/<slug:name>/teams/", views.pool_teams, name="govern-pool-teams"),
     path("nodes/", views.nodes, name="govern-nodes"),
     path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
