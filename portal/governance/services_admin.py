@@ -7,7 +7,7 @@ from django.db import transaction
 
 from portal.audit import audit_record
 from portal.governance.services import _require_admin, _require_reason, _wake_cycle, parent_guarantee_errors
-from portal.models import Team
+from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel, Pool
 
 TEAM_FIELDS = ("name", "display_name", "parent")
@@ -72,3 +72,30 @@ def gpu_model_create(*, user, values: dict, reason: str) -> GpuModel:
                      object_name=model.name, before=None, after={f: getattr(model, f) for f in GPU_MODEL_FIELDS},
                      reason=reason)
     return model
+
+
+def sso_rule_add(*, user, group: str, team: Team | None, role: str, reason: str) -> SsoGroupRule:
+    """A rule mapping an identity-provider group to a team and role (or to platform admin: no team)."""
+    _require_admin(user)
+    rule = SsoGroupRule(group=(group or "").strip(), team=team, role=role)
+    rule.full_clean()  # names the field: a blank group, an unknown role, a team with platform-admin, a repeat
+    _require_reason(reason)
+    with transaction.atomic():
+        rule.save()
+        audit_record(actor=user, action="sso_rule.create", object_type="sso_rule", object_id=rule.pk,
+                     object_name=str(rule), before=None, after=_rule_snapshot(rule), reason=reason)
+    return rule
+
+
+def sso_rule_delete(*, user, rule: SsoGroupRule, reason: str) -> None:
+    """Remove a rule; users keep their memberships until their next sign-in."""
+    _require_admin(user)
+    _require_reason(reason)
+    with transaction.atomic():
+        audit_record(actor=user, action="sso_rule.delete", object_type="sso_rule", object_id=rule.pk,
+                     object_name=str(rule), before=_rule_snapshot(rule), after=None, reason=reason)
+        rule.delete()
+
+
+def _rule_snapshot(rule: SsoGroupRule) -> dict:
+    return {"group": rule.group, "team": rule.team.name if rule.team else None, "role": rule.role}

@@ -6,11 +6,12 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from portal.governance import services_admin
 from portal.governance.forms import ReasonMixin
 from portal.governance.views import _errors_onto, staff_only
-from portal.models import Team
+from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel
 
 
@@ -106,3 +107,40 @@ def gpu_models(request):
     return render(request, "governance/gpu_models.html",
                   {"models": GpuModel.objects.order_by("name"), "form": form, "section": "gpu-models"},
                   status=400 if form.errors else 200)
+
+
+class SsoRuleForm(ReasonMixin):
+    group = forms.CharField(max_length=200, help_text="a value of the identity provider's groups claim")
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("name"), required=False,
+                                  help_text="leave empty with the role platform admin")
+    role = forms.ChoiceField(choices=SsoGroupRule.ROLES)
+
+
+@staff_only
+def sso_rules(request):
+    """Govern -> Single sign-on: which identity-provider groups give which team and role."""
+    from portal.sso import sso_enabled
+
+    form = SsoRuleForm(request.POST or None)
+    if request.method == "POST":
+        done = _save(request, form, lambda d: services_admin.sso_rule_add(
+            user=request.user, group=d["group"], team=d["team"], role=d["role"], reason=d["reason"]),
+            "Rule for group {group} added.", "govern-sso")
+        if done:
+            return done
+    rules = SsoGroupRule.objects.select_related("team")
+    return render(request, "governance/sso.html", {"rules": rules, "form": form, "enabled": sso_enabled(),
+                                                   "section": "sso"}, status=400 if form.errors else 200)
+
+
+@staff_only
+@require_POST
+def sso_rule_delete(request, pk: int):
+    rule = get_object_or_404(SsoGroupRule, pk=pk)
+    try:
+        services_admin.sso_rule_delete(user=request.user, rule=rule, reason=request.POST.get("reason", ""))
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Rule for group {rule.group} removed.")
+    return redirect("govern-sso")
