@@ -15,6 +15,8 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.http import Http404
+from mozilla_django_oidc import views as oidc_views
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from portal.audit import audit_record
@@ -145,3 +147,20 @@ class LoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs):
         return {**super().get_context_data(**kwargs), "sso_enabled": sso_enabled(),
                 "local_login_staff_only": getattr(settings, "ROTA_LOCAL_LOGIN", "all") == "staff"}
+
+
+class _WhileEnabled:
+    """A mozilla-django-oidc view that is a 404 while single sign-on is off."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not sso_enabled():
+            raise Http404("Single sign-on is not configured")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class SsoStartView(_WhileEnabled, oidc_views.OIDCAuthenticationRequestView):
+    """To the identity provider's sign-in (state and nonce kept in the session)."""
+
+
+class SsoCallbackView(_WhileEnabled, oidc_views.OIDCAuthenticationCallbackView):
+    """Back from the identity provider: the code is exchanged and the person signed in (or sent back)."""

@@ -15,7 +15,9 @@ urlpatterns = [
     path("", portal_views.home, name="home"),
     path("favicon.ico", portal_views.favicon, name="favicon"),
     path("login/", sso.LoginView.as_view(), name="login"),
-    path("oidc/", include("mozilla_django_oidc.urls")),
+    # Single sign-on (404 while it is off); the names are mozilla-django-oidc's own.
+    path("oidc/authenticate/", sso.SsoStartView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.SsoCallbackView.as_view(), name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("scheduler.urls")),
     # DRF's token view names its own parsers; give it the project's (a too deeply nested body is a 400).

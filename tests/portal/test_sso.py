@@ -145,6 +145,12 @@ def test_local_passwords_can_be_kept_for_platform_admins_only(settings, alice, s
     assert Client().post("/login/", {"username": "alice", "password": "local-pw-2026"}).status_code == 302
 
 
+def test_while_sso_is_off_there_is_no_button_and_no_sso_route(client):
+    assert 'id="sso-login"' not in client.get("/login/").content.decode()
+    assert client.get("/oidc/authenticate/").status_code == 404
+    assert client.get("/oidc/callback/?code=x&state=y").status_code == 404
+
+
 def test_platform_admins_edit_the_rules_in_govern_with_a_reason(staff, cluster):
     client = Client()
     client.force_login(staff)

@@ -11,7 +11,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from scheduler.models import WhatIfRun
 
-PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs", "favicon"}  # favicon: a redirect to a static file
+PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs", "favicon",  # favicon: a redirect to a static file
+          "oidc_authentication_init", "oidc_authentication_callback"}  # single sign-on (a 404 while it is off)
 NODE_ROUTES_PREFIX = "api/v1/node/"
 STAFF_PREFIXES = ("govern/", "whatif/", "admin/")
 # Platform-admin endpoints that name a job: refused (403) before the job is looked up, so the answer is the
