@@ -4,11 +4,6 @@ and the portal exchanges the code, checks the RS256 ID token against the provide
 userinfo, all over HTTP. Users are created at first sign-in; their groups give teams and roles by the rules
 platform admins edit in Govern; groups that match no rule give no team."""
 
-import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 from urllib.parse import parse_qsl, urlparse
 
 import pytest
@@ -17,11 +12,11 @@ from django.test import Client
 
 from portal.models import AuditEntry, Membership, SsoGroupRule
 from scheduler.services.jobs import job_submit
+from tests.sso.process import configure, running_provider
 
 pytestmark = pytest.mark.django_db
 PORT = 8061  # this worktree's loopback range
 ISSUER = f"http://127.0.0.1:{PORT}"
-ROOT = Path(__file__).resolve().parents[2]
 USERS = {
     "erin": {"password": "erin-pw", "email": "erin@example.com", "name": "Erin",
              "groups": ["vision-users", "vision-leads"]},
@@ -33,39 +28,14 @@ USERS = {
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory):
     """The provider process, started for this module and stopped after it."""
-    users = tmp_path_factory.mktemp("idp") / "users.json"
-    users.write_text(json.dumps(USERS))
-    log = (tmp_path_factory.getbasetemp() / "idp.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.sso.provider", "--port", str(PORT), "--client-id", "rota",
-                             "--client-secret", "rota-secret", "--users", str(users)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    try:
-        while True:
-            try:
-                requests.get(f"{ISSUER}/.well-known/openid-configuration", timeout=1).raise_for_status()
-                break
-            except requests.RequestException:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the OIDC provider did not start (exit {proc.poll()})")
-                time.sleep(0.1)
-        yield ISSUER
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+    with running_provider(PORT, USERS, tmp_path_factory.mktemp("idp")) as issuer:
+        yield issuer
 
 
 @pytest.fixture
 def sso(provider, settings, cluster):
     """Single sign-on on, configured from the provider's discovery document, with rules for vision."""
-    config = requests.get(f"{provider}/.well-known/openid-configuration", timeout=5).json()
-    settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = "rota", "rota-secret"
-    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = config["authorization_endpoint"]
-    settings.OIDC_OP_TOKEN_ENDPOINT = config["token_endpoint"]
-    settings.OIDC_OP_USER_ENDPOINT = config["userinfo_endpoint"]
-    settings.OIDC_OP_JWKS_ENDPOINT = config["jwks_uri"]
-    settings.ROTA_OIDC_ENABLED = True
+    configure(settings, provider)
     SsoGroupRule.objects.create(group="vision-users", team=cluster["vision"], role="member")
     SsoGroupRule.objects.create(group="vision-leads", team=cluster["vision"], role="team-admin")
     SsoGroupRule.objects.create(group="platform-ops", team=None, role="platform-admin")
