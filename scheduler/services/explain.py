@@ -26,6 +26,7 @@ from scheduler.snapshot import build_snapshot, job_info
 # The changes a resubmit may apply (a quota change is not the job's to make: it needs a loan or an admin).
 RESUBMIT_FIELDS = ("gpus", "gpu_model", "pool", "time_limit_minutes")
 QUOTA_CODES = (R.QUOTA_EXCEEDED, R.OVER_LIMIT, R.NON_PREEMPTIBLE_OVER_QUOTA)
+BACKFILL_CODES = (R.PRIORITY, R.RESOURCES)  # waits where a shorter job may fit before a reservation
 WAITING = (JobState.PENDING, JobState.HELD)
 
 
@@ -138,6 +139,9 @@ class _Explainer:
                 self.suggest({"pool": pool}, f"run in pool {pool} instead of {job.pool}", outcome)
 
     def shorter_limit(self, most_minutes: int) -> None:
+        reason = self.baseline.pending.reason if self.baseline.pending else None
+        if reason is None or reason.code not in BACKFILL_CODES:
+            return  # a time limit changes where a job fits in time, not its quota
         current = int(self.info.time_limit_s // 60) if self.info.time_limit_s else most_minutes + 1
 
         def starts(minutes: int) -> bool:
