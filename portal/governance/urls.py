@@ -11,6 +11,7 @@ urlpatterns = [
     path("priority-classes/new/", views.priority_class_edit, name="govern-priority-class-new"),
     path("priority-classes/<slug:name>/", views.priority_class_edit, name="govern-priority-class"),
     path("teams/", views_admin.teams, name="govern-teams"),
+    path("members-import/", views_admin.members_import, name="govern-members-import"),
     path("teams/<slug:name>/", views_admin.team_edit, name="govern-team"),
     path("gpu-models/", views_admin.gpu_models, name="govern-gpu-models"),
     path("sso/", views_admin.sso_rules, name="govern-sso"),

@@ -8,7 +8,7 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.governance import services_admin
+from portal.governance import services_admin, services_import
 from portal.governance.forms import ReasonMixin
 from portal.governance.views import _errors_onto, staff_only
 from portal.models import SsoGroupRule, Team
@@ -144,3 +144,40 @@ def sso_rule_delete(request, pk: int):
     else:
         messages.success(request, f"Rule for group {rule.group} removed.")
     return redirect("govern-sso")
+
+
+class MembersImportForm(ReasonMixin):
+    file = forms.FileField(required=False, help_text="CSV: username,email,team,role")
+    text = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Or paste the CSV")
+
+    def csv_text(self) -> str:
+        upload = self.cleaned_data.get("file")
+        if upload is not None:
+            try:
+                return upload.read(services_import.MAX_BYTES + 1).decode("utf-8")
+            except UnicodeDecodeError:
+                self.add_error("file", "the file must be UTF-8 text")
+                return ""
+        return self.cleaned_data.get("text") or ""
+
+
+@staff_only
+def members_import(request):
+    """Import users and memberships from CSV: a dry run shows each line's change; Import applies them all."""
+    form = MembersImportForm(request.POST or None, request.FILES or None)
+    plan, problem = None, ""
+    if request.method == "POST" and form.is_valid():
+        text = form.csv_text()
+        if request.POST.get("action") == "apply" and not form.errors:
+            try:
+                lines = services_import.members_import(user=request.user, text=text, reason=form.cleaned_data["reason"])
+            except ValidationError as exc:
+                _errors_onto(form, exc)
+            else:
+                changed = sum(1 for x in lines if x.change != "unchanged")
+                messages.success(request, f"Imported: {changed} line(s) changed, {len(lines) - changed} unchanged.")
+                return redirect("govern-teams")
+        plan, problem = services_import.members_import_plan(text)
+    return render(request, "governance/members_import.html",
+                  {"form": form, "plan": plan, "problem": problem, "section": "teams"},
+                  status=400 if form.errors or problem or any(x.error for x in plan or []) else 200)
