@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounting import charts, exports, periods
+from accounting.loans import loan_lines
 from accounting.reports import idle_for, rated_usage, usage_summary
 from accounting.selectors import team_for
 from accounting.selectors_fairness import fairness_for, visible_team_names
@@ -64,8 +65,9 @@ class ChargebackAPI(APIView):
             response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
             return response
         fairness = fairness_for(visible, start=month.start, end=month.end, now=now)
+        loans = loan_lines(visible, start=month.start, end=month.end)
         if fmt == "xlsx":
-            content = exports.xlsx_bytes(rated.lines, period, rated.cards, idle, fairness)
+            content = exports.xlsx_bytes(rated.lines, period, rated.cards, idle, fairness, loans)
             response = HttpResponse(content, content_type=XLSX_TYPE)
         else:
             teams = (
@@ -74,7 +76,7 @@ class ChargebackAPI(APIView):
                 else sorted({r.usage.team for r in rated.lines})
                 or list(cost_teams_for(request.user).values_list("name", flat=True)[:50])
             )
-            content = exports.pdf_bytes(rated.lines, month.label, teams, idle, fairness)
+            content = exports.pdf_bytes(rated.lines, month.label, teams, idle, fairness, loans)
             response = HttpResponse(content, content_type="application/pdf")
         response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
         return response

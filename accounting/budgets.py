@@ -1,6 +1,8 @@
-"""Budget enforcement at admission: after each usage rollup, every enforced budget is compared with its
-team's usage this month (GPU-hours or money at the rate card); a team past its budget has its waiting jobs
-held back by the scheduling cycle with the reason BudgetExceeded until the month ends or the budget grows.
+"""Budgets: after each usage rollup every budget is compared with its team's usage this month (GPU-hours or
+money at the rate card). Each threshold (50 %, the budget's warning share, 100 %) fires one alert per month.
+An enforced budget, once spent, acts as its admin chose: ``hold`` (the scheduling cycle holds the team's
+waiting jobs back with the reason BudgetExceeded), ``block`` (new submissions are refused) or ``lower`` (new
+submissions run at the lowest priority class the team may use), until the month ends or the budget grows.
 Running work is never stopped for a budget."""
 
 from collections import defaultdict
@@ -9,7 +11,7 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
-from accounting.models import Budget, UsageRecord
+from accounting.models import Budget, BudgetAlert, UsageRecord
 from accounting.periods import Range, _at, month_start, next_month
 from accounting.rating import RateBook, cost
 from accounting.selectors import rate_cards
@@ -44,35 +46,57 @@ def budget_used(budget: Budget, usage: dict[int, tuple[Decimal, Decimal]]) -> De
     return money if budget.unit == Budget.MONEY else hours
 
 
+def budget_thresholds(budget: Budget) -> list[int]:
+    """The percentages at which ``budget`` alerts: 50, its warning share and 100."""
+    return sorted({50, int(budget.warn_percent), 100})
+
+
 def budgets_refresh(now: datetime, budgets: list[Budget] | None = None) -> list[str]:
-    """Update every enforced budget's usage and its exceeded mark (``budgets``: only these, e.g. one an admin
-    just changed); returns the teams now over budget. A budget that is not enforced never holds work back."""
-    if budgets is not None:
-        Budget.objects.filter(pk__in=[b.pk for b in budgets if not b.enforce]).update(exceeded_at=None)
-        budgets = [b for b in budgets if b.enforce]
-    else:
-        budgets = list(Budget.objects.filter(enforce=True).select_related("team"))
+    """Update each budget's usage, its exceeded mark (enforced budgets only) and its alerts (``budgets``: only
+    these, e.g. one an admin just changed); returns the teams now past an enforced budget."""
+    if budgets is None:
+        budgets = list(Budget.objects.select_related("team"))
     if not budgets:
         return []
     usage = team_month_usage([b.team for b in budgets], now)
+    period = month_start(now.date())
     over = []
     for budget in budgets:
         used = budget_used(budget, usage)
-        exceeded = used > budget.amount
+        exceeded = budget.enforce and used > budget.amount
         Budget.objects.filter(pk=budget.pk).update(
             used=used, exceeded_at=(budget.exceeded_at or now) if exceeded else None)
+        for threshold in budget_thresholds(budget):
+            if used * 100 >= budget.amount * threshold:  # once per period: the unique row says it fired
+                BudgetAlert.objects.get_or_create(budget=budget, period_start=period, threshold=threshold,
+                                                  defaults={"used": used, "amount": budget.amount, "fired_at": now})
         if exceeded:
             over.append(budget.team.name)
     return over
 
 
+def _message(team: str, unit: str, amount, used) -> str:
+    what = "GPU-hours" if unit == Budget.GPU_HOURS else "in cost"
+    return f"team {team} has used {used} of its {amount} {what} budget this month"
+
+
+def budget_action(team: Team) -> tuple[str, str] | None:
+    """``(action, message)`` of ``team``'s spent enforced budget that acts at submit (``block`` before
+    ``lower``), or None. One query."""
+    rows = Budget.objects.filter(team=team, enforce=True, exceeded_at__isnull=False,
+                                 action__in=(Budget.BLOCK, Budget.LOWER)).values_list("action", "unit", "amount",
+                                                                                      "used")
+    for action, unit, amount, used in sorted(rows, key=lambda r: r[0] != Budget.BLOCK):
+        return action, _message(team.name, unit, amount, used)
+    return None
+
+
 def exceeded_teams() -> dict[str, str]:
     """Teams whose enforced budget is spent, with the message the waiting jobs show. One query."""
     out = {}
-    for team, unit, amount, used in Budget.objects.filter(enforce=True, exceeded_at__isnull=False).values_list(
-        "team__name", "unit", "amount", "used"
-    ):
-        what = "GPU-hours" if unit == Budget.GPU_HOURS else "in cost"
-        out[team] = (f"team {team} has used {used} of its {amount} {what} budget this month; "
-                     "waiting work starts when the budget is raised or the month ends")
+    for team, unit, amount, used in Budget.objects.filter(
+            enforce=True, action=Budget.HOLD, exceeded_at__isnull=False).values_list("team__name", "unit", "amount",
+                                                                                      "used"):
+        out[team] = (f"{_message(team, unit, amount, used)}; waiting work starts when the budget is raised or the "
+                     "month ends")
     return out

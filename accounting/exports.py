@@ -7,12 +7,16 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from accounting.charts import top_jobs, totals_by
 from accounting.fairness import TeamFairness
 from accounting.idle import IDLE_TEAM, IdleReport
 from accounting.numbers import money, percent, quantity
 from accounting.rating import RateCardVersion, RatedLine
+
+if TYPE_CHECKING:
+    from accounting.loans import LoanLine  # (a Django read; the exports take its plain rows)
 from portal.csvutil import csv_lines, neutralize
 
 COLUMNS = [
@@ -203,9 +207,10 @@ def xlsx_bytes(
     cards: list[RateCardVersion],
     idle: IdleReport | None = None,
     fairness: list[TeamFairness] | None = None,
+    loans: "list[LoanLine] | None" = None,
 ) -> bytes:
     """A workbook with sheets: Summary by team (with idle cost as the policy says), By user, Job detail, Rate
-    card, and Fairness when a statement is given."""
+    card, Fairness when a statement is given, and Quota loans when any ran in the period."""
     from openpyxl import Workbook
 
     wb = Workbook()
@@ -270,9 +275,22 @@ def xlsx_bytes(
                 12: "0.00",
             },
         )
+    if loans:
+        _sheet(
+            wb,
+            "Quota loans",
+            LOAN_COLUMNS,
+            ([period, x.team, x.direction, x.other, x.gpu_model, x.gpus, x.starts_at.strftime("%Y-%m-%d %H:%M UTC"),
+              x.ends_at.strftime("%Y-%m-%d %H:%M UTC"), x.guarantee_gpu_hours] for x in loans),
+            {6: "0.000", 9: HOURS_FORMAT},
+        )
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()
+
+
+LOAN_COLUMNS = ["period", "team", "direction", "other_team", "gpu_model", "gpus", "from", "until",
+                "guarantee_gpu_hours"]
 
 
 def _bar_chart(values: list[tuple[str, float]]):
@@ -342,9 +360,11 @@ def pdf_bytes(
     teams: list[str],
     idle: IdleReport | None = None,
     fairness: list[TeamFairness] | None = None,
+    loans: "list[LoanLine] | None" = None,
 ) -> bytes:
     """A statement per team (one or more pages each): totals (with its idle share under the ``share``
-    policy), cost by GPU model as a bar chart, top jobs, and the fairness section when a statement is given."""
+    policy), cost by GPU model as a bar chart, top jobs, the fairness section when a statement is given, and
+    the team's quota loans of the period."""
     from xml.sax.saxutils import escape
 
     from reportlab.lib import colors
@@ -407,6 +427,15 @@ def pdf_bytes(
         story.append(Table(rows, colWidths=[211, 100, 70, 70], style=numbers, repeatRows=1, hAlign="LEFT"))
         if fairness is not None:
             story += [Spacer(1, 8), *_fairness_story(fair.get(team), styles, numbers)]
+        mine = [x for x in loans or [] if x.team == team]
+        if mine:
+            rows = [["Quota loan", "GPUs", "From", "Until", "Guarantee GPU-hours"]]
+            rows += [[Paragraph(escape(f"#{x.loan_id} {x.direction} {'to' if x.direction == 'lent' else 'from'} "
+                                       f"{x.other}: {x.gpu_model}"), cell), _qty(x.gpus, 3),
+                      x.starts_at.strftime("%Y-%m-%d %H:%M"), x.ends_at.strftime("%Y-%m-%d %H:%M"),
+                      _qty(x.guarantee_gpu_hours, 2)] for x in mine]
+            story += [Spacer(1, 8), Paragraph("Quota loans", styles["Heading3"]),
+                      Table(rows, colWidths=[171, 50, 80, 80, 70], style=numbers, repeatRows=1, hAlign="LEFT")]
     buf = io.BytesIO()
     SimpleDocTemplate(buf, pagesize=A4, title=f"Rota chargeback {period_label}").build(story)
     return buf.getvalue()

@@ -137,9 +137,15 @@ class Budget(models.Model):
     amount = models.DecimalField(max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))])
     warn_percent = models.PositiveSmallIntegerField(default=80, validators=[MaxValueValidator(100)])
     period = models.CharField(max_length=10, default="month")
-    # Enforcement at admission: while ``exceeded_at`` is set (by the usage rollup), the team's waiting jobs
-    # are not admitted and show BudgetExceeded; running work is not stopped.
+    # Enforcement at 100 %: while ``exceeded_at`` is set (by the usage rollup) ``action`` applies: ``hold`` keeps
+    # the team's waiting jobs from being admitted (they show BudgetExceeded), ``block`` refuses its new
+    # submissions, ``lower`` runs them at the lowest priority class the team may use. Running work is never
+    # stopped. Not enforced: the budget only warns (alerts at 50 %, ``warn_percent`` and 100 %).
+    HOLD, BLOCK, LOWER = "hold", "block", "lower"
+    ACTIONS = [(HOLD, "hold waiting work back"), (BLOCK, "refuse new submissions"),
+               (LOWER, "lower the priority of new submissions")]
     enforce = models.BooleanField(default=False)
+    action = models.CharField(max_length=5, choices=ACTIONS, default=HOLD)
     exceeded_at = models.DateTimeField(null=True, blank=True)
     used = models.DecimalField(max_digits=14, decimal_places=2, default=0)  # this month, at the last rollup
 
@@ -153,6 +159,27 @@ class Budget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.amount} {self.unit}/{self.period}"
+
+
+class BudgetAlert(models.Model):
+    """A budget threshold crossed in one period: fired once per (budget, period, threshold), when the usage
+    rollup first sees the team's use at or past ``threshold`` % of the budget. The admin-visible alert list
+    (Govern -> Budgets) and the team's page show them."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period_start = models.DateField()  # the first day of the budget's period
+    threshold = models.PositiveSmallIntegerField()  # percent
+    used = models.DecimalField(max_digits=14, decimal_places=2)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    fired_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-fired_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["budget", "period_start", "threshold"],
+                                               name="budgetalert_once_per_period")]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.threshold}% ({self.period_start:%Y-%m})"
 
 
 class Statement(models.Model):

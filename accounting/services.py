@@ -402,6 +402,7 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
     """Store an XLSX workbook and a PDF statement for every team with usage in the month starting at
     ``month_start``. Idempotent: existing statements are kept unless ``replace``. Returns how many were stored."""
     from accounting import exports
+    from accounting.loans import loan_lines
     from accounting.periods import parse_month
     from accounting.rating import rate_lines
     from accounting.reports import idle_for
@@ -421,9 +422,10 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
         lines = rate_lines(team_usage_lines(team, start=month.start, end=month.end), cards)
         team_idle = idle.for_teams([team.name])
         team_fairness = [fairness[team.name]] if team.name in fairness else []
+        loans = loan_lines({team.name}, start=month.start, end=month.end)
         files = {
-            "xlsx": exports.xlsx_bytes(lines, period, cards, team_idle, team_fairness),
-            "pdf": exports.pdf_bytes(lines, month.label, [team.name], team_idle, team_fairness),
+            "xlsx": exports.xlsx_bytes(lines, period, cards, team_idle, team_fairness, loans),
+            "pdf": exports.pdf_bytes(lines, month.label, [team.name], team_idle, team_fairness, loans),
         }
         for fmt, content in files.items():
             if fmt in existing and not replace:

@@ -118,3 +118,30 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.object_name}"
+
+
+class SsoGroupRule(models.Model):
+    """Single sign-on: a user whose identity provider lists ``group`` in the ``groups`` claim gets ``role`` in
+    ``team`` at each sign-in (the highest role when several rules give the same team). ``platform-admin``
+    (no team) makes the user a platform admin. A team named by any rule is managed by these rules: a user
+    who signs in without one of its groups leaves it. Users whose groups match no rule belong to no team."""
+
+    MEMBER, TEAM_ADMIN, PLATFORM_ADMIN = Membership.MEMBER, Membership.TEAM_ADMIN, "platform-admin"
+    ROLES = [(MEMBER, "member"), (TEAM_ADMIN, "team admin"), (PLATFORM_ADMIN, "platform admin")]
+
+    group = models.CharField(max_length=200)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="sso_rules")
+    role = models.CharField(max_length=20, choices=ROLES, default=MEMBER)
+
+    class Meta:
+        ordering = ["group", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "team"], name="ssogrouprule_unique", nulls_distinct=False),
+            models.CheckConstraint(
+                condition=(models.Q(role="platform-admin", team__isnull=True)
+                           | (models.Q(role__in=["member", "team-admin"]) & models.Q(team__isnull=False))),
+                name="ssogrouprule_team_iff_team_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.team or 'platform'} ({self.role})"

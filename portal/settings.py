@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "scheduler",
     "accounting",
     "axes",
+    "mozilla_django_oidc",
 ]
 
 MIDDLEWARE = [
@@ -56,7 +57,8 @@ MIDDLEWARE = [
 
 # Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for one username from one address,
 # that pair is locked out for AXES_COOLOFF_MINUTES; a successful login resets the count.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend",
+                           "portal.sso.RotaOIDCBackend"]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15, minimum=1) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -139,6 +141,7 @@ CELERY_BEAT_SCHEDULE = {
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},
     "telemetry-rollup": {"task": "scheduler.telemetry_rollup", "schedule": 600.0},
     "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
+    "quota-loans-end": {"task": "scheduler.loans_end", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -149,6 +152,25 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on with OpenID Connect (mozilla-django-oidc, ``portal/sso.py``): on when the client and the
+# provider's endpoints are set. ID tokens are checked against the provider's JWKS (RS256 by default).
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES", "openid email profile groups")
+OIDC_TIMEOUT = 10
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+ROTA_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID and OIDC_OP_AUTHORIZATION_ENDPOINT and OIDC_OP_TOKEN_ENDPOINT
+                         and OIDC_OP_USER_ENDPOINT)
+# Who may sign in with a local password: "all", or "staff" (platform admins only: break-glass, once SSO is on).
+ROTA_LOCAL_LOGIN = env_str("ROTA_LOCAL_LOGIN", "all")
+if ROTA_LOCAL_LOGIN not in ("all", "staff"):
+    raise ImproperlyConfigured(f"ROTA_LOCAL_LOGIN must be all or staff; got {ROTA_LOCAL_LOGIN!r}")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

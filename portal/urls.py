@@ -8,12 +8,16 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.settings import api_settings
 
+from portal import sso
 from portal import views as portal_views
 
 urlpatterns = [
     path("", portal_views.home, name="home"),
     path("favicon.ico", portal_views.favicon, name="favicon"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", sso.LoginView.as_view(), name="login"),
+    # Single sign-on (404 while it is off); the names are mozilla-django-oidc's own.
+    path("oidc/authenticate/", sso.SsoStartView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.SsoCallbackView.as_view(), name="oidc_authentication_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("scheduler.urls")),
     # DRF's token view names its own parsers; give it the project's (a too deeply nested body is a 400).

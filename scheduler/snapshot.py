@@ -13,6 +13,7 @@ from scheduler.core.types import (
     RUNNING,
     GpuDevice,
     JobInfo,
+    LoanInfo,
     NodeInfo,
     Placement,
     Policy,
@@ -22,7 +23,7 @@ from scheduler.core.types import (
     TeamInfo,
 )
 from scheduler.images import ImageError, image_parse, image_resolve, pools_allowing
-from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota
+from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, JobState
 from scheduler.services import runtime
 
@@ -187,6 +188,17 @@ def quota_infos() -> tuple[QuotaInfo, ...]:
     )
 
 
+def loan_infos(now: datetime) -> tuple[LoanInfo, ...]:
+    """The approved quota loans running at ``now`` (one query); the engine applies them to quotas."""
+    return tuple(
+        LoanInfo(lender=lender, borrower=borrower, gpu_model=model, gpus=float(gpus), starts_at=start.timestamp(),
+                 ends_at=end.timestamp())
+        for lender, borrower, model, gpus, start, end in QuotaLoan.objects.filter(
+            state=QuotaLoan.APPROVED, starts_at__lte=now, ends_at__gt=now).order_by("id").values_list(
+            "lender__name", "borrower__name", "gpu_model__name", "gpus", "starts_at", "ends_at")
+    )
+
+
 def priority_class_infos(values: dict[str, int] | None = None) -> tuple[PriorityClassInfo, ...]:
     """Every priority class (one query); ``values`` overrides some classes' values (what-if)."""
     values = values or {}
@@ -241,5 +253,6 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     snapshot = Snapshot(
         now=now.timestamp(), nodes=node_infos, jobs=jobs, teams=team_infos(), quotas=quota_infos(),
         priority_classes=priority_class_infos(), usage=decayed_usage(now, policy.fair_share_half_life_s), policy=policy,
+        loans=loan_infos(now),
     )
     return snapshot, node_of_gpu

@@ -37,3 +37,11 @@ def whatif_run(run_id: int, **_ignored) -> None:
     from scheduler.whatif import whatif_execute
 
     whatif_execute(run_id)
+
+
+@shared_task(name="scheduler.loans_end", time_limit=60, soft_time_limit=50, ignore_result=True)
+def loans_end(**_ignored) -> list[int]:
+    """Record (and audit) the end of quota loans whose window is over (``scheduler.services.loans``)."""
+    from scheduler.services.loans import loans_end as end
+
+    return end()

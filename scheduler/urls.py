@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler import views, views_whatif
+from scheduler import views, views_explain, views_whatif
 
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
@@ -10,6 +10,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/log/", views.job_log_partial, name="job-log"),
     path("jobs/<int:job_id>/gpu-chart/", views.job_gpu_chart, name="job-gpu-chart"),
+    path("jobs/<int:job_id>/explain/", views_explain.job_explain_partial, name="job-explain"),
+    path("jobs/<int:job_id>/resubmit/", views_explain.job_resubmit_view, name="job-resubmit"),
     path("jobs/<int:job_id>/<str:action>/", views.job_action, name="job-action"),
     path("cluster/", views.cluster, name="cluster"),
     path("whatif/", views_whatif.whatif_list, name="whatif"),

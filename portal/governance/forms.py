@@ -113,22 +113,29 @@ class BudgetForm(ReasonMixin, forms.ModelForm):
 
     class Meta:
         model = Budget
-        fields = ["team", "unit", "amount", "warn_percent", "enforce"]
+        fields = ["team", "unit", "amount", "warn_percent", "enforce", "action"]
         labels = {"amount": "Amount per month", "warn_percent": "Warn at (% used)",
-                  "enforce": "Enforce: hold back the team's waiting work once it is spent"}
+                  "enforce": "Enforce: act once it is spent (otherwise it only warns)",
+                  "action": "At 100 %"}
         help_texts = {
             "amount": "GPU-hours, or money in the rate card's currency",
-            "warn_percent": "the accounting page shows a warning from this share of the budget on (0 to 100)",
-            "enforce": "running work is never stopped; waiting work starts again when the budget is raised or "
-                       "the month ends",
+            "warn_percent": "the accounting page shows a warning from this share of the budget on (0 to 100); "
+                            "alerts fire once a month at 50 %, at this share and at 100 %",
+            "enforce": "running work is never stopped; the action ends when the budget is raised or the month ends",
+            "action": "hold: the team's waiting work is not admitted (BudgetExceeded); refuse: new submissions are "
+                      "refused; lower: new submissions run at the lowest priority class the team may use",
         }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.order_by("name")
+        self.fields["action"].required = False  # left out: hold, the model's default (or the budget's own)
         if self.instance.pk:
             self.fields["team"].disabled = True
             self.fields["unit"].disabled = True
+
+    def clean_action(self):
+        return self.cleaned_data.get("action") or self.instance.action or Budget.HOLD
 
     def validate_unique(self):
         """One budget per team and unit: checked by the service (with a message naming the team)."""

@@ -235,3 +235,10 @@ def budgets_this_month() -> list[tuple[Budget, BudgetStatus]]:
     usage = team_month_usage([b.team for b in budgets], db_now()) if budgets else {}
     return [(b, budget_status(b.team.name, b.unit, b.amount, budget_used(b, usage), b.warn_percent))
             for b in budgets]
+
+
+def budget_alerts(*, limit: int = 100) -> list:
+    """The newest budget alerts of every team (the admin-visible alert list)."""
+    from accounting.models import BudgetAlert
+
+    return list(BudgetAlert.objects.select_related("budget", "budget__team")[:limit])

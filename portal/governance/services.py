@@ -445,7 +445,7 @@ def queue_job_hold(*, user, job, hold: bool, reason: str = ""):
     return job
 
 
-BUDGET_FIELDS = ("amount", "warn_percent", "enforce")
+BUDGET_FIELDS = ("amount", "warn_percent", "enforce", "action")
 
 
 def budget_snapshot(budget: Budget) -> dict:
@@ -469,7 +469,8 @@ def budget_set(*, user, team: Team, unit: str, values: dict, reason: str = "", i
             budget = Budget.objects.select_for_update().select_related("team").get(pk=instance.pk)
             before = budget_snapshot(budget)
         for field in BUDGET_FIELDS:
-            setattr(budget, field, values[field])
+            if field in values:  # a field left out keeps its value (a new budget: the model's default)
+                setattr(budget, field, values[field])
         budget.full_clean(validate_unique=False)
         after = budget_snapshot(budget)
         if before == after:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.governance import views, views_images
+from portal.governance import views, views_admin, views_images
 
 urlpatterns = [
     path("", views.index, name="govern"),
@@ -10,7 +10,14 @@ urlpatterns = [
     path("priority-classes/", views.priority_classes, name="govern-priority-classes"),
     path("priority-classes/new/", views.priority_class_edit, name="govern-priority-class-new"),
     path("priority-classes/<slug:name>/", views.priority_class_edit, name="govern-priority-class"),
+    path("teams/", views_admin.teams, name="govern-teams"),
+    path("members-import/", views_admin.members_import, name="govern-members-import"),
+    path("teams/<slug:name>/", views_admin.team_edit, name="govern-team"),
+    path("gpu-models/", views_admin.gpu_models, name="govern-gpu-models"),
+    path("sso/", views_admin.sso_rules, name="govern-sso"),
+    path("sso/<int:pk>/delete/", views_admin.sso_rule_delete, name="govern-sso-delete"),
     path("pools/", views.pools, name="govern-pools"),
+    path("pools/new/", views_admin.pool_new, name="govern-pool-new"),
     path("pools/<slug:name>/teams/", views.pool_teams, name="govern-pool-teams"),
     path("images/", views_images.images, name="govern-images"),
     path("images/kinds/<slug:kind>/", views_images.kind_image, name="govern-kind-image"),

@@ -320,7 +320,8 @@ def queue_priority(request, job_id: int):
 @staff_only
 def budgets(request):
     return render(request, "governance/budgets.html",
-                  {"budgets": selectors.budgets_this_month(), "section": "budgets"})
+                  {"budgets": selectors.budgets_this_month(), "alerts": selectors.budget_alerts(),
+                   "section": "budgets"})
 
 
 @staff_only

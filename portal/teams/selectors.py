@@ -13,7 +13,7 @@ from portal.access import User, is_platform_admin, jobs_for, role_in, teams_for
 from portal.models import Membership, Team
 from scheduler.core.ordering import entitlements, fair_share_factors
 from scheduler.core.types import Policy, QuotaInfo, Snapshot
-from scheduler.models import Allocation, JobTemplate, Quota
+from scheduler.models import Allocation, JobTemplate, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, WAITING_STATES, JobState
 from scheduler.snapshot import decayed_usage
 
@@ -223,3 +223,53 @@ def job_template_for(user: User, template_id: int | str):
     if template is None:
         raise Http404("No such template")
     return template
+
+
+@dataclass(frozen=True)
+class LoanRow:
+    """One quota loan as a team's page shows it: ``direction`` is ``lent`` or ``borrowed`` for this team;
+    ``can_decide`` (approve/decline) and ``can_cancel`` say what the reader may do with it."""
+
+    loan: object
+    direction: str
+    other: str
+    status: str
+    can_decide: bool
+    can_cancel: bool
+
+
+def team_loans(*, team: Team, user: User, now: datetime) -> list[LoanRow]:
+    """The quota loans ``team`` gives or takes (newest window first, at most 50)."""
+    manages = can_manage_team(user, team)
+    rows = []
+    for loan in QuotaLoan.objects.filter(Q(lender=team) | Q(borrower=team)).select_related(
+            "lender", "borrower", "gpu_model", "requested_by", "decided_by")[:50]:
+        lent = loan.lender_id == team.pk
+        status = loan.status_at(now)
+        rows.append(LoanRow(
+            loan=loan, direction="lent" if lent else "borrowed", other=(loan.borrower if lent else loan.lender).name,
+            status=status, can_decide=manages and lent and status == QuotaLoan.REQUESTED,
+            can_cancel=manages and not lent and status in (QuotaLoan.REQUESTED, "scheduled", "active")))
+    return rows
+
+
+@dataclass(frozen=True)
+class BudgetStanding:
+    """A team's budget this month: its use (at the last usage rollup), the percent used, and each threshold
+    with whether it fired this month."""
+
+    budget: object
+    percent: int
+    thresholds: list[tuple[int, bool]]
+
+
+def team_budgets(*, team: Team, now: datetime) -> list[BudgetStanding]:
+    """The team's budgets with their thresholds this month (two queries)."""
+    from accounting.budgets import budget_thresholds
+    from accounting.models import Budget, BudgetAlert
+
+    budgets = list(Budget.objects.filter(team=team).order_by("unit"))
+    fired = set(BudgetAlert.objects.filter(budget__in=budgets, period_start=now.date().replace(day=1)).values_list(
+        "budget_id", "threshold"))
+    return [BudgetStanding(budget=b, percent=int(b.used * 100 / b.amount) if b.amount else 100,
+                           thresholds=[(t, (b.pk, t) in fired) for t in budget_thresholds(b)]) for b in budgets]

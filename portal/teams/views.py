@@ -28,10 +28,11 @@ def team_index(request):
 
 def _dashboard_context(request, team, form=None):
     can_manage = selectors.can_manage_team(request.user, team)
+    now = db_now()
     return {
         "team": team,
         "quotas": selectors.quota_standing(team=team),
-        "share": selectors.share_standing(team=team, now=db_now()),
+        "share": selectors.share_standing(team=team, now=now),
         "active": selectors.team_active_jobs(user=request.user, team=team),
         "failures": selectors.team_recent_failures(user=request.user, team=team),
         "members": selectors.team_members(team=team) if can_manage else None,
@@ -39,6 +40,8 @@ def _dashboard_context(request, team, form=None):
         "form": form or MemberForm(),
         "columns": DEFAULT_COLUMNS,
         "failure_columns": FAILURE_COLUMNS,
+        "loans": selectors.team_loans(team=team, user=request.user, now=now),
+        "budgets": selectors.team_budgets(team=team, now=now),
     }
 
 

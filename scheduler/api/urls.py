@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import node, views
+from scheduler.api import loans, node, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -9,10 +9,16 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.JobActionAPI.as_view(action_name="cancel"), name="api-job-cancel"),
     path("jobs/<int:job_id>/hold/", views.JobActionAPI.as_view(action_name="hold"), name="api-job-hold"),
     path("jobs/<int:job_id>/release/", views.JobActionAPI.as_view(action_name="release"), name="api-job-release"),
+    path("jobs/<int:job_id>/explain/", views.JobExplainAPI.as_view(), name="api-job-explain"),
+    path("jobs/<int:job_id>/resubmit/", views.JobResubmitAPI.as_view(), name="api-job-resubmit"),
     path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
     path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),
     path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),
     path("nodes/<slug:name>/resume/", views.NodeStateAPI.as_view(target_state="ready"), name="api-node-resume"),
+    path("quota-loans/", loans.LoanListAPI.as_view(), name="api-quota-loans"),
+    path("quota-loans/<int:loan_id>/", loans.LoanDetailAPI.as_view(), name="api-quota-loan"),
+    *[path(f"quota-loans/<int:loan_id>/{action}/", loans.LoanDecisionAPI.as_view(action_name=action),
+           name=f"api-quota-loan-{action}") for action in ("approve", "decline", "cancel")],
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
     path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
     path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),

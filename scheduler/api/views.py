@@ -139,6 +139,37 @@ class JobActionAPI(APIView):
         return Response(JobSerializer(job).data)
 
 
+class JobExplainAPI(APIView):
+    """Why the job waits (the engine's reason now) and what would make it start: each change tried by
+    running the engine on a copy of the cluster with it (``would_start_if``). Read-only, counted like a
+    quote (it runs several scheduling cycles)."""
+
+    throttle_classes = [QuoteThrottle]
+
+    def throttled(self, request, wait):
+        raise Throttled(wait, detail=QuoteThrottle().refusal(wait))
+
+    @extend_schema(responses={200: dict})
+    def get(self, request, job_id: int):
+        from scheduler.services.explain import job_explain
+
+        return Response(job_explain(job=job_for(request.user, job_id)))
+
+
+class JobResubmitAPI(APIView):
+    """Apply a change from ``explain``: the job is replaced by a copy with ``{"gpus": 12}`` (or ``gpu_model``,
+    ``pool``, ``time_limit_minutes``); the answer is the new job."""
+
+    @extend_schema(request=dict, responses={201: JobSerializer})
+    def post(self, request, job_id: int):
+        job = job_for(request.user, job_id)
+        if not isinstance(request.data, dict):
+            raise ValidationError({"changes": "must be an object such as {\"gpus\": 12}"})
+        new = _service_call(job_services.job_resubmit, user=request.user, job=job, changes=dict(request.data))
+        new = jobs_for(request.user).prefetch_related(_allocations_prefetch()).get(pk=new.pk)
+        return Response(JobSerializer(new).data, status=status.HTTP_201_CREATED)
+
+
 class JobLogsAPI(APIView):
     """The job's captured output. ?attempt= picks an attempt (default: the current one); ?offset= returns
     only what follows that byte offset (for following a running job)."""

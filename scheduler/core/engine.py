@@ -21,6 +21,7 @@ from scheduler.core.backfill import Reservation, Timeline
 from scheduler.core.cluster import EPS, Cluster, Group, Node
 from scheduler.core.estimates import pending_infos
 from scheduler.core.feasibility import Feasibility, analyse, shape_text
+from scheduler.core.loans import with_loans
 from scheduler.core.ordering import ranked, sort_key
 from scheduler.core.placement import Request, place, request_of
 from scheduler.core.preemption import Preempting, index_running
@@ -627,7 +628,7 @@ def _collector_paused() -> Iterator[None]:
 
 def _schedule(snapshot: Snapshot, timer: Timer | None) -> Decisions:
     global _last_tokens
-    snapshot = ranked(snapshot)
+    snapshot = ranked(with_loans(snapshot))
     cycle = Cycle(snapshot)
     try:
         decisions = _run(cycle, snapshot, timer)

@@ -13,6 +13,7 @@ from operator import attrgetter
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
 from scheduler.core.kept import KeptForNext
+from scheduler.core.loans import with_loans
 from scheduler.core.ordering import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
@@ -34,7 +35,7 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     service levels) of the same team (unless reclaim, or the policy's preemption scope is the cluster),
     and the preemptor waits as ``Preempting``.
     """
-    snapshot = ranked(snapshot)
+    snapshot = ranked(with_loans(snapshot))
     out: list[str] = []
     devices, team_pools, parent, rows = _static(snapshot)
     jobs: dict[int, JobInfo] = {}

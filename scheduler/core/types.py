@@ -87,6 +87,20 @@ class QuotaInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LoanInfo:
+    """A quota loan: ``lender`` lends ``gpus`` of its guarantee of ``gpu_model`` (all pools) to ``borrower``
+    for ``[starts_at, ends_at)``. While it runs, the guarantee is the borrower's (and its limit grows by as
+    much); before and after, the lender's. See ``scheduler.core.loans``."""
+
+    lender: str
+    borrower: str
+    gpu_model: str
+    gpus: float
+    starts_at: float
+    ends_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class PriorityClassInfo:
     """A priority class: higher ``value`` runs first. Times in seconds."""
 
@@ -195,6 +209,8 @@ class Snapshot:
     # False: the caller needs the decisions and reasons only (the simulator), so waiting jobs get no
     # estimated start (None); their queue positions and reasons are the same.
     estimate_starts: bool = True
+    # Quota loans; those running at ``now`` move guarantee between teams (``scheduler.core.loans``).
+    loans: tuple[LoanInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

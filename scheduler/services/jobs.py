@@ -8,6 +8,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from accounting.budgets import budget_action
+from accounting.models import Budget
 from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
 from scheduler.images import ImageError, image_allowed, image_parse, image_resolve
@@ -235,6 +237,13 @@ def job_request_build(
     if problem and not (pool and "pool" in errors):
         errors["image"] = problem
     pc_name = priority_class or defaults.priority_class
+    budget = budget_action(team_obj) if team_obj is not None else None
+    if budget and budget[0] == Budget.BLOCK:
+        errors["team"] = (f"{budget[1]}: its budget refuses new submissions until a platform admin raises it or "
+                          "the month ends")
+    elif budget and budget[0] == Budget.LOWER:
+        lowest = PriorityClass.objects.usable_by(team_obj).order_by("value").first()
+        pc_name = lowest.name if lowest else pc_name  # ``job_submit`` records why
     pc = PriorityClass.objects.filter(name=pc_name).first()
     if pc is None:
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
@@ -273,10 +282,14 @@ def job_submit(*, user, **request) -> Job:
     """Validate a request (see ``job_request_build``) and queue it as a pending job of its team; nothing
     is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
     job = job_request_build(user=user, **request)
+    budget = budget_action(job.team)
+    cause = "submitted"
+    if budget and budget[0] == Budget.LOWER:
+        cause = f"submitted at priority class {job.priority_class.name}: {budget[1]}"[:300]
     with transaction.atomic():
         now = db_now()
         job.save()
-        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause="submitted", actor=user)
+        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause=cause, actor=user)
         _wake_cycle()
     return job
 
@@ -364,3 +377,41 @@ def job_release(*, user, job: Job, why: str = "") -> Job:
         _wake_cycle()
     job.refresh_from_db()
     return job
+
+
+# The request of a job as ``job_request_build`` takes it (a resubmit copies these).
+REQUEST_FIELDS = ("name", "command", "kind", "gpus", "gpu_fraction", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
+                  "node_labels", "min_driver_version", "time_limit_minutes", "preemptible", "env", "image",
+                  "idle_timeout_minutes")
+
+
+def job_resubmit(*, user, job: Job, changes: dict) -> Job:
+    """Replace the waiting ``job`` by a copy with ``changes`` (from its "what would make it start":
+    ``gpus``, ``gpu_model``, ``pool``, ``time_limit_minutes``): the copy is submitted and the job cancelled
+    in one transaction, or nothing happens (a bad change names its field; a job that started meanwhile is
+    refused)."""
+    from scheduler.services.explain import RESUBMIT_FIELDS
+
+    if not can_manage_job(user, job):
+        raise NotAllowed("only the submitter, a team-admin or a platform admin may resubmit this job")
+    if not isinstance(changes, dict) or not changes:
+        raise ValidationError({"changes": f"name at least one of {', '.join(RESUBMIT_FIELDS)}"})
+    unknown = sorted(set(changes) - set(RESUBMIT_FIELDS))
+    if unknown:
+        raise ValidationError({k: f"cannot be changed by a resubmit; allowed: {', '.join(RESUBMIT_FIELDS)}"
+                               for k in unknown})
+    request = {f: getattr(job, f) for f in REQUEST_FIELDS}
+    request |= {"team": job.team, "gpu_model": job.gpu_model.name if job.gpu_model else None,
+                "pool": job.pool.name if job.pool else None, "priority_class": job.priority_class.name}
+    request |= changes
+    with transaction.atomic():
+        new = job_submit(user=user, **request)
+        described = ", ".join(f"{k}={v}" for k, v in sorted(changes.items()))
+        if not job_transition(
+            job.pk, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
+            cause=f"resubmitted by {user} as #{new.pk} with {described}"[:300], at=db_now(), actor=user,
+            extra={"finished_at": db_now(), "queue_position": None, "estimated_start": None},
+        ):
+            raise ValidationError({"state": f"only a waiting job can be resubmitted; this one is "
+                                            f"{Job.objects.get(pk=job.pk).state}"})
+    return new

@@ -2,18 +2,15 @@
 in total at the current rate card, and how much quota the team has left. Read-only: it runs the same
 engine on a snapshot with the hypothetical job added, and persists nothing."""
 
-import dataclasses
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.db.models import Sum
 
-from scheduler.core import schedule
-from scheduler.core.types import PendingInfo, Reason
-from scheduler.cycle import hold_back_over_budget
 from scheduler.models import Allocation, Gpu, Quota
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_request_build
+from scheduler.services.trial import trial
 from scheduler.snapshot import build_snapshot, job_info
 
 QUOTE_JOB_ID = -1
@@ -37,15 +34,7 @@ def job_quote(*, user, **request) -> dict:
     job = job_request_build(user=user, **request)
     now = db_now()
     snapshot, _gpu_nodes = build_snapshot(now)
-    hypothetical = job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp())
-    snapshot = dataclasses.replace(snapshot, jobs=snapshot.jobs + (hypothetical,))
-    # As the cycle does: the waiting work of teams past an enforced budget stays out, this job's too.
-    snapshot, over_budget = hold_back_over_budget(snapshot)
-    decisions = schedule(snapshot)
-    start = next((s for s in decisions.starts if s.job_id == QUOTE_JOB_ID), None)
-    pending = next((p for p in decisions.pending if p.job_id == QUOTE_JOB_ID), None)
-    if QUOTE_JOB_ID in over_budget:
-        pending = PendingInfo(QUOTE_JOB_ID, Reason("BudgetExceeded", over_budget[QUOTE_JOB_ID]), None, None)
+    start, pending = trial(snapshot, job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp()))
     model = job.gpu_model.name if job.gpu_model else None
     if start is not None and start.placements:
         model = Gpu.objects.filter(pk=start.placements[0].gpu_id).values_list("model__name", flat=True).first()

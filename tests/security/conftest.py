@@ -1,17 +1,18 @@
 """Principals and tenant-owned objects for the authorization matrix: owner (alice), team-mate (bob),
 outsider (charlie, another team), team-admin (dora, vision), platform admin (root), anonymous, node."""
 
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from accounting.models import Budget, Statement
 from portal.models import Membership
-from scheduler.models import NodeToken
+from scheduler.models import NodeToken, QuotaLoan
 from scheduler.models.templates import JobTemplate
 from scheduler.services.jobs import job_submit
-from tests.factories import MembershipFactory, UserFactory
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 PRINCIPALS = ("owner", "mate", "outsider", "team_admin", "platform_admin", "anonymous", "node")
 
@@ -28,8 +29,13 @@ def world(cluster, alice, bob, charlie):
     statement = Statement.objects.create(team=cluster["vision"], month=date(2026, 1, 1), format="pdf",
                                          content=b"%PDF-1.4 vision", size=15)
     budget = Budget.objects.create(team=cluster["vision"], unit=Budget.MONEY, amount=100)
+    # A quota loan of vision's to a team the outsider (nlp) is not in.
+    loan = QuotaLoan.objects.create(lender=cluster["vision"], borrower=TeamFactory(name="speech"),
+                                    gpu_model=cluster["h100"], gpus=1, starts_at=timezone.now(),
+                                    ends_at=timezone.now() + timedelta(hours=1), reason="secret deadline",
+                                    requested_by=alice)
     return {"users": users, "node_token": node_token, "job": job, "template": template, "statement": statement,
-            "budget": budget, "cluster": cluster}
+            "budget": budget, "loan": loan, "cluster": cluster}
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from scheduler.models import WhatIfRun
 
-PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs", "favicon"}  # favicon: a redirect to a static file
+PUBLIC = {"login", "logout", "api-token", "api-schema", "api-docs", "favicon",  # favicon: a redirect to a static file
+          "oidc_authentication_init", "oidc_authentication_callback"}  # single sign-on (a 404 while it is off)
 NODE_ROUTES_PREFIX = "api/v1/node/"
 STAFF_PREFIXES = ("govern/", "whatif/", "admin/")
 # Platform-admin endpoints that name a job: refused (403) before the job is looked up, so the answer is the
@@ -38,6 +39,7 @@ def fill(route: str, world, whatif_id: int) -> str:
         "<int:job_id>": world["job"].pk, "<int:template_id>": world["template"].pk,
         "<int:statement_id>": world["statement"].pk, "<int:run_id>": whatif_id, "<str:username>": "alice",
         "<str:action>": "hold", "<int:pk>": world["budget"].pk, "<slug:kind>": "training",
+        "<int:loan_id>": world["loan"].pk, "<slug:action>": "approve",
     }
     if route.startswith(("govern/nodes/", "api/v1/nodes/")):
         values["<slug:name>"] = "node-h100"
@@ -55,12 +57,12 @@ def fill(route: str, world, whatif_id: int) -> str:
 
 
 def tenant_owned(route: str) -> bool:
-    """Routes naming a team's object: a job, template, statement, or the team itself."""
+    """Routes naming a team's object: a job, template, statement, quota loan, or the team itself."""
     if route.startswith(STAFF_PREFIXES) or route.startswith(NODE_ROUTES_PREFIX):
         return False
     if any(name == n for r, n in ROUTES if r == route for name in STAFF_ONLY):
         return False
-    return any(p in route for p in ("<int:job_id>", "<int:template_id>", "<int:statement_id>")) or (
+    return any(p in route for p in ("<int:job_id>", "<int:template_id>", "<int:statement_id>", "<int:loan_id>")) or (
         "teams/<slug:name>" in route)
 
 

@@ -1,0 +1,80 @@
+"""Platform administration in the portal: a platform admin creates a team in the department tree, a pool
+and a GPU model, adds a member, and the member submits to the new pool; every change is in the audit log.
+Team-admins manage their own team's members only; everyone else gets 404."""
+
+import pytest
+from django.test import Client
+
+from portal.models import AuditEntry, Membership, Team
+from scheduler.cycle import run_cycle
+from scheduler.models import GpuModel, Pool, Quota
+from scheduler.services.jobs import job_submit
+from tests.factories import GpuFactory, NodeFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_platform_admin_builds_a_team_pool_model_and_member_in_the_portal(staff, cluster):
+    admin = client_for(staff)
+    research = Team.objects.create(name="research")
+    made = admin.post("/govern/teams/", {"name": "speech", "display_name": "Speech", "parent": research.pk,
+                                         "reason": "new group"})
+    assert made.status_code == 302, made.content.decode()[:2000]
+    speech = Team.objects.get(name="speech")
+    assert speech.parent == research and "speech" in admin.get("/govern/teams/").content.decode()
+    assert admin.post("/govern/gpu-models/", {"name": "l40s-48gb", "vendor": "nvidia", "memory_mb": "49152",
+                                              "reason": "new nodes"}).status_code == 302
+    assert admin.post("/govern/pools/new/", {"name": "infer", "description": "L40S", "teams": [speech.pk],
+                                             "reason": "for speech"}).status_code == 302
+    pool, l40s = Pool.objects.get(name="infer"), GpuModel.objects.get(name="l40s-48gb")
+    assert list(pool.teams.all()) == [speech]
+    node = NodeFactory(name="node-l40s", pool=pool)
+    GpuFactory(node=node, index=0, model=l40s, memory_mb=49152, uuid="GPU-l40s-0")
+    Quota.objects.create(team=speech, gpu_model=l40s, guaranteed=1, limit=1)
+    dana = UserFactory(username="dana")
+    assert admin.post("/teams/speech/members/", {"username": "dana", "role": "member"}).status_code == 302
+    assert Membership.objects.get(user=dana).team == speech
+    job = job_submit(user=dana, name="first", command="true", pool="infer", gpu_model="l40s-48gb")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted" and job.allocations.get().node == node
+    actions = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"team.create", "gpu_model.create", "pool.create", "membership.create"} <= actions
+    entry = AuditEntry.objects.get(action="team.create")
+    assert entry.after == {"name": "speech", "display_name": "Speech", "parent": "research"}
+    assert entry.actor_name == "root" and entry.reason == "new group"
+
+
+def test_team_edits_keep_the_tree_a_tree_and_need_a_reason(staff, cluster):
+    admin = client_for(staff)
+    vision, nlp = cluster["vision"], cluster["nlp"]
+    Team.objects.filter(pk=nlp.pk).update(parent=vision)
+    loop = admin.post("/govern/teams/vision/", {"name": "vision", "parent": nlp.pk, "reason": "reorg"})
+    assert loop.status_code == 400 and "parent" in loop.content.decode()
+    unexplained = admin.post("/govern/teams/vision/", {"name": "vision", "display_name": "Vision", "reason": ""})
+    assert unexplained.status_code == 400 and "a reason is required" in unexplained.content.decode()
+    bad = admin.post("/govern/teams/", {"name": "Not A Slug!", "reason": "x"})
+    assert bad.status_code == 400 and not Team.objects.filter(name="Not A Slug!").exists()
+    renamed = admin.post("/govern/teams/vision/", {"name": "vision", "display_name": "Vision", "reason": "label"})
+    assert renamed.status_code == 302
+    entry = AuditEntry.objects.get(action="team.update")
+    assert entry.before["display_name"] == "" and entry.after["display_name"] == "Vision"
+
+
+def test_only_platform_admins_administer_and_team_admins_manage_their_own_members(alice, cluster):
+    client = client_for(alice)
+    for url in ("/govern/teams/", "/govern/teams/vision/", "/govern/gpu-models/", "/govern/pools/new/"):
+        assert client.get(url).status_code == 404, url
+    assert client.post("/govern/teams/", {"name": "mine", "reason": "x"}).status_code == 404
+    assert not Team.objects.filter(name="mine").exists()
+    Membership.objects.filter(user=alice).update(role=Membership.TEAM_ADMIN)
+    UserFactory(username="erin")
+    assert client.post("/teams/vision/members/", {"username": "erin", "role": "member"}).status_code == 302
+    assert client.post("/teams/nlp/members/", {"username": "erin", "role": "member"}).status_code == 404
+    assert list(Membership.objects.filter(user__username="erin").values_list("team__name", flat=True)) == ["vision"]
