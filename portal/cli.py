@@ -33,7 +33,8 @@ SUBMIT_FIELDS = {
     "name": "name", "team": "team", "kind": "kind", "gpus": "gpus", "gpu_fraction": "gpu_fraction",
     "gpu_model": "gpu_model", "gpu_memory_gb": "gpu_memory_gb", "cpus": "cpus", "memory_gb": "memory_gb",
     "time_limit": "time_limit_minutes",
-    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool",
+    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool", "array": "array",
+    "depends": "dependency", "max_retries": "max_retries", "retry_on": "retry_on", "retry_backoff": "retry_backoff_s",
 }
 
 
@@ -312,6 +313,9 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
     job = client_from_config().post("/api/v1/jobs/", data)
     if args.json:
         print_json(job)
+    elif "ids" in job:  # an array: its tasks' ids
+        print(f"Submitted array {job['array_id']} ({job['name']}): {job['size']} tasks, jobs "
+              f"{job['ids'][0]}-{job['ids'][-1]}, to team {job['team']}")
     else:
         print(f"Submitted job {job['id']} ({job['name']}) to team {job['team']}: {job['state']}")
     return 0
@@ -367,6 +371,16 @@ def cmd_show(args) -> int:
     ]
     if job.get("restarts"):
         rows.append(("restarts", job["restarts"]))
+    if job.get("array_id") is not None:
+        rows.append(("array", f"task {job['array_index']} of array {job['array_id']}"))
+    if job.get("dependency"):
+        rows.append(("dependency", job["dependency"]))
+    if job.get("max_retries") or job.get("retry_on"):
+        rows.append(("retries", f"{job['retries']} of {job['max_retries']} on {', '.join(job['retry_on'])}"))
+    for attempt in job.get("attempts") or []:
+        if len(job["attempts"]) > 1:
+            rows.append((f"attempt {attempt['attempt']}", f"{','.join(attempt['nodes']) or '-'}: "
+                                                           f"{attempt['ended'] or 'current'}"))
     if job.get("connect_url"):
         rows.append(("connect_url", job["connect_url"]))
     reason = job.get("pending_reason")
@@ -417,6 +431,21 @@ def cmd_action(args) -> int:
         print(f"job {job['id']}: cancel requested ({job['state']}; it ends once its processes are stopped)")
     else:
         print(f"job {job['id']}: {job['state']}")
+    return 0
+
+
+def cmd_array(args) -> int:
+    client = client_from_config()
+    body = (client.post(f"/api/v1/arrays/{args.id}/cancel/") if args.cancel
+            else client.get(f"/api/v1/arrays/{args.id}/"))
+    if args.json:
+        print_json(body)
+        return 0
+    cap = f", at most {body['max_running']} at once" if body["max_running"] else ""
+    print(f"array {body['array_id']} {body['name']} [{body['spec']}]: {body['size']} tasks{cap}, team {body['team']}")
+    if args.cancel:
+        print(f"cancel requested for {body['cancelled']} task{'s' if body['cancelled'] != 1 else ''}")
+    print_table(["STATE", "TASKS"], [[state, n] for state, n in sorted(body["counts"].items())])
     return 0
 
 
@@ -492,6 +521,13 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--priority-class")
     p.add_argument("--nodes", type=int)
     p.add_argument("--pool")
+    p.add_argument("--depends", "--dependency", dest="depends",
+                   help="start after other jobs end, as Slurm writes it: afterok:12:13,afterany:7_*")
+    p.add_argument("--max-retries", type=int, help="queue it again at most this many times after an end of --retry-on")
+    p.add_argument("--retry-on", type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
+                   help="ends to retry, comma-separated: node-lost, failed, start-failed, timed-out")
+    p.add_argument("--retry-backoff", type=int, help="seconds before the first retry (doubling after)")
+    p.add_argument("--array", help='a job array: one task per index, e.g. 0-99, 1,3,5 or 0-99%%8 (at most 8 at once)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -532,6 +568,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(action, parents=[common], help=f"{action} a job")
         p.add_argument("id", type=int)
         p.set_defaults(action=action)
+
+    p = sub.add_parser("array", parents=[common], help="a job array: its tasks by state; --cancel cancels them")
+    p.add_argument("id", type=int)
+    p.add_argument("--cancel", action="store_true", help="cancel every task that has not ended")
 
     p = sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
     p.add_argument("--pool", help="only this pool's nodes")
@@ -575,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
         "share": cmd_share, "templates": cmd_templates,
-        "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
+        "cancel": cmd_action, "hold": cmd_action, "release": cmd_action, "array": cmd_array,
     }
     try:
         if args.cmd == "submit":

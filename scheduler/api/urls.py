@@ -10,6 +10,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/hold/", views.JobActionAPI.as_view(action_name="hold"), name="api-job-hold"),
     path("jobs/<int:job_id>/release/", views.JobActionAPI.as_view(action_name="release"), name="api-job-release"),
     path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
+    path("arrays/<int:array_id>/", views.JobArrayDetailAPI.as_view(), name="api-array"),
+    path("arrays/<int:array_id>/cancel/", views.JobArrayCancelAPI.as_view(), name="api-array-cancel"),
     path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),
     path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),
     path("nodes/<slug:name>/resume/", views.NodeStateAPI.as_view(target_state="ready"), name="api-node-resume"),

@@ -10,10 +10,11 @@ from django.db.models import Sum
 
 from scheduler.core import schedule
 from scheduler.core.types import PendingInfo, Reason
-from scheduler.cycle import hold_back_over_budget
-from scheduler.models import Allocation, Gpu, Quota
+from scheduler.dependencies import dependency_hold
+from scheduler.holds import hold_back
+from scheduler.models import Allocation, Gpu, Job, Quota
 from scheduler.services.common import db_now
-from scheduler.services.jobs import job_request_build
+from scheduler.services.jobs import job_request_checked
 from scheduler.snapshot import build_snapshot, job_info
 
 QUOTE_JOB_ID = -1
@@ -32,20 +33,26 @@ def _price(model: str | None, now: datetime) -> tuple[Decimal | None, str]:
     return card.prices[model], card.currency
 
 
-def job_quote(*, user, **request) -> dict:
-    """Validate ``request`` like a submit (ValidationError names bad fields) and quote it."""
-    job = job_request_build(user=user, **request)
+def job_quote(*, user, dependency: str = "", **request) -> dict:
+    """Validate ``request`` like a submit (ValidationError names bad fields) and quote it. A job that would
+    wait for its ``dependency`` is quoted as waiting for it."""
+    job, deps = job_request_checked(user=user, dependency=dependency, **request)
     now = db_now()
     snapshot, _gpu_nodes = build_snapshot(now)
     hypothetical = job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp())
     snapshot = dataclasses.replace(snapshot, jobs=snapshot.jobs + (hypothetical,))
-    # As the cycle does: the waiting work of teams past an enforced budget stays out, this job's too.
-    snapshot, over_budget = hold_back_over_budget(snapshot)
+    # As the cycle does: work held before placement (a spent budget, ...) stays out, this job's too.
+    snapshot, held = hold_back(snapshot)
     decisions = schedule(snapshot)
     start = next((s for s in decisions.starts if s.job_id == QUOTE_JOB_ID), None)
     pending = next((p for p in decisions.pending if p.job_id == QUOTE_JOB_ID), None)
-    if QUOTE_JOB_ID in over_budget:
-        pending = PendingInfo(QUOTE_JOB_ID, Reason("BudgetExceeded", over_budget[QUOTE_JOB_ID]), None, None)
+    hold = held.get(QUOTE_JOB_ID)
+    if deps:
+        states = dict(Job.objects.filter(pk__in=[d.on for d in deps]).values_list("pk", "state"))
+        hold = dependency_hold([(d.condition, d.on, states[d.on]) for d in deps]) or hold
+    if hold is not None:
+        start = None
+        pending = PendingInfo(QUOTE_JOB_ID, Reason(hold.code, hold.message, hold.details), None, None)
     model = job.gpu_model.name if job.gpu_model else None
     if start is not None and start.placements:
         model = Gpu.objects.filter(pk=start.placements[0].gpu_id).values_list("model__name", flat=True).first()

@@ -10,6 +10,7 @@ from accounting.models import Budget, Statement
 from portal.models import Membership
 from scheduler.models import NodeToken
 from scheduler.models.templates import JobTemplate
+from scheduler.services.arrays import array_submit
 from scheduler.services.jobs import job_submit
 from tests.factories import MembershipFactory, UserFactory
 
@@ -28,8 +29,10 @@ def world(cluster, alice, bob, charlie):
     statement = Statement.objects.create(team=cluster["vision"], month=date(2026, 1, 1), format="pdf",
                                          content=b"%PDF-1.4 vision", size=15)
     budget = Budget.objects.create(team=cluster["vision"], unit=Budget.MONEY, amount=100)
+    job_array = array_submit(user=alice, array="0-1", name="secret-vision-array", command="echo vision-only",
+                             gpu_model="h100-80gb")
     return {"users": users, "node_token": node_token, "job": job, "template": template, "statement": statement,
-            "budget": budget, "cluster": cluster}
+            "budget": budget, "cluster": cluster, "array": job_array}
 
 
 @pytest.fixture
