@@ -8,6 +8,7 @@ then ends it: see ``scheduler.dispatch.end_never_satisfied``).
 
 from scheduler.core.types import Snapshot
 from scheduler.holds import Hold
+from scheduler.models import JobDependency
 from scheduler.models.jobs import FINAL_STATES, JobState
 
 MET, WAITING, NEVER = "met", "waiting", "never"
@@ -38,7 +39,9 @@ def dependency_hold(deps: list[tuple[str, int, str]]) -> Hold | None:
     never = [(c, on, state) for c, on, state in deps if dependency_status(c, state) == NEVER]
     if never:
         condition, on, state = never[0]
-        message = f"job {on} ended {state} but this job runs {condition} it: it can never start"
+        message = (f"job {on} succeeded, and this job was to run only if it did not (afternotok)"
+                   if condition == "afternotok" else
+                   f"job {on} ended {state}, and this job was to run only after it succeeded (afterok)")
         return Hold(NEVER_CODE, message, {"jobs": sorted(on for _c, on, _s in never), "condition": condition})
     waiting = sorted(on for c, on, state in deps if dependency_status(c, state) == WAITING)
     if waiting:
@@ -49,8 +52,6 @@ def dependency_hold(deps: list[tuple[str, int, str]]) -> Hold | None:
 
 def unmet_dependencies(snapshot: Snapshot, pending: list[int]) -> dict[int, Hold]:
     """The pending jobs whose dependencies are not all met (one query over their dependency rows)."""
-    from scheduler.models import JobDependency
-
     asked = set(pending)
     by_job: dict[int, list[tuple[str, int, str]]] = {}
     for job_id, condition, on, state in JobDependency.objects.filter(job__state=JobState.PENDING).values_list(

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from scheduler.core.types import PENDING, Snapshot
+from scheduler.models import Job
+from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,6 @@ def array_limit_holds(array_id: int, max_running: int, tasks: Iterable[ArrayTask
 
 def array_task_limit(snapshot: Snapshot, pending: list[int]) -> dict[int, Hold]:
     """Tasks of capped arrays past their array's ``%N`` (one query over the active tasks of capped arrays)."""
-    from scheduler.models import Job
-    from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES
-
     rows = (Job.objects.filter(state__in=ACTIVE_STATES, array__max_running__isnull=False)
             .values_list("id", "array_id", "array_index", "array__max_running", "state"))
     arrays: dict[int, tuple[int, list[ArrayTask]]] = {}

@@ -88,7 +88,7 @@ def test_an_evaluation_whose_training_failed_never_starts_and_says_why(alice, ap
     assert body["state"] == "cancelled" and body["allocations"] == []
     assert body["pending_reason"]["code"] == "DependencyNeverSatisfied"
     assert body["pending_reason"]["message"] == (
-        f"job {training.pk} ended failed but this job runs afterok it: it can never start")
+        f"job {training.pk} ended failed, and this job was to run only after it succeeded (afterok)")
     assert body["transitions"][-1]["cause"].startswith("dependency never satisfied: job")
 
 
@@ -102,6 +102,17 @@ def test_afternotok_runs_the_cleanup_only_when_the_job_failed(alice, node_client
     run_cycle()
     cleanup.refresh_from_db(), report.refresh_from_db()
     assert (cleanup.state, report.state) == ("admitted", "admitted")
+
+
+def test_a_cleanup_after_a_job_that_succeeded_never_runs(alice, node_client):
+    training = submit(alice, "train")
+    cleanup = submit(alice, "cleanup", dependency=f"afternotok:{training.pk}")
+    run_cycle()
+    run_to_end(node_client(), training, 0)
+    run_cycle()
+    cleanup.refresh_from_db()
+    assert cleanup.state == "cancelled" and cleanup.pending_reason_message == (
+        f"job {training.pk} succeeded, and this job was to run only if it did not (afternotok)")
 
 
 def test_a_chain_ends_link_by_link_when_its_first_job_fails(alice, node_client):
