@@ -434,21 +434,6 @@ def cmd_action(args) -> int:
     return 0
 
 
-def cmd_array(args) -> int:
-    client = client_from_config()
-    body = (client.post(f"/api/v1/arrays/{args.id}/cancel/") if args.cancel
-            else client.get(f"/api/v1/arrays/{args.id}/"))
-    if args.json:
-        print_json(body)
-        return 0
-    cap = f", at most {body['max_running']} at once" if body["max_running"] else ""
-    print(f"array {body['array_id']} {body['name']} [{body['spec']}]: {body['size']} tasks{cap}, team {body['team']}")
-    if args.cancel:
-        print(f"cancel requested for {body['cancelled']} task{'s' if body['cancelled'] != 1 else ''}")
-    print_table(["STATE", "TASKS"], [[state, n] for state, n in sorted(body["counts"].items())])
-    return 0
-
-
 def fetch_nodes(client: Client, **params) -> list[dict]:
     """Every node matching ``params``, read page by page."""
     nodes: list[dict] = []
@@ -573,6 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("--cancel", action="store_true", help="cancel every task that has not ended")
 
+    p = sub.add_parser("watch", parents=[common], help="follow a job (or --array) until it ends; exit 0 if it "
+                                                       "succeeded")
+    p.add_argument("id", type=int)
+    p.add_argument("--array", action="store_true", help="ID is an array: print its tasks by state as they change")
+    p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, help=argparse.SUPPRESS)
+
     p = sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
     p.add_argument("--pool", help="only this pool's nodes")
     p.add_argument("--state", help="only nodes in this state (ready, draining, drained, down, unhealthy)")
@@ -612,10 +603,13 @@ def main(argv: list[str] | None = None) -> int:
             command = [args.script, *(args.command or []), *command]
             args.script = None
         args.command = command
+    from portal import cli_flow  # (it imports this module)
+
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
         "share": cmd_share, "templates": cmd_templates,
-        "cancel": cmd_action, "hold": cmd_action, "release": cmd_action, "array": cmd_array,
+        "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
+        "array": cli_flow.cmd_array, "watch": cli_flow.cmd_watch,
     }
     try:
         if args.cmd == "submit":

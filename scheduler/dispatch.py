@@ -9,7 +9,7 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
-from scheduler.core.types import Decisions, PendingInfo, Start
+from scheduler.core.types import Decisions, PendingInfo, Reason, Start
 from scheduler.core.types import Preemption as PreemptionDecision
 from scheduler.models import Allocation, Job, JobTransition, Preemption
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState, StopReason
@@ -227,20 +227,10 @@ def reclaim_idle(now: datetime) -> int:
 
 def mark_held(held: dict) -> int:
     """Give the jobs the cycle held back itself (``scheduler.holds``, not the engine) their reason; they
-    have no queue position. One update per distinct reason; rows already showing it are left alone."""
-    by_reason: dict[tuple, list[int]] = {}
-    for job_id, hold in held.items():
-        by_reason.setdefault((hold.code, hold.message[:500], json.dumps(hold.details, sort_keys=True)), []).append(
-            job_id)
-    updated = 0
-    for (code, message, details), ids in by_reason.items():
-        values = {"pending_reason_code": code, "pending_reason_message": message,
-                  "pending_reason_details": json.loads(details), "queue_position": None, "estimated_start": None}
-        updated += (Job.objects.filter(pk__in=ids, state=JobState.PENDING)
-                    .exclude(**{k: v for k, v in values.items() if v is not None}, queue_position__isnull=True,
-                             estimated_start__isnull=True)
-                    .update(**values))
-    return updated
+    have no queue position and no estimated start. Written as the engine's reasons are (``_store_pending``:
+    one statement, rows already showing it left alone); returns how many still wait."""
+    return _store_pending(tuple(PendingInfo(job_id, Reason(hold.code, hold.message, hold.details), None, None)
+                                for job_id, hold in held.items()))
 
 
 def end_never_satisfied(held: dict, now: datetime) -> int:

@@ -61,8 +61,8 @@ def array_limit_holds(array_id: int, max_running: int, tasks: Iterable[ArrayTask
     room = max(0, max_running - holding)
     cap = f"array {array_id} runs at most {max_running} task{'s' if max_running != 1 else ''} at once"
     details = {"array_id": array_id, "max_running": max_running}
-    return {t.job_id: Hold("JobArrayTaskLimit", f"{cap}; task {t.index} starts when one of them ends", details)
-            for t in waiting[room:]}
+    hold = Hold("JobArrayTaskLimit", f"{cap}; its next task starts when one of them ends", details)
+    return {t.job_id: hold for t in waiting[room:]}
 
 
 def array_task_limit(snapshot: Snapshot, pending: list[int]) -> dict[int, Hold]:

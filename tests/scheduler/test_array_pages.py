@@ -112,3 +112,37 @@ def test_rota_submit_depends_and_retries_and_rota_show_prints_them(rota, alice, 
     assert f"dependency:         afterok:{first.pk}" in out and "retries:            0 of 2 on failed, timed-out" in out
     assert rota(alice, "submit", "--name", "bad", "--retry-on", "sometimes", "--max-retries", "1", "--", "true") == 1
     assert "retry_on" in capsys.readouterr().err
+
+
+def test_rota_watch_follows_a_job_until_it_ends(rota, alice, capsys, monkeypatch):
+    from portal import cli_flow
+    from scheduler.services.common import db_now, job_transition
+
+    job = job_submit(user=alice, name="w", command="true", gpu_model="h100-80gb")
+    polls = []
+
+    def ends(_seconds):
+        polls.append(1)
+        job_transition(job.pk, from_states=("pending",), to_state="cancelled", cause="cancelled by alice", at=db_now())
+
+    monkeypatch.setattr(cli_flow.time, "sleep", ends)
+    capsys.readouterr()
+    assert rota(alice, "watch", str(job.pk)) == 1  # it did not succeed
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("pending    submitted") and "waiting    Scheduling:" in out[1]
+    assert out[2].endswith("cancelled  cancelled by alice") and polls == [1]
+
+
+def test_rota_watch_array_prints_its_counts_until_every_task_ended(rota, alice, capsys, monkeypatch):
+    from portal import cli_flow
+
+    job_array = array_submit(user=alice, array="0-1", **TASK)
+
+    def ends(_seconds):
+        job_array.tasks.update(state="succeeded")
+
+    monkeypatch.setattr(cli_flow.time, "sleep", ends)
+    capsys.readouterr()
+    assert rota(alice, "watch", "--array", str(job_array.pk)) == 0
+    assert capsys.readouterr().out.splitlines() == [f"array {job_array.pk}: 2 pending",
+                                                    f"array {job_array.pk}: 2 succeeded"]

@@ -89,7 +89,7 @@ def test_an_array_capped_at_two_never_runs_more_than_two_tasks_at_once(alice, no
     waiting = tasks[2]
     assert waiting.pending_reason_code == "JobArrayTaskLimit"
     assert waiting.pending_reason_message == (
-        f"array {job_array.pk} runs at most 2 tasks at once; task 2 starts when one of them ends")
+        f"array {job_array.pk} runs at most 2 tasks at once; its next task starts when one of them ends")
     assert waiting.queue_position is None
     finished = 0
     while finished < 8:
