@@ -9,13 +9,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from notifications.models import EVENTS, Delivery, Notification, NotificationPreference
-from notifications.services import MAX_WEBHOOK_URL, preference_for, preference_save
+from notifications.services import (
+    MAX_PENDING_MINUTES,
+    MAX_WEBHOOK_URL,
+    MIN_PENDING_MINUTES,
+    preference_for,
+    preference_save,
+)
 from portal.api import Pagination
 
 
 class PreferenceSerializer(serializers.Serializer):
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(EVENTS)), max_length=len(EVENTS))
     scope = serializers.ChoiceField(choices=[s for s, _label in NotificationPreference.SCOPES])
+    pending_minutes = serializers.IntegerField(min_value=MIN_PENDING_MINUTES, max_value=MAX_PENDING_MINUTES,
+                                               default=60, help_text="for job-pending-long")
     email_enabled = serializers.BooleanField()
     webhook_url = serializers.CharField(max_length=MAX_WEBHOOK_URL, allow_blank=True)
     new_webhook_secret = serializers.BooleanField(default=False, write_only=True)

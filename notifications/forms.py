@@ -3,12 +3,15 @@
 from django import forms
 
 from notifications.models import EVENTS, NotificationPreference
-from notifications.services import MAX_WEBHOOK_URL
+from notifications.services import MAX_PENDING_MINUTES, MAX_WEBHOOK_URL, MIN_PENDING_MINUTES
 
 
 class PreferenceForm(forms.Form):
     events = forms.MultipleChoiceField(label="Tell me when", required=False, widget=forms.CheckboxSelectMultiple,
                                        choices=list(EVENTS.items()))
+    pending_minutes = forms.IntegerField(label="Pending longer than (minutes)", required=False,
+                                         min_value=MIN_PENDING_MINUTES,
+                                         max_value=MAX_PENDING_MINUTES, initial=60)
     scope = forms.ChoiceField(label="About", choices=NotificationPreference.SCOPES)
     email_enabled = forms.BooleanField(label="By e-mail", required=False)
     webhook_url = forms.CharField(label="Webhook URL", required=False, max_length=MAX_WEBHOOK_URL,

@@ -12,6 +12,7 @@ JOB_SUCCEEDED = "job-succeeded"
 JOB_FAILED = "job-failed"  # failed, timed out or lost with its node
 JOB_CANCELLED = "job-cancelled"
 JOB_REQUEUED = "job-requeued"  # preempted, retried or moved off a lost node
+JOB_PENDING_LONG = "job-pending-long"  # waiting longer than the person's pending_minutes
 ARRAY_COMPLETED = "array-completed"
 EVENTS = {
     JOB_STARTED: "a job started running",
@@ -19,6 +20,7 @@ EVENTS = {
     JOB_FAILED: "a job failed, timed out or was lost with its node",
     JOB_CANCELLED: "a job was cancelled (or its dependency can never be met)",
     JOB_REQUEUED: "a job was preempted or retried and waits again",
+    JOB_PENDING_LONG: "a job has waited longer than the minutes below",
     ARRAY_COMPLETED: "every task of a job array ended",
 }
 DEFAULT_EVENTS = [JOB_FAILED, ARRAY_COMPLETED]
@@ -30,7 +32,8 @@ def new_secret() -> str:
 
 class NotificationPreference(models.Model):
     """One person's subscriptions: which ``events``, about whose jobs (``scope``: the jobs they submitted,
-    or every job of the teams they belong to), by which channels. Webhook messages are signed with
+    or every job of the teams they belong to), by which channels; ``pending_minutes``: how long a job waits
+    before "pending too long" is news. Webhook messages are signed with
     ``webhook_secret`` (HMAC-SHA256), which only its owner sees."""
 
     MINE = "mine"
@@ -44,6 +47,7 @@ class NotificationPreference(models.Model):
     email_enabled = models.BooleanField(default=True)
     webhook_url = models.URLField(max_length=500, blank=True)
     webhook_secret = models.CharField(max_length=64, default=new_secret)
+    pending_minutes = models.PositiveIntegerField(default=60)  # for JOB_PENDING_LONG
 
     def __str__(self) -> str:
         return f"notifications of {self.user}"

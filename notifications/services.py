@@ -1,16 +1,19 @@
 """Notification services: save a person's preferences; turn a job's transition into notifications for the
 people who asked for it and may see the job, each with its deliveries (sent by ``notifications.tasks``)."""
 
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
 
 from notifications.models import (
     ARRAY_COMPLETED,
     EVENTS,
     JOB_CANCELLED,
     JOB_FAILED,
+    JOB_PENDING_LONG,
     JOB_REQUEUED,
     JOB_STARTED,
     JOB_SUCCEEDED,
@@ -26,6 +29,8 @@ from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduler.selectors import array_state_counts
 
 MAX_WEBHOOK_URL = 500
+MIN_PENDING_MINUTES, MAX_PENDING_MINUTES = 5, 7 * 24 * 60
+PENDING_PER_PASS = 200  # notifications one person gets from one pass (the rest come with the next)
 
 
 def event_of(from_state: str, to_state: str) -> str | None:
@@ -50,9 +55,12 @@ def preference_for(user) -> NotificationPreference:
 
 
 def preference_save(*, user, events: list[str], scope: str, email_enabled: bool, webhook_url: str,
-                    new_webhook_secret: bool = False) -> NotificationPreference:
+                    new_webhook_secret: bool = False, pending_minutes: int | None = None) -> NotificationPreference:
     """Save ``user``'s preferences; ValidationError names every bad field."""
     errors = {}
+    if pending_minutes is not None and not MIN_PENDING_MINUTES <= pending_minutes <= MAX_PENDING_MINUTES:
+        errors["pending_minutes"] = (f"must be between {MIN_PENDING_MINUTES} and {MAX_PENDING_MINUTES}; "
+                                     f"got {pending_minutes}")
     unknown = [e for e in events if e not in EVENTS]
     if unknown:
         errors["events"] = f"unknown events {', '.join(map(str, unknown))}; known: {', '.join(EVENTS)}"
@@ -72,6 +80,8 @@ def preference_save(*, user, events: list[str], scope: str, email_enabled: bool,
     pref = preference_for(user)
     pref.events, pref.scope, pref.email_enabled, pref.webhook_url = list(dict.fromkeys(events)), scope, \
         email_enabled, webhook_url
+    if pending_minutes is not None:
+        pref.pending_minutes = pending_minutes
     if new_webhook_secret or not pref.webhook_secret:
         pref.webhook_secret = new_secret()
     pref.save()
@@ -127,4 +137,30 @@ def transition_notify(transition_id: int) -> list[int]:
         for pref in _recipients(job, ARRAY_COMPLETED):
             made += _notify(pref, key=f"array:{job_array.pk}", event=ARRAY_COMPLETED, message=text, job=job,
                             job_array=job_array)
+    return made
+
+
+def pending_notify(now) -> list[int]:
+    """Tell each person who asked for JOB_PENDING_LONG about the pending jobs (theirs, or their teams') that
+    have waited longer than their ``pending_minutes`` since they last joined the queue: once per job and
+    attempt. Returns the new deliveries' ids. Safe to run twice or concurrently."""
+    made = []
+    for pref in NotificationPreference.objects.filter(events__contains=[JOB_PENDING_LONG]).select_related("user"):
+        if not pref.user.is_active:
+            continue
+        since = now - timedelta(minutes=pref.pending_minutes)
+        jobs = jobs_for(pref.user).filter(state=JobState.PENDING).annotate(
+            queued_at=Max("transitions__at", filter=Q(transitions__to_state=JobState.PENDING))
+        ).filter(queued_at__lt=since)
+        if pref.scope == NotificationPreference.MINE:
+            jobs = jobs.filter(submitted_by=pref.user)
+        else:  # every job of the teams they belong to (a platform admin's scope too)
+            jobs = jobs.filter(team__memberships__user=pref.user)
+        candidates = {f"pending:{job.pk}:{job.attempt}": job for job in jobs.order_by("pk")[:PENDING_PER_PASS * 2]}
+        told = set(Notification.objects.filter(user=pref.user, key__in=candidates).values_list("key", flat=True))
+        for key, job in [(k, j) for k, j in candidates.items() if k not in told][:PENDING_PER_PASS]:
+            waited = int((now - job.queued_at).total_seconds() // 60)
+            reason = f": {job.pending_reason_code} {job.pending_reason_message}" if job.pending_reason_code else ""
+            message = f"job {job.pk} {job.name} ({job.team.name}) has waited {waited} min{reason}"
+            made += _notify(pref, key=key, event=JOB_PENDING_LONG, message=message, job=job)
     return made

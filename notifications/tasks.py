@@ -6,7 +6,8 @@ from django.conf import settings
 from django.db import transaction
 
 from notifications.delivery import RETRY, delivery_send
-from notifications.services import transition_notify
+from notifications.services import pending_notify, transition_notify
+from scheduler.services.common import db_now
 
 
 @shared_task(name="notifications.transition", time_limit=60, soft_time_limit=50, ignore_result=True)
@@ -29,3 +30,13 @@ def deliver(self, delivery_id: int, **_ignored) -> str:
     if outcome == RETRY:
         raise self.retry(countdown=settings.ROTA_NOTIFY_BACKOFF_S * 2 ** (tries - 1))
     return outcome
+
+
+@shared_task(name="notifications.pending", time_limit=120, soft_time_limit=100, ignore_result=True)
+def notify_pending(**_ignored) -> int:
+    """Tell who asked about jobs pending too long (beat, every minute)."""
+    with transaction.atomic():
+        made = pending_notify(db_now())
+        for delivery_id in made:
+            deliver.delay_on_commit(delivery_id)
+    return len(made)

@@ -18,7 +18,8 @@ RECENT = 50
 def notifications_page(request):
     pref = preference_for(request.user)
     initial = {"events": pref.events if pref.pk else DEFAULT_EVENTS, "scope": pref.scope,
-               "email_enabled": pref.email_enabled, "webhook_url": pref.webhook_url}
+               "email_enabled": pref.email_enabled, "webhook_url": pref.webhook_url,
+               "pending_minutes": pref.pending_minutes}
     form = PreferenceForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:

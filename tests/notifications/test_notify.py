@@ -170,3 +170,35 @@ def test_the_api_reads_and_saves_preferences_and_lists_only_ones_own_notificatio
     assert note["job"] == job.pk and [d["channel"] for d in note["deliveries"]] == ["email", "webhook"]
     assert api(charlie).get("/api/v1/notifications/").json()["results"] == []
     assert api(charlie).get("/api/v1/notifications/preferences/").json()["events"] == []
+
+
+def test_a_job_pending_longer_than_asked_is_told_once_per_attempt(alice, bob, charlie):
+    from datetime import timedelta
+
+    from notifications.services import pending_notify
+    from scheduler.models import JobTransition
+    from scheduler.services.common import db_now
+
+    preference_save(user=alice, events=["job-pending-long"], scope="mine", email_enabled=False, webhook_url="",
+                    pending_minutes=30)
+    preference_save(user=bob, events=["job-pending-long"], scope="mine", email_enabled=False, webhook_url="",
+                    pending_minutes=30)  # bob asked about his own jobs only
+    preference_save(user=charlie, events=["job-pending-long"], scope="team", email_enabled=False, webhook_url="",
+                    pending_minutes=5)  # nlp: may not see vision's jobs
+    waiting = job_submit(user=alice, name="big", command="true", gpu_model="h100-80gb", gpus=16)
+    now = db_now()
+    assert pending_notify(now) == [] and not Notification.objects.exists()  # not waited long enough yet
+    JobTransition.objects.filter(job=waiting).update(at=now - timedelta(minutes=45))
+    pending_notify(now)
+    pending_notify(now)
+    [note] = Notification.objects.all()
+    assert note.user == alice and note.event == "job-pending-long"
+    assert note.message.startswith(f"job {waiting.pk} big (vision) has waited 45 min")
+
+
+def test_pending_minutes_out_of_range_is_named(alice):
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as exc:
+        preference_save(user=alice, events=[], scope="mine", email_enabled=False, webhook_url="", pending_minutes=1)
+    assert exc.value.message_dict["pending_minutes"] == ["must be between 5 and 10080; got 1"]
