@@ -14,6 +14,7 @@ JOB_CANCELLED = "job-cancelled"
 JOB_REQUEUED = "job-requeued"  # preempted, retried or moved off a lost node
 JOB_PENDING_LONG = "job-pending-long"  # waiting longer than the person's pending_minutes
 ARRAY_COMPLETED = "array-completed"
+BUDGET_THRESHOLD = "budget-threshold"  # a team's monthly budget passed 50, 80 or 100 %
 EVENTS = {
     JOB_STARTED: "a job started running",
     JOB_SUCCEEDED: "a job succeeded",
@@ -22,6 +23,7 @@ EVENTS = {
     JOB_REQUEUED: "a job was preempted or retried and waits again",
     JOB_PENDING_LONG: "a job has waited longer than the minutes below",
     ARRAY_COMPLETED: "every task of a job array ended",
+    BUDGET_THRESHOLD: "a team's monthly budget passed 50, 80 or 100 %",
 }
 DEFAULT_EVENTS = [JOB_FAILED, ARRAY_COMPLETED]
 

@@ -99,8 +99,8 @@ def _recipients(job: Job, event: str) -> list[NotificationPreference]:
     return [p for p in chosen if jobs_for(p.user).filter(pk=job.pk).exists()]
 
 
-def _notify(pref: NotificationPreference, *, key: str, event: str, message: str, job: Job,
-            job_array=None) -> list[int]:
+def notification_record(pref: NotificationPreference, *, key: str, event: str, message: str, job: Job | None,
+                        job_array=None) -> list[int]:
     """Record one notification for ``pref``'s owner and its deliveries; [] if they were already told."""
     try:
         with transaction.atomic():
@@ -128,15 +128,16 @@ def transition_notify(transition_id: int) -> list[int]:
     message = f"job {job.pk} {job.name} ({job.team.name}): {transition.to_state}: {transition.cause}"
     made = []
     for pref in _recipients(job, event):
-        made += _notify(pref, key=f"transition:{transition.pk}", event=event, message=message, job=job)
+        made += notification_record(pref, key=f"transition:{transition.pk}", event=event, message=message,
+                                    job=job)
     if job.array_id and not Job.objects.filter(array_id=job.array_id, state__in=ACTIVE_STATES).exists():
         job_array = job.array
         counts = array_state_counts([job_array.pk])[job_array.pk]
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         text = f"array {job_array.pk} {job_array.name} ({job.team.name}) ended: {summary}"
         for pref in _recipients(job, ARRAY_COMPLETED):
-            made += _notify(pref, key=f"array:{job_array.pk}", event=ARRAY_COMPLETED, message=text, job=job,
-                            job_array=job_array)
+            made += notification_record(pref, key=f"array:{job_array.pk}", event=ARRAY_COMPLETED, message=text,
+                                        job=job, job_array=job_array)
     return made
 
 
@@ -162,5 +163,5 @@ def pending_notify(now) -> list[int]:
             waited = int((now - job.queued_at).total_seconds() // 60)
             reason = f": {job.pending_reason_code} {job.pending_reason_message}" if job.pending_reason_code else ""
             message = f"job {job.pk} {job.name} ({job.team.name}) has waited {waited} min{reason}"
-            made += _notify(pref, key=key, event=JOB_PENDING_LONG, message=message, job=job)
+            made += notification_record(pref, key=key, event=JOB_PENDING_LONG, message=message, job=job)
     return made

@@ -5,6 +5,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
+from notifications.budgets import budget_notify
 from notifications.delivery import RETRY, delivery_send
 from notifications.services import pending_notify, transition_notify
 from scheduler.services.common import db_now
@@ -32,11 +33,12 @@ def deliver(self, delivery_id: int, **_ignored) -> str:
     return outcome
 
 
-@shared_task(name="notifications.pending", time_limit=120, soft_time_limit=100, ignore_result=True)
-def notify_pending(**_ignored) -> int:
-    """Tell who asked about jobs pending too long (beat, every minute)."""
+@shared_task(name="notifications.periodic", time_limit=120, soft_time_limit=100, ignore_result=True)
+def notify_periodic(**_ignored) -> int:
+    """Tell who asked about jobs pending too long and budgets past a threshold (beat, every minute)."""
     with transaction.atomic():
-        made = pending_notify(db_now())
+        now = db_now()
+        made = pending_notify(now) + budget_notify(now)
         for delivery_id in made:
             deliver.delay_on_commit(delivery_id)
     return len(made)

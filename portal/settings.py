@@ -154,7 +154,7 @@ CELERY_BEAT_SCHEDULE = {
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},
     "telemetry-rollup": {"task": "scheduler.telemetry_rollup", "schedule": 600.0},
     "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
-    "notify-pending": {"task": "notifications.pending", "schedule": 60.0},
+    "notify-periodic": {"task": "notifications.periodic", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
