@@ -109,7 +109,5 @@ def array_cancel(*, user, job_array: JobArray) -> int:
     with transaction.atomic():
         now = db_now()
         ids = list(job_array.tasks.filter(state__in=ACTIVE_STATES).order_by("pk").values_list("pk", flat=True))
-        for pk in ids:
-            cancel_one(pk, user=user, now=now)
-    return len(ids)
+        return sum(cancel_one(pk, user=user, now=now) for pk in ids)
 

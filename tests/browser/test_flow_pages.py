@@ -51,18 +51,21 @@ def test_an_array_of_8_capped_at_2_from_the_form_runs_2_at_a_time(page, alice, c
 
 
 def test_an_evaluation_waits_for_training_and_never_starts_when_it_fails(page, alice, cluster,  # noqa: F811
-                                                                       celery_worker, start_agent, settings):
+                                                                       celery_worker, start_agent, settings,
+                                                                       tmp_path):
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
     start_agent(cluster["nodes"][0])
     sign_in(page, "alice")
-    submit_from_form(page, "train", "sleep 3; exit 1")
+    go = tmp_path / "fail-now"  # the training fails once the page has shown the evaluation waiting for it
+    submit_from_form(page, "train", f"while [ ! -e {go} ]; do sleep 0.2; done; exit 1")
     page.wait_for_url("**/jobs/*/")
     training = Job.objects.get(name="train")
     # The quote already says what the evaluation will wait for.
     submit_from_form(page, "eval", "echo evaluating", quote=f"waiting for job {training.pk}",
                      dependency=f"afterok:{training.pk}")
     page.wait_for_url("**/jobs/*/")
-    page.wait_for_selector(f".reason >> text=waiting for job {training.pk}")
+    page.wait_for_selector(f".reason >> text=waiting for job {training.pk}", timeout=60_000)
+    go.touch()
     page.wait_for_selector(".reason >> text=DependencyNeverSatisfied", timeout=60_000)
     assert f"job {training.pk} ended failed" in page.inner_text(".reason")
     assert Job.objects.get(name="eval").state == "cancelled"
