@@ -91,6 +91,30 @@ def job_for(user: User, job_id: int | str):
     return job
 
 
+def arrays_for(user: User) -> QuerySet:
+    """Job arrays ``user`` may see (those of the teams whose jobs they may see)."""
+    from scheduler.models import JobArray
+
+    qs = JobArray.objects.select_related("team", "submitted_by")
+    if not user.is_authenticated:
+        return qs.none()
+    if is_platform_admin(user):
+        return qs
+    return qs.filter(team__memberships__user=user)
+
+
+def array_for(user: User, array_id: int | str):
+    """The job array ``array_id`` if ``user`` may see it, else Http404 (as for a missing one)."""
+    try:
+        pk = int(array_id)
+    except (TypeError, ValueError):
+        raise Http404("No such array") from None
+    job_array = arrays_for(user).filter(pk=pk).first()
+    if job_array is None:
+        raise Http404("No such array")
+    return job_array
+
+
 def can_manage_job(user: User, job) -> bool:
     """Whether ``user`` may cancel/hold/release ``job``: its submitter, a team-admin of its team, or a
     platform admin. Other members of the team may see it but not act on it."""
@@ -99,3 +123,10 @@ def can_manage_job(user: User, job) -> bool:
     if job.submitted_by_id == user.pk:
         return True
     return role_in(user, job.team) == Membership.TEAM_ADMIN
+
+
+def can_manage_array(user: User, job_array) -> bool:
+    """Whether ``user`` may cancel a job array: as for its tasks (``can_manage_job``)."""
+    if is_platform_admin(user) or job_array.submitted_by_id == user.pk:
+        return True
+    return role_in(user, job_array.team) == Membership.TEAM_ADMIN

@@ -34,6 +34,8 @@ SUBMIT_FIELDS = {
     "gpu_model": "gpu_model", "gpu_memory_gb": "gpu_memory_gb", "cpus": "cpus", "memory_gb": "memory_gb",
     "time_limit": "time_limit_minutes",
     "priority_class": "priority_class", "nodes": "nodes", "pool": "pool", "image": "image",
+    "array": "array",
+    "depends": "dependency", "max_retries": "max_retries", "retry_on": "retry_on", "retry_backoff": "retry_backoff_s",
 }
 
 
@@ -312,6 +314,9 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
     job = client_from_config().post("/api/v1/jobs/", data)
     if args.json:
         print_json(job)
+    elif "ids" in job:  # an array: its tasks' ids
+        print(f"Submitted array {job['array_id']} ({job['name']}): {job['size']} tasks, jobs "
+              f"{job['ids'][0]}-{job['ids'][-1]}, to team {job['team']}")
     else:
         print(f"Submitted job {job['id']} ({job['name']}) to team {job['team']}: {job['state']}")
     return 0
@@ -369,6 +374,16 @@ def cmd_show(args) -> int:
         rows.append(("failure_reason", f"{job['failure_reason']}: {job['failure_message']}"))
     if job.get("restarts"):
         rows.append(("restarts", job["restarts"]))
+    if job.get("array_id") is not None:
+        rows.append(("array", f"task {job['array_index']} of array {job['array_id']}"))
+    if job.get("dependency"):
+        rows.append(("dependency", job["dependency"]))
+    if job.get("max_retries") or job.get("retry_on"):
+        rows.append(("retries", f"{job['retries']} of {job['max_retries']} on {', '.join(job['retry_on'])}"))
+    for attempt in job.get("attempts") or []:
+        if len(job["attempts"]) > 1:
+            rows.append((f"attempt {attempt['attempt']}", f"{','.join(attempt['nodes']) or '-'}: "
+                                                           f"{attempt['ended'] or 'current'}"))
     if job.get("connect_url"):
         rows.append(("connect_url", job["connect_url"]))
     reason = job.get("pending_reason")
@@ -499,6 +514,13 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool")
     p.add_argument("--image", help="container image, registry first (localhost/rota/python:3.11); default: the "
                                    "kind's")
+    p.add_argument("--depends", "--dependency", dest="depends",
+                   help="start after other jobs end, as Slurm writes it: afterok:12:13,afterany:7_*")
+    p.add_argument("--max-retries", type=int, help="queue it again at most this many times after an end of --retry-on")
+    p.add_argument("--retry-on", type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
+                   help="ends to retry, comma-separated: node-lost, failed, start-failed, timed-out")
+    p.add_argument("--retry-backoff", type=int, help="seconds before the first retry (doubling after)")
+    p.add_argument("--array", help='a job array: one task per index, e.g. 0-99, 1,3,5 or 0-99%%8 (at most 8 at once)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -540,6 +562,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", type=int)
         p.set_defaults(action=action)
 
+    p = sub.add_parser("array", parents=[common], help="a job array: its tasks by state; --cancel cancels them")
+    p.add_argument("id", type=int)
+    p.add_argument("--cancel", action="store_true", help="cancel every task that has not ended")
+
+    p = sub.add_parser("watch", parents=[common], help="follow a job (or --array) until it ends; exit 0 if it "
+                                                       "succeeded")
+    p.add_argument("id", type=int)
+    p.add_argument("--array", action="store_true", help="ID is an array: print its tasks by state as they change")
+    p.add_argument("--interval", type=float, default=FOLLOW_INTERVAL_S, help=argparse.SUPPRESS)
+
     p = sub.add_parser("nodes", parents=[common], help="nodes, their state and GPUs")
     p.add_argument("--pool", help="only this pool's nodes")
     p.add_argument("--state", help="only nodes in this state (ready, draining, drained, down, unhealthy)")
@@ -579,10 +611,13 @@ def main(argv: list[str] | None = None) -> int:
             command = [args.script, *(args.command or []), *command]
             args.script = None
         args.command = command
+    from portal import cli_flow  # (it imports this module)
+
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
         "share": cmd_share, "templates": cmd_templates,
         "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
+        "array": cli_flow.cmd_array, "watch": cli_flow.cmd_watch,
     }
     try:
         if args.cmd == "submit":

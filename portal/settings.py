@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "portal",
     "scheduler",
     "accounting",
+    "notifications",
     "axes",
     "mozilla_django_oidc",
 ]
@@ -136,12 +137,27 @@ CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
 ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, minimum=3, maximum=3600)
+# How many times a job whose node was lost under it is queued again before it ends node-lost (scheduler.retries).
+# Notifications (notifications/): e-mail through this SMTP server; webhooks signed, retried with a doubling
+# backoff; a webhook may not reach private, loopback or link-local addresses unless allowed (tests, a lab).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_str("ROTA_FROM_EMAIL", "rota@localhost")
+ROTA_PORTAL_URL = env_str("ROTA_PORTAL_URL", "http://127.0.0.1:8000").rstrip("/")  # links in messages
+ROTA_NOTIFY_TRIES = env_int("ROTA_NOTIFY_TRIES", 6, minimum=1, maximum=20)
+ROTA_NOTIFY_BACKOFF_S = env_int("ROTA_NOTIFY_BACKOFF_S", 30, minimum=0, maximum=3600)
+ROTA_WEBHOOK_TIMEOUT_S = env_int("ROTA_WEBHOOK_TIMEOUT_S", 10, minimum=1, maximum=60)
+ROTA_WEBHOOK_ALLOW_PRIVATE = env_bool("ROTA_WEBHOOK_ALLOW_PRIVATE", False)
+ROTA_PLATFORM_RETRIES = env_int("ROTA_PLATFORM_RETRIES", 3, minimum=0, maximum=100)
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.cycle", "schedule": float(ROTA_CYCLE_INTERVAL_S)},
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},
     "telemetry-rollup": {"task": "scheduler.telemetry_rollup", "schedule": 600.0},
     "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
     "quota-loans-end": {"task": "scheduler.loans_end", "schedule": 60.0},
+    "notify-periodic": {"task": "notifications.periodic", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -30,6 +30,8 @@ urlpatterns = [
     path("api/v1/", include("accounting.api_urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("govern/", include("portal.governance.urls")),
+    path("notifications/", include("notifications.urls")),
+    path("api/v1/", include("notifications.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

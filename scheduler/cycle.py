@@ -4,7 +4,6 @@ Safe to run twice or concurrently: a PostgreSQL advisory lock makes it single-fl
 re-read from the database each time, and every write is a guarded update.
 """
 
-import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -13,10 +12,11 @@ from django.db import transaction
 
 from portal import locks
 from scheduler.core import schedule
-from scheduler.core.types import PENDING, Snapshot
-from scheduler.dispatch import expire_time_limits, mark_waiting, persist_decisions, reclaim_idle
+from scheduler.dispatch import end_never_satisfied, expire_time_limits, mark_held, persist_decisions, reclaim_idle
+from scheduler.holds import hold_back
 from scheduler.models import SchedulerBeat
 from scheduler.services.common import db_now
+from scheduler.services.jobs import wake_cycle
 from scheduler.snapshot import build_snapshot
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,6 @@ class CycleReport:
         return asdict(self)
 
 
-def hold_back_over_budget(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
-    """Leave out the waiting jobs of teams past an enforced budget; return them with their message."""
-    from accounting.budgets import exceeded_teams
-
-    over = exceeded_teams()
-    if not over:
-        return snapshot, {}
-    held = {j.id: over[j.team] for j in snapshot.jobs if j.state == PENDING and j.team in over}
-    return dataclasses.replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.id not in held)), held
-
-
 def run_cycle() -> CycleReport:
     """Run one scheduling cycle unless another is running (then return ``ran=False`` at once)."""
     phases: dict[str, float] = {}
@@ -61,13 +50,15 @@ def run_cycle() -> CycleReport:
         timed_out = expire_time_limits(now)
         reclaimed = reclaim_idle(now)
         snapshot, gpu_nodes = build_snapshot(now)
-        snapshot, over_budget = hold_back_over_budget(snapshot)
+        snapshot, held = hold_back(snapshot)  # budgets, dependencies, array caps: never given to the engine
         t1 = time.perf_counter()
         decisions = schedule(snapshot)
         t2 = time.perf_counter()
         result = persist_decisions(decisions, gpu_nodes, now)
-        if over_budget:
-            mark_waiting(over_budget, code="BudgetExceeded")
+        if held:
+            mark_held(held)
+            if end_never_satisfied(held, now):
+                wake_cycle()  # their own dependents are judged next
         SchedulerBeat.record(SchedulerBeat.CYCLE, now)
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}

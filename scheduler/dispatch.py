@@ -9,7 +9,7 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
-from scheduler.core.types import Decisions, PendingInfo, Start
+from scheduler.core.types import Decisions, PendingInfo, Reason, Start
 from scheduler.core.types import Preemption as PreemptionDecision
 from scheduler.models import Allocation, Job, JobTransition, Preemption
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState, StopReason
@@ -225,14 +225,28 @@ def reclaim_idle(now: datetime) -> int:
     return count
 
 
-def mark_waiting(messages: dict[int, str], *, code: str) -> int:
-    """Give jobs the cycle held back itself (not the engine) their reason; they have no queue position."""
-    by_message: dict[str, list[int]] = {}
-    for job_id, message in messages.items():
-        by_message.setdefault(message, []).append(job_id)
-    updated = 0
-    for message, ids in by_message.items():
-        updated += Job.objects.filter(pk__in=ids, state=JobState.PENDING).update(
-            pending_reason_code=code, pending_reason_message=message[:500], pending_reason_details={},
-            queue_position=None, estimated_start=None)
-    return updated
+def mark_held(held: dict) -> int:
+    """Give the jobs the cycle held back itself (``scheduler.holds``, not the engine) their reason; they
+    have no queue position and no estimated start. Written as the engine's reasons are (``_store_pending``:
+    one statement, rows already showing it left alone); returns how many still wait."""
+    return _store_pending(tuple(PendingInfo(job_id, Reason(hold.code, hold.message, hold.details), None, None)
+                                for job_id, hold in held.items()))
+
+
+def end_never_satisfied(held: dict, now: datetime) -> int:
+    """End the pending jobs held with ``DependencyNeverSatisfied`` (``scheduler.dependencies``): they are
+    cancelled, keeping that reason so the team reads why; returns how many. Their own dependents are judged
+    by the next cycle."""
+    from scheduler.dependencies import NEVER_CODE
+    from scheduler.services.common import job_transition
+
+    ended = 0
+    for job_id, hold in sorted(held.items()):
+        if hold.code != NEVER_CODE:
+            continue
+        ended += job_transition(
+            job_id, from_states=(JobState.PENDING,), to_state=JobState.CANCELLED,
+            cause=f"dependency never satisfied: {hold.message}", at=now, details=dict(hold.details),
+            extra={"finished_at": now, "pending_reason_code": hold.code, "pending_reason_message": hold.message[:500],
+                   "pending_reason_details": dict(hold.details)})
+    return ended

@@ -6,11 +6,15 @@ from decimal import Decimal
 
 from django import forms
 from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from scheduler.images import image_resolve
 from scheduler.kinds import KIND_CHOICES, KINDS
 from scheduler.models import Gpu, Pool, PriorityClass
+from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES
 from scheduler.services import jobs as job_services
+from scheduler.services.arrays import MAX_ARRAY_SPEC, array_spec_parse
+from scheduler.services.dependencies import MAX_DEPENDENCY
 from scheduler.services.runtime import kind_images
 
 MAX_REPLICAS = 16
@@ -22,7 +26,8 @@ GROUPS = [
     ("Resources", ("gpus", "gpu_fraction", "gpu_model", "gpu_memory_gb", "cpus", "memory_gb", "nodes")),
     ("Placement constraints", ("pool", "node_labels", "min_driver_version")),
     ("Service and interactive settings", ("replicas", "health_path", "idle_timeout_minutes")),
-    ("Scheduling", ("time_limit_minutes", "priority_class", "preemptible")),
+    ("Scheduling", ("time_limit_minutes", "priority_class", "preemptible", "array", "dependency")),
+    ("Retries", ("max_retries", "retry_on", "retry_backoff_s")),
 ]
 # Fields a saved template keeps (the team is the template's own).
 TEMPLATE_FIELDS = tuple(f for _, names in GROUPS for f in names if f != "team")
@@ -162,9 +167,25 @@ class JobSubmitForm(forms.Form):
                                             help_text="Blank: the kind's default")
     priority_class = forms.ChoiceField(required=False)
     preemptible = forms.ChoiceField(choices=PREEMPTIBLE_CHOICES, required=False)
+    array = forms.CharField(label="Job array", required=False, max_length=MAX_ARRAY_SPEC,
+                            help_text='One task per index, e.g. 0-99 or 1,3,5; add %8 to run at most 8 at once. '
+                                      "Each task gets $ROTA_ARRAY_INDEX")
+    max_retries = forms.IntegerField(label="Retries", required=False, min_value=0, max_value=MAX_RETRIES,
+                                     help_text="Queue it again at most this many times after the ends ticked below")
+    retry_on = forms.MultipleChoiceField(
+        label="Retry after", required=False, widget=forms.CheckboxSelectMultiple,
+        choices=[("node-lost", "its node was lost (retried anyway, up to the platform's limit)"),
+                 ("failed", "it failed (non-zero exit or killed)"), ("start-failed", "it could not start"),
+                 ("timed-out", "it reached its time limit")])
+    retry_backoff_s = forms.IntegerField(label="Retry backoff (seconds)", required=False, min_value=0,
+                                         max_value=MAX_BACKOFF_S, help_text="Before the first retry; doubles each time")
+    dependency = forms.CharField(label="Start after", required=False, max_length=MAX_DEPENDENCY,
+                                 help_text="Slurm's syntax: afterok:12 (after job 12 succeeds), afternotok:12, "
+                                           "afterany:12:13; 7_* is every task of array 7")
 
     COPIED_FIELDS = ("name", "kind", "command", "image", "gpus", "gpu_fraction", "gpu_memory_gb", "cpus",
-                     "memory_gb", "nodes", "time_limit_minutes", "idle_timeout_minutes")
+                     "memory_gb", "nodes", "time_limit_minutes", "idle_timeout_minutes", "dependency",
+                     "max_retries", "retry_on", "retry_backoff_s")
 
     @classmethod
     def initial_from(cls, job) -> dict:
@@ -222,6 +243,15 @@ class JobSubmitForm(forms.Form):
         """What choosing each kind fills in (for the page's script)."""
         return {kind: cls.initial_for_kind(kind) for kind in KINDS}
 
+    def clean_array(self) -> str:
+        text = (self.cleaned_data.get("array") or "").strip()
+        if text:
+            try:
+                array_spec_parse(text)
+            except ValidationError as exc:
+                raise forms.ValidationError(exc.message_dict["array"]) from None
+        return text
+
     def clean_node_labels(self) -> dict[str, str]:
         return parse_labels(self.cleaned_data.get("node_labels", ""))
 
@@ -243,7 +273,7 @@ class JobSubmitForm(forms.Form):
 
     def submit_kwargs(self) -> dict:
         """Keyword arguments of ``job_submit`` / ``job_quote`` (fields of other kinds dropped)."""
-        data = {k: v for k, v in self.cleaned_data.items() if k not in ("replicas", "health_path")}
+        data = {k: v for k, v in self.cleaned_data.items() if k not in ("replicas", "health_path", "array")}
         kind = data.get("kind")
         for key in ("gpu_memory_gb", "cpus", "memory_gb"):
             data[key] = data.get(key) or 0
@@ -257,6 +287,11 @@ class JobSubmitForm(forms.Form):
         data["pool"] = data.get("pool") or None
         data["node_labels"] = data.get("node_labels") or {}
         data["min_driver_version"] = (data.get("min_driver_version") or "").strip()
+        data["dependency"] = (data.get("dependency") or "").strip()
+        data["max_retries"] = data.get("max_retries") or 0
+        data["retry_on"] = list(data.get("retry_on") or [])
+        if data.get("retry_backoff_s") is None:
+            data["retry_backoff_s"] = job_services.DEFAULT_RETRY_BACKOFF_S
         if kind == "inference" and self.cleaned_data.get("health_path"):
             data["env"] = {"ROTA_HEALTH_PATH": self.cleaned_data["health_path"]}
         return data

@@ -7,7 +7,7 @@ from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from portal.access import jobs_for
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node
-from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, JobState
+from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, HOLDING_STATES, JobState
 
 MAX_PAGE = 10_000_000  # any page past it is past the end too; SQL offsets stay far inside bigint
 
@@ -58,6 +58,7 @@ class JobFilter:
     q: str = ""
     sort: str = "-id"
     columns: tuple[str, ...] = DEFAULT_COLUMNS
+    array: int | None = None  # one array's tasks; without it each array shows as one row
     page: int = 1
     errors: list[str] = field(default_factory=list)
 
@@ -78,6 +79,11 @@ class JobFilter:
         if f.kind and f.kind not in KINDS:
             f.errors.append(f"kind must be one of {', '.join(KINDS)}")
             f.kind = ""
+        array = params.get("array", "")
+        if array.isascii() and array.isdigit() and len(array) <= 18:
+            f.array = int(array)
+        elif array:
+            f.errors.append("array must be an array's number")
         page = params.get("page", "1")
         if page.isascii() and page.isdigit() and len(page) <= 18 and int(page) >= 1:
             f.page = min(int(page), MAX_PAGE)  # past the last page: the table shows the last page
@@ -94,7 +100,8 @@ class JobFilter:
         from urllib.parse import urlencode
 
         pairs = [(k, v) for k, v in [("scope", self.scope), ("state", self.state), ("kind", self.kind),
-                                     ("team", self.team), ("q", self.q), ("sort", self.sort)] if v]
+                                     ("team", self.team), ("q", self.q), ("sort", self.sort),
+                                     ("array", self.array)] if v]
         pairs += [("cols", c) for c in self.columns]
         if self.page > 1:
             pairs.append(("page", str(self.page)))
@@ -106,7 +113,7 @@ class JobFilter:
 
 def job_table(user, f: JobFilter) -> QuerySet[Job]:
     """Jobs ``user`` may see, filtered and sorted per ``f``, with open allocations prefetched."""
-    qs = jobs_for(user).prefetch_related(
+    qs = jobs_for(user).select_related("array").prefetch_related(
         Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True).select_related("node", "gpu"),
                  to_attr="open_allocations")
     )
@@ -124,6 +131,11 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
         if f.q.lstrip("#").isdigit():
             text |= Q(pk=int(f.q.lstrip("#")))
         qs = qs.filter(text)
+    if f.array is not None:
+        qs = qs.filter(array_id=f.array)
+    else:  # an array is one row: its first task that matches the filters stands for it
+        earlier = qs.filter(array_id=OuterRef("array_id"), pk__lt=OuterRef("pk"))
+        qs = qs.filter(Q(array__isnull=True) | ~Exists(earlier.order_by().values("pk")))
     return qs.order_by(SORTS[f.sort], "-id")
 
 
@@ -153,3 +165,42 @@ def cluster_nodes(*, pool: str = "", state: str = "") -> tuple[QuerySet[Node], d
     return nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.filter(present=True).select_related(
         "model").prefetch_related(Prefetch("allocations", queryset=Allocation.objects.filter(ended_at__isnull=True),
                                            to_attr="open_allocations")))), totals
+
+
+def array_state_counts(array_ids) -> dict[int, dict[str, int]]:
+    """How many tasks of each array are in each state (one query); states with none are left out."""
+    counts: dict[int, dict[str, int]] = {pk: {} for pk in array_ids}
+    for array_id, state, n in (Job.objects.filter(array_id__in=counts).values_list("array_id", "state")
+                               .annotate(n=Count("id")).order_by()):
+        counts[array_id][state] = n
+    return counts
+
+
+def job_attempts(job: Job, transitions: list, allocations: list) -> list[dict]:
+    """Each attempt of ``job``, first to current: when it held GPUs (its allocations' first start and last
+    end), on which nodes, the GPU-seconds it was billed, and how it ended (the transition that closed it:
+    a requeue or retry carries the attempt in its details; the job's end closes the current one)."""
+    held: dict[int, list] = {}
+    for a in allocations:
+        held.setdefault(a.attempt, []).append(a)
+    endings = {t.details.get("attempt"): t for t in transitions
+               if t.from_state in HOLDING_STATES and t.to_state == JobState.PENDING and t.details.get("attempt")}
+    final = next((t for t in reversed(transitions) if t.to_state in FINAL_STATES), None)
+    if final is not None:
+        endings.setdefault(job.attempt, final)
+    attempts = []
+    for n in range(1, job.attempt + 1):
+        allocs = held.get(n, [])
+        ends = [a.ended_at for a in allocs]
+        ending = endings.get(n)
+        attempts.append({
+            "attempt": n,
+            "started_at": min((a.started_at for a in allocs), default=None),
+            "ended_at": None if not allocs or None in ends else max(ends),
+            "nodes": sorted({a.node.name for a in allocs}),
+            "gpu_seconds": round(sum((a.ended_at - a.started_at).total_seconds() * a.share
+                                      for a in allocs if a.ended_at is not None), 3),
+            "ended": ending.cause if ending is not None else "",
+            "exit_code": ending.details.get("exit_code") if ending is not None else None,
+        })
+    return attempts

@@ -7,6 +7,7 @@ urlpatterns = [
     path("jobs.csv", views.job_list_csv, name="job-list-csv"),
     path("jobs/new/", views.job_submit_view, name="job-submit"),
     path("jobs/quote/", views.job_quote_partial, name="job-quote"),
+    path("jobs/arrays/<int:array_id>/cancel/", views.array_cancel_view, name="array-cancel"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/log/", views.job_log_partial, name="job-log"),
     path("jobs/<int:job_id>/gpu-chart/", views.job_gpu_chart, name="job-gpu-chart"),

@@ -14,10 +14,11 @@ from django.db.models import Avg, Max
 from django.db.models.functions import Trunc
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_POST
 
-from portal.access import can_manage_job, job_for, jobs_for, submit_teams_for, teams_for
+from portal.access import array_for, can_manage_array, can_manage_job, job_for, jobs_for, submit_teams_for, teams_for
 from portal.csvutil import csv_response
 from portal.teams.selectors import can_manage_team, job_template_for, job_templates
 from portal.teams.services import job_template_save
@@ -27,7 +28,17 @@ from scheduler.kinds import KINDS
 from scheduler.metrics import render_metrics
 from scheduler.models import Node, Pool
 from scheduler.models.jobs import JobState
-from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, cluster_nodes, job_table
+from scheduler.selectors import (
+    COLUMNS,
+    SORT_LABELS,
+    SORTS,
+    JobFilter,
+    array_state_counts,
+    cluster_nodes,
+    job_attempts,
+    job_table,
+)
+from scheduler.services import arrays as array_services
 from scheduler.services import jobs as job_services
 from scheduler.services.runtime import job_how_it_runs
 
@@ -38,8 +49,10 @@ GPU_CHART_POINTS = 5000  # per-minute points (GPU x minute) the job GPU chart dr
 
 @login_required
 def job_list(request):
-    """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh."""
+    """The jobs table: mine / my teams' (admins: all), filter, search, sort, columns, live refresh. An
+    array is one row (its tasks' states counted) unless ``?array=N`` shows that array's tasks."""
     f, teams = _job_filter(request)
+    job_array = array_for(request.user, f.array) if f.array is not None else None
     table = job_table(request.user, f)
     first = (f.page - 1) * PAGE_ROWS
     # Counted only up to COUNT_AHEAD rows past this page's start (the table refreshes every 3 s in every
@@ -50,9 +63,13 @@ def job_list(request):
         f = replace(f, page=max(1, -(-total // PAGE_ROWS)))
         first = (f.page - 1) * PAGE_ROWS
     rows = list(table[first:first + PAGE_ROWS])
+    _mark_array_rows(rows, f)
     pages = max(1, -(-total // PAGE_ROWS)) if exact else None
     context = {
-        "jobs": rows, "f": f, "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
+        "jobs": rows, "f": f, "job_array": job_array,
+        "array_counts": array_state_counts([job_array.pk])[job_array.pk] if job_array else None,
+        "can_manage_array": job_array is not None and can_manage_array(request.user, job_array),
+        "columns": f.columns, "column_names": COLUMNS, "kinds": list(KINDS),
         "states": JobState.values, "teams": teams, "sorts": [(key, SORT_LABELS[key]) for key in SORTS],
         "pager": {"total": total if exact else first + COUNT_AHEAD, "exact": exact,
                   "first": first + 1 if rows else 0, "last": first + len(rows), "page": f.page, "pages": pages,
@@ -61,6 +78,30 @@ def job_list(request):
     }
     template = "jobs/_list_table.html" if request.headers.get("HX-Request") else "jobs/list.html"
     return render(request, template, context)
+
+
+def _mark_array_rows(rows: list, f: JobFilter) -> None:
+    """Outside one array's view, a task row stands for its whole array: give it the array's state counts
+    (one query for the page)."""
+    if f.array is not None:
+        return
+    counts = array_state_counts({job.array_id for job in rows if job.array_id is not None})
+    for job in rows:
+        if job.array_id is not None:
+            job.array_counts = sorted(counts[job.array_id].items())
+
+
+@login_required
+@require_POST
+def array_cancel_view(request, array_id: int):
+    """Cancel every task of an array that has not ended."""
+    job_array = array_for(request.user, array_id)
+    try:
+        n = array_services.array_cancel(user=request.user, job_array=job_array)
+    except job_services.NotAllowed as exc:
+        return HttpResponse(str(exc), status=403)
+    messages.success(request, f"Array {job_array.pk}: cancel requested for {n} task{'s' if n != 1 else ''}.")
+    return redirect(f"{reverse('job-list')}?array={job_array.pk}")
 
 
 def _job_filter(request) -> tuple[JobFilter, list[str]]:
@@ -150,6 +191,11 @@ def job_submit_view(request):
             _save_template(request, form, teams)
         else:
             try:
+                if form.cleaned_data.get("array"):
+                    job_array = array_services.array_submit(user=request.user, array=form.cleaned_data["array"],
+                                                            **form.submit_kwargs())
+                    messages.success(request, f"Array {job_array.pk} of {job_array.size} tasks submitted.")
+                    return redirect(f"{reverse('job-list')}?array={job_array.pk}")
                 jobs = _submit_replicas(request.user, form.replica_count(), form.submit_kwargs())
             except ValidationError as exc:
                 for field, errors in exc.message_dict.items():
@@ -209,9 +255,11 @@ def _job_context(request, job_id):
     earlier = None
     if (log is None or not log.content) and job.attempt > 1:
         earlier = job.logs.filter(attempt__lt=job.attempt).exclude(content="").order_by("-attempt").first()
+    transitions = list(job.transitions.select_related("actor"))
     return {
         "job": job, "allocations": allocations, "log": log, "earlier_log": earlier,
-        "transitions": list(job.transitions.select_related("actor")),
+        "transitions": transitions,
+        "attempts": job_attempts(job, transitions, list(job.allocations.select_related("node"))),
         "preemptions": list(job.preemptions.select_related("by_job")),
         "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),

@@ -4,8 +4,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduler.kinds import KINDS
-from scheduler.models import Allocation, Job, JobTransition, Node, PriorityClass
+from scheduler.models import Allocation, Job, JobArray, JobTransition, Node, PriorityClass
+from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES, RETRY_KINDS
+from scheduler.selectors import job_attempts
 from scheduler.services import jobs as job_services
+from scheduler.services.arrays import MAX_ARRAY_SPEC
+from scheduler.services.dependencies import MAX_DEPENDENCY
 
 
 class JobInputSerializer(serializers.Serializer):
@@ -41,6 +45,24 @@ class JobInputSerializer(serializers.Serializer):
     preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
     env = serializers.DictField(child=serializers.CharField(max_length=job_services.MAX_ENV_VALUE,
                                                             allow_blank=True), required=False)
+    array = serializers.CharField(
+        max_length=MAX_ARRAY_SPEC, required=False, allow_blank=True,
+        help_text='submit a job array: one task per index, e.g. "0-99", "1,3,5", "0-99%8" (at most 8 at once); '
+                  "each task gets ROTA_ARRAY_ID and ROTA_ARRAY_INDEX")
+    max_retries = serializers.IntegerField(
+        min_value=0, max_value=MAX_RETRIES, default=0,
+        help_text="queue the job again at most this many times after an end named in retry_on")
+    retry_on = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(RETRY_KINDS)), required=False, max_length=len(RETRY_KINDS),
+        help_text="the ends to retry: node-lost (retried anyway, up to the platform's limit, unless named here), "
+                  "failed, start-failed, timed-out")
+    retry_backoff_s = serializers.IntegerField(
+        min_value=0, max_value=MAX_BACKOFF_S, default=job_services.DEFAULT_RETRY_BACKOFF_S,
+        help_text="seconds before the first retry; each next one waits twice as long")
+    dependency = serializers.CharField(
+        max_length=MAX_DEPENDENCY, required=False, allow_blank=True,
+        help_text='start only after other jobs end, in Slurm\'s syntax: "afterok:12:13,afterany:14"; 7_* names '
+                  "every task of array 7")
 
     def to_internal_value(self, data):
         """The fields' own checks, with every unknown field named beside their errors (all at once)."""
@@ -118,6 +140,7 @@ class JobSerializer(serializers.ModelSerializer):
             "pending_reason", "queue_position", "estimated_start", "created_at", "admitted_at", "started_at",
             "finished_at", "exit_code", "failure_class", "failure_reason", "failure_message", "restarts",
             "connect_url", "allocations",
+            "array_id", "array_index", "dependency", "max_retries", "retry_on", "retry_backoff_s", "retries",
         ]
 
     def get_allocations(self, job: Job) -> list[dict]:
@@ -126,11 +149,43 @@ class JobSerializer(serializers.ModelSerializer):
         return [_ALLOCATION.to_representation(a) for a in job.all_allocations() if a.attempt == job.attempt]
 
 
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    nodes = serializers.ListField(child=serializers.CharField())
+    gpu_seconds = serializers.FloatField()
+    ended = serializers.CharField(help_text="how the attempt ended (a requeue or retry and why, or the job's end)")
+    exit_code = serializers.IntegerField(allow_null=True)
+
+
 class JobDetailSerializer(JobSerializer):
     transitions = TransitionSerializer(many=True, read_only=True)
+    attempts = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = JobSerializer.Meta.fields + ["env", "transitions"]
+        fields = JobSerializer.Meta.fields + ["env", "transitions", "attempts"]
+
+    @extend_schema_field(AttemptSerializer(many=True))
+    def get_attempts(self, job: Job) -> list[dict]:
+        return AttemptSerializer(job_attempts(job, list(job.transitions.all()), job.all_allocations()),
+                                 many=True).data
+
+
+class JobArraySerializer(serializers.ModelSerializer):
+    """A job array: its spec, size, cap and how many of its tasks are in each state (``counts``, given in
+    the context by array id)."""
+
+    team = serializers.CharField(source="team.name")
+    submitted_by = serializers.CharField(source="submitted_by.username")
+    counts = serializers.SerializerMethodField(help_text="tasks per state (states with none left out)")
+
+    class Meta:
+        model = JobArray
+        fields = ["id", "name", "team", "submitted_by", "spec", "size", "max_running", "created_at", "counts"]
+
+    def get_counts(self, job_array: JobArray) -> dict[str, int]:
+        return self.context["counts"].get(job_array.pk, {})
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -12,6 +12,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/explain/", views.JobExplainAPI.as_view(), name="api-job-explain"),
     path("jobs/<int:job_id>/resubmit/", views.JobResubmitAPI.as_view(), name="api-job-resubmit"),
     path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
+    path("arrays/<int:array_id>/", views.JobArrayDetailAPI.as_view(), name="api-array"),
+    path("arrays/<int:array_id>/cancel/", views.JobArrayCancelAPI.as_view(), name="api-array-cancel"),
     path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),
     path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),
     path("nodes/<slug:name>/resume/", views.NodeStateAPI.as_view(target_state="ready"), name="api-node-resume"),

@@ -11,10 +11,11 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.access import job_for, jobs_for, submit_teams_for, teams_for
+from portal.access import array_for, arrays_for, job_for, jobs_for, submit_teams_for, teams_for
 from portal.api import Pagination
 from portal.throttle import QuoteThrottle
 from scheduler.api.serializers import (
+    JobArraySerializer,
     JobDetailSerializer,
     JobInputSerializer,
     JobSerializer,
@@ -25,7 +26,8 @@ from scheduler.api.serializers import (
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS, JobState
-from scheduler.selectors import STATE_RULE, filter_state, nodes_matching, valid_state
+from scheduler.selectors import STATE_RULE, array_state_counts, filter_state, nodes_matching, valid_state
+from scheduler.services import arrays as array_services
 from scheduler.services import jobs as job_services
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
@@ -49,19 +51,24 @@ def _service_call(fn, **kwargs):
 
 class JobListCreateAPI(APIView):
     """List the jobs you may see (filter with ?state= (a state, or ``active`` / ``finished``), ?team=,
-    ?kind=) or submit a new one."""
+    ?kind=, ?array_id=) or submit a new one; with ``array`` the submission is a job array (201 with the
+    array and its tasks' ids)."""
 
     pagination_class = Pagination  # also tells the schema the list is paginated
 
     @extend_schema(
         responses=JobSerializer(many=True),
-        parameters=[OpenApiParameter("state", str), OpenApiParameter("team", str), OpenApiParameter("kind", str)],
+        parameters=[OpenApiParameter("state", str), OpenApiParameter("team", str), OpenApiParameter("kind", str),
+                    OpenApiParameter("array_id", int)],
     )
     def get(self, request):
         qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
         params = request.query_params
         state, kind, team = params.get("state", ""), params.get("kind", ""), params.get("team", "")
+        array_id = params.get("array_id", "")
         errors = {}  # every bad filter at once
+        if array_id and not (array_id.isdigit() and arrays_for(request.user).filter(pk=int(array_id)).exists()):
+            errors["array_id"] = [f"no array of yours has the id {array_id!r}"]
         if not valid_state(state):
             errors["state"] = [f"must be {STATE_RULE}"]
         if kind and kind not in KINDS:
@@ -76,6 +83,8 @@ class JobListCreateAPI(APIView):
             qs = qs.filter(kind=kind)
         if team:
             qs = qs.filter(team__name=team)
+        if array_id:
+            qs = qs.filter(array_id=int(array_id))
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
@@ -85,6 +94,12 @@ class JobListCreateAPI(APIView):
         data = JobInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
+        if values.get("array"):
+            job_array = _service_call(array_services.array_submit, user=request.user, **values)
+            return Response(_array_body(job_array, ids=list(job_array.tasks.order_by("array_index")
+                                                            .values_list("pk", flat=True))),
+                            status=status.HTTP_201_CREATED)
+        values.pop("array", None)
         job = _service_call(job_services.job_submit, user=request.user, **values)
         job = jobs_for(request.user).prefetch_related(_allocations_prefetch()).get(pk=job.pk)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
@@ -107,7 +122,11 @@ class JobQuoteAPI(APIView):
 
         data = JobInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        result = _service_call(job_quote, user=request.user, **dict(data.validated_data))
+        values = dict(data.validated_data)
+        if values.get("array"):  # a quote is of one task (with its dependencies); the array's spec is checked
+            _service_call(array_services.array_spec_parse, text=values["array"])
+        values.pop("array", None)
+        result = _service_call(job_quote, user=request.user, **values)
         money = ("hourly_cost", "max_total_cost")  # money travels as decimal strings, never floats
         return Response({k: (str(v) if k in money and v is not None else v) for k, v in result.items()})
 
@@ -198,6 +217,29 @@ class JobLogsAPI(APIView):
             "content": raw[offset:].decode(errors="replace"), "finished": job.state not in (
                 JobState.PENDING, JobState.HELD, JobState.ADMITTED, JobState.STARTING, JobState.RUNNING),
         })
+
+
+def _array_body(job_array, **extra) -> dict:
+    counts = array_state_counts([job_array.pk])
+    return {"array_id": job_array.pk, **JobArraySerializer(job_array, context={"counts": counts}).data, **extra}
+
+
+class JobArrayDetailAPI(APIView):
+    """A job array and how many of its tasks are in each state (its tasks: ``/api/v1/jobs/?array_id=N``)."""
+
+    @extend_schema(responses=JobArraySerializer)
+    def get(self, request, array_id: int):
+        return Response(_array_body(array_for(request.user, array_id)))
+
+
+class JobArrayCancelAPI(APIView):
+    """Cancel every task of the array that has not ended."""
+
+    @extend_schema(request=None, responses=JobArraySerializer)
+    def post(self, request, array_id: int):
+        job_array = array_for(request.user, array_id)
+        cancelled = _service_call(array_services.array_cancel, user=request.user, job_array=job_array)
+        return Response(_array_body(job_array, cancelled=cancelled))
 
 
 class NodeListAPI(APIView):

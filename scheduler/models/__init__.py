@@ -1,8 +1,10 @@
 """Scheduler domain models: the cluster (GPU models, pools, nodes, GPUs), quotas, priority classes,
 jobs with their history, and allocations (the source of truth for who holds which GPU)."""
 
+from scheduler.models.arrays import JobArray
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
+from scheduler.models.dependencies import JobDependency
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
 from scheduler.models.quota import Quota
@@ -17,6 +19,8 @@ __all__ = [
     "GpuSampleRollup",
     "GpuModel",
     "Job",
+    "JobArray",
+    "JobDependency",
     "JobEvent",
     "JobLog",
     "JobTemplate",

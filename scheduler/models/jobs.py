@@ -146,6 +146,20 @@ class Job(models.Model):
     failure_message = models.CharField(max_length=500, blank=True)
     attained_gpu_seconds = models.FloatField(default=0)
 
+    # A task of a job array (scheduler.models.arrays): its array and its index there (ROTA_ARRAY_INDEX).
+    array = models.ForeignKey("scheduler.JobArray", null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="tasks")
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    # What the user wrote after --dependency ("afterok:12:13,afterany:5_*"); the rows in JobDependency
+    # (scheduler.models.dependencies) are what the cycle reads.
+    dependency = models.CharField(max_length=500, blank=True, default="")
+    # Retries (scheduler.retries): after an end of a kind in ``retry_on`` the job is queued again, at most
+    # ``max_retries`` times, the n-th after ``retry_backoff_s`` * 2 ** (n - 1) seconds; ``retries``: so far.
+    max_retries = models.PositiveSmallIntegerField(default=0)
+    retry_on = models.JSONField(default=list, blank=True)
+    retry_backoff_s = models.PositiveIntegerField(default=30)
+    retries = models.PositiveSmallIntegerField(default=0)
+
     class Meta:
         ordering = ["-id"]
         indexes = [
@@ -162,6 +176,12 @@ class Job(models.Model):
                 name="job_gpu_fraction_valid",
             ),
             models.CheckConstraint(condition=models.Q(gpus__gte=1), name="job_gpus_positive"),
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_unique_array_index"),
+            models.CheckConstraint(
+                condition=models.Q(array__isnull=True, array_index__isnull=True)
+                | models.Q(array__isnull=False, array_index__isnull=False),
+                name="job_array_index_with_array",
+            ),
         ]
 
     def __str__(self) -> str:

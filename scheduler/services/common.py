@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from scheduler.models import Job, JobTransition
 from scheduler.models.jobs import FINAL_STATES
+from scheduler.signals import job_transitioned
 
 
 def db_now() -> datetime:
@@ -45,8 +46,9 @@ def job_transition(
     updated = Job.objects.filter(pk=job_id, state=current, **(where or {})).update(state=to_state, **(extra or {}))
     if updated != 1:
         return False
-    JobTransition.objects.create(
+    transition = JobTransition.objects.create(
         job_id=job_id, from_state=current, to_state=to_state, at=at, cause=cause[:300], actor=actor,
         details=details or {},
     )
+    job_transitioned.send(sender=JobTransition, transition=transition)
     return True

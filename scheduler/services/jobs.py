@@ -16,8 +16,10 @@ from scheduler.images import ImageError, image_allowed, image_parse, image_resol
 from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Pool, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES, RETRY_KINDS
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
+from scheduler.services.dependencies import Dependency, dependencies_save, dependency_resolve, dependency_rows_check
 
 MAX_GPUS = 1024
 MAX_NODES = 64
@@ -33,6 +35,7 @@ MAX_ENV_NAME = 255
 MAX_ENV_VALUE = 4000
 MAX_LABELS = 20
 MAX_LABEL = 100  # characters of a node-label key or value
+DEFAULT_RETRY_BACKOFF_S = 30
 # What a process environment accepts everywhere (POSIX portable names): a name with "=" or NUL in it
 # cannot be passed to a process at all.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -165,6 +168,9 @@ def job_request_build(
     env: dict | None = None,
     image: str = "",
     idle_timeout_minutes: int | None = None,
+    max_retries: int = 0,
+    retry_on: list[str] | tuple[str, ...] | None = None,
+    retry_backoff_s: int = DEFAULT_RETRY_BACKOFF_S,
 ) -> Job:
     """Validate a job request and return it as an unsaved Job with every default applied. Raises
     ValidationError naming every bad field, with its limit or allowed values."""
@@ -262,6 +268,7 @@ def job_request_build(
         errors["min_driver_version"] = "must be at most 40 characters"
     elif min_driver_version and _has_control(min_driver_version):
         errors["min_driver_version"] = "must not contain control characters"
+    _retry_errors(errors, max_retries, retry_on, retry_backoff_s)
     if errors:
         raise ValidationError(errors)
     if preemptible is None:
@@ -273,15 +280,51 @@ def job_request_build(
         cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
         min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,
         priority_class=pc, preemptible=preemptible, env=environment, state=JobState.PENDING,
-        idle_timeout_minutes=idle_timeout_minutes,
+        idle_timeout_minutes=idle_timeout_minutes, max_retries=max_retries or 0, retry_on=list(retry_on or []),
+        retry_backoff_s=retry_backoff_s,
         **waiting_for_cycle(),
     )
 
 
+def _retry_errors(errors: dict, max_retries, retry_on, backoff_s) -> None:
+    """Name what is wrong with a retry policy (see ``scheduler.retries``) in ``errors``."""
+    _check_range(errors, "max_retries", max_retries, 0, MAX_RETRIES)
+    _check_range(errors, "retry_backoff_s", backoff_s, 0, MAX_BACKOFF_S)
+    kinds = list(retry_on or [])
+    unknown = [k for k in kinds if k not in RETRY_KINDS]
+    if unknown or len(set(kinds)) != len(kinds):
+        errors["retry_on"] = f"must be distinct values among {', '.join(RETRY_KINDS)}; got {', '.join(map(str, kinds))}"
+    elif max_retries and not kinds:
+        errors["retry_on"] = f"name the ends to retry ({', '.join(RETRY_KINDS)}): max_retries applies to them only"
+
+
+def job_request_checked(*, user, dependency: str = "", tasks: int = 1, errors: dict | None = None,
+                        **request) -> tuple[Job, list[Dependency]]:
+    """``job_request_build`` and the jobs ``dependency`` names (Slurm's syntax, see
+    ``scheduler.services.dependencies``) for ``tasks`` jobs, every bad field (and ``errors`` found before)
+    named in one ValidationError."""
+    errors = dict(errors or {})
+    job, deps = None, []
+    try:
+        job = job_request_build(user=user, **request)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if (dependency or "").strip():
+        try:
+            deps = dependency_resolve(user, dependency)
+            dependency_rows_check(tasks, deps)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    job.dependency = dependency.strip() if deps else ""
+    return job, deps
+
+
 def job_submit(*, user, **request) -> Job:
-    """Validate a request (see ``job_request_build``) and queue it as a pending job of its team; nothing
+    """Validate a request (see ``job_request_checked``) and queue it as a pending job of its team; nothing
     is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
-    job = job_request_build(user=user, **request)
+    job, deps = job_request_checked(user=user, **request)
     budget = budget_action(job.team)
     cause = "submitted"
     if budget and budget[0] == Budget.LOWER:
@@ -289,12 +332,13 @@ def job_submit(*, user, **request) -> Job:
     with transaction.atomic():
         now = db_now()
         job.save()
+        dependencies_save([job], deps)
         job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause=cause, actor=user)
-        _wake_cycle()
+        wake_cycle()
     return job
 
 
-def _wake_cycle() -> None:
+def wake_cycle() -> None:
     """Ask for a scheduling cycle once the current transaction commits (a hint: beat runs it anyway)."""
     from scheduler.tasks import run_cycle
 
@@ -311,19 +355,23 @@ def job_cancel(*, user, job: Job) -> Job:
     if not can_manage_job(user, job):
         raise NotAllowed("only the submitter, a team-admin or a platform admin may cancel this job")
     with transaction.atomic():
-        now = db_now()
-        if job_transition(
-            job.pk, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
-            cause=f"cancelled by {user}", at=now, actor=user,
-            extra={"finished_at": now, "queue_position": None, "estimated_start": None},
-        ):
-            _wake_cycle()
-        else:
-            Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
-                stop_reason=StopReason.CANCEL
-            )
+        cancel_one(job.pk, user=user, now=db_now())
     job.refresh_from_db()
     return job
+
+
+def cancel_one(job_id: int, *, user, now) -> bool:
+    """Cancel job ``job_id`` for ``user`` (who may manage it): end it if it waits, else ask its processes to
+    stop. False when it had already ended or was already asked to stop."""
+    if job_transition(
+        job_id, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
+        cause=f"cancelled by {user}", at=now, actor=user,
+        extra={"finished_at": now, "queue_position": None, "estimated_start": None},
+    ):
+        wake_cycle()
+        return True
+    return bool(Job.objects.filter(pk=job_id, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
+        stop_reason=StopReason.CANCEL))
 
 
 def job_hold(*, user, job: Job, why: str = "", admin: bool = False) -> Job:
@@ -374,7 +422,7 @@ def job_release(*, user, job: Job, why: str = "") -> Job:
             at=db_now(), actor=user, extra=waiting_for_cycle(),
         ):
             raise ValidationError({"state": f"only a held job can be released; this one is {job.state}"})
-        _wake_cycle()
+        wake_cycle()
     job.refresh_from_db()
     return job
 

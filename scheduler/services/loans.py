@@ -147,9 +147,9 @@ def _decide(*, user, loan: QuotaLoan, to_state: str, note: str, who: Team, actio
         loan.save(update_fields=["state", "decided_by", "decided_at", "decision_note", "ends_at"])
         audit_record(actor=user, action=f"quota_loan.{action}", object_type="quota_loan", object_id=loan.pk,
                      object_name=str(loan), before=before, after=_snapshot(loan), reason=note)
-        from scheduler.services.jobs import _wake_cycle
+        from scheduler.services.jobs import wake_cycle
 
-        _wake_cycle()
+        wake_cycle()
     return loan
 
 

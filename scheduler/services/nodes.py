@@ -14,8 +14,10 @@ from django.db.models import F
 
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
+from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
+from scheduler.services.retries import job_retry
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
 log = logging.getLogger(__name__)
@@ -188,7 +190,9 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
                 "command": job.command,
                 "env": {**(job.env or {}), "ROTA_JOB_ID": str(job.pk), "ROTA_JOB_NAME": job.name,
                         "ROTA_KIND": job.kind,
-                        **({"ROTA_PORT": str(job.service_port)} if job.service_port else {})},
+                        **({"ROTA_PORT": str(job.service_port)} if job.service_port else {}),
+                        **({"ROTA_ARRAY_ID": str(job.array_id), "ROTA_ARRAY_INDEX": str(job.array_index)}
+                           if job.array_id is not None else {})},
                 "port": job.service_port,
                 "gpus": [], "time_limit_s": job.time_limit_minutes * 60 if job.time_limit_minutes else None,
                 "grace_period_s": job.priority_class.grace_period_s, "kind": job.kind,
@@ -368,10 +372,13 @@ def _settle(job: Job, event: dict, now) -> None:
     failure_message = job.failure_message or message
     failed_because = {"failure_reason": failure, "failure_message": failure_message[:500]} if failure else {}
     agent_stopped = event["type"] == "stopped" and not reason and "time limit" not in message
-    if reason in (StopReason.PREEMPT, StopReason.NODE_UNHEALTHY) or agent_stopped:
-        cause = {StopReason.PREEMPT: "preempted: requeued", StopReason.NODE_UNHEALTHY: "node unhealthy: requeued"}.get(
-            reason, f"stopped by the node agent ({message or 'no reason given'}): requeued"
-        )
+    if reason == StopReason.NODE_UNHEALTHY or agent_stopped:  # the platform lost the attempt
+        cause = ("node unhealthy" if reason == StopReason.NODE_UNHEALTHY
+                 else f"stopped by the node agent ({message or 'no reason given'})")
+        if not job_retry(job, NODE_LOST, cause=cause, now=now, exit_code=code):
+            _end_node_lost(job, cause, now, code)
+    elif reason == StopReason.PREEMPT:
+        cause = "preempted: requeued"
         job_transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],
@@ -409,23 +416,34 @@ def _settle(job: Job, event: dict, now) -> None:
                        cause="cancelled: processes stopped",
                        at=now, details={"exit_code": code}, extra=common)
     elif reason == StopReason.TIMEOUT or "time limit" in message:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
-                       cause="time limit reached", at=now, details={"exit_code": code}, extra=common)
+        if not job_retry(job, TIMED_OUT, cause="time limit reached", now=now, exit_code=code):
+            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
+                           cause="time limit reached", at=now, details={"exit_code": code}, extra=common)
     elif event["type"] == "start_failed":
         pull = failure == FailureReason.IMAGE_PULL_FAILED  # a wrong or missing image: the submitter's to fix
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
-                       cause=f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"[:300], at=now,
-                       details={"exit_code": code, **({"reason": failure} if failure else {})},
-                       extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
+        cause = f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"
+        if pull or not job_retry(job, START_FAILED, cause=cause, now=now, exit_code=code):
+            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause[:300], at=now,
+                           details={"exit_code": code, **({"reason": failure} if failure else {})},
+                           extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
     elif code == 0:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
                        at=now, details={"exit_code": 0}, extra=common)
     else:
         sig = event.get("signal")
         cause = f"killed by signal {sig}" if sig else f"exited with code {code}"
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
-                       details={"exit_code": code, "signal": sig},
-                       extra={**common, "failure_class": "resource" if sig == 9 else "user"})
+        if not job_retry(job, FAILED, cause=cause, now=now, exit_code=code):
+            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
+                           details={"exit_code": code, "signal": sig},
+                           extra={**common, "failure_class": "resource" if sig == 9 else "user"})
+
+
+def _end_node_lost(job: Job, cause: str, now, code: int | None = None) -> None:
+    """End ``job`` as ``node-lost``: the platform lost its attempt and its retries are spent."""
+    job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.NODE_LOST,
+                   cause=f"{cause}: no retries left ({job.retries} used)"[:300], at=now,
+                   details={"attempt": job.attempt, "exit_code": code},
+                   extra={"finished_at": now, "stop_reason": StopReason.NONE, "failure_class": "platform"})
 
 
 def node_job_log(*, node: Node, job_id: int, attempt: int, offset: int, data: str) -> int:
@@ -495,13 +513,9 @@ def _lose_node(job: Job, node: Node, now) -> None:
     if job.stop_reason in (StopReason.CANCEL, StopReason.TIMEOUT, StopReason.IDLE):
         _settle(job, {"type": "stopped", "message": f"node {node.name} lost"}, now)
         return
-    job_transition(
-        job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
-        cause=f"node {node.name} lost: requeued", at=now,
-        extra={**NO_FAILURE, "attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
-               "started_at": None, "pending_reason_code": "Requeued",
-               "pending_reason_message": f"node {node.name} stopped answering; requeued"},
-    )
+    cause = f"node {node.name} stopped answering"
+    if not job_retry(job, NODE_LOST, cause=cause, now=now):
+        _end_node_lost(job, cause, now)
 
 
 def node_set_state(*, node: Node, state: str, reason: str, user) -> Node:

@@ -7,9 +7,11 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
-from scheduler.models import Allocation, Gpu, Quota
+from scheduler.core.types import PendingInfo, Reason
+from scheduler.dependencies import dependency_hold
+from scheduler.models import Allocation, Gpu, Job, Quota
 from scheduler.services.common import db_now
-from scheduler.services.jobs import job_request_build
+from scheduler.services.jobs import job_request_checked
 from scheduler.services.trial import trial
 from scheduler.snapshot import build_snapshot, job_info
 
@@ -29,12 +31,19 @@ def _price(model: str | None, now: datetime) -> tuple[Decimal | None, str]:
     return card.prices[model], card.currency
 
 
-def job_quote(*, user, **request) -> dict:
-    """Validate ``request`` like a submit (ValidationError names bad fields) and quote it."""
-    job = job_request_build(user=user, **request)
+def job_quote(*, user, dependency: str = "", **request) -> dict:
+    """Validate ``request`` like a submit (ValidationError names bad fields) and quote it. A job that would
+    wait for its ``dependency`` is quoted as waiting for it."""
+    job, deps = job_request_checked(user=user, dependency=dependency, **request)
     now = db_now()
     snapshot, _gpu_nodes = build_snapshot(now)
     start, pending = trial(snapshot, job_info(job, job_id=QUOTE_JOB_ID, submitted_at=now.timestamp()))
+    if deps:  # a job that would wait for its dependency is quoted as waiting for it
+        states = dict(Job.objects.filter(pk__in=[d.on for d in deps]).values_list("pk", "state"))
+        hold = dependency_hold([(d.condition, d.on, states[d.on]) for d in deps])
+        if hold is not None:
+            start = None
+            pending = PendingInfo(QUOTE_JOB_ID, Reason(hold.code, hold.message, hold.details), None, None)
     model = job.gpu_model.name if job.gpu_model else None
     if start is not None and start.placements:
         model = Gpu.objects.filter(pk=start.placements[0].gpu_id).values_list("model__name", flat=True).first()

@@ -11,6 +11,7 @@ from accounting.models import Budget, Statement
 from portal.models import Membership
 from scheduler.models import NodeToken, QuotaLoan
 from scheduler.models.templates import JobTemplate
+from scheduler.services.arrays import array_submit
 from scheduler.services.jobs import job_submit
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
@@ -34,8 +35,10 @@ def world(cluster, alice, bob, charlie):
                                     gpu_model=cluster["h100"], gpus=1, starts_at=timezone.now(),
                                     ends_at=timezone.now() + timedelta(hours=1), reason="secret deadline",
                                     requested_by=alice)
+    job_array = array_submit(user=alice, array="0-1", name="secret-vision-array", command="echo vision-only",
+                             gpu_model="h100-80gb")
     return {"users": users, "node_token": node_token, "job": job, "template": template, "statement": statement,
-            "budget": budget, "loan": loan, "cluster": cluster}
+            "budget": budget, "loan": loan, "cluster": cluster, "array": job_array}
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def fill(route: str, world, whatif_id: int) -> str:
         "<int:job_id>": world["job"].pk, "<int:template_id>": world["template"].pk,
         "<int:statement_id>": world["statement"].pk, "<int:run_id>": whatif_id, "<str:username>": "alice",
         "<str:action>": "hold", "<int:pk>": world["budget"].pk, "<slug:kind>": "training",
-        "<int:loan_id>": world["loan"].pk, "<slug:action>": "approve",
+        "<int:loan_id>": world["loan"].pk, "<slug:action>": "approve", "<int:array_id>": world["array"].pk,
     }
     if route.startswith(("govern/nodes/", "api/v1/nodes/")):
         values["<slug:name>"] = "node-h100"
@@ -62,7 +62,8 @@ def tenant_owned(route: str) -> bool:
         return False
     if any(name == n for r, n in ROUTES if r == route for name in STAFF_ONLY):
         return False
-    return any(p in route for p in ("<int:job_id>", "<int:template_id>", "<int:statement_id>", "<int:loan_id>")) or (
+    return any(p in route for p in ("<int:job_id>", "<int:template_id>", "<int:statement_id>", "<int:loan_id>",
+                                    "<int:array_id>")) or (
         "teams/<slug:name>" in route)
 
 
@@ -195,6 +196,31 @@ def test_the_job_matrix(world, client_for, method, path, expected):
         seen[principal] = got
         if got != want:
             pytest.fail(f"{method.upper()} {path} as {principal}: {got}, expected {want}; so far {seen}")
+
+
+# The same for job arrays: a fresh array of alice's per principal.
+ARRAY_MATRIX = [
+    ("get", "/api/v1/arrays/{array}/", (200, 200, 404, 200, 200, 401, 401)),
+    ("post", "/api/v1/arrays/{array}/cancel/", (200, 403, 404, 200, 200, 401, 401)),
+    ("get", "/jobs/?array={array}", (200, 200, 404, 200, 200, "302L", "302L")),
+    ("post", "/jobs/arrays/{array}/cancel/", (302, 403, 404, 302, 302, "302L", "302L")),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method,path,expected", ARRAY_MATRIX, ids=[f"{m} {p}" for m, p, _ in ARRAY_MATRIX])
+def test_the_array_matrix(world, client_for, method, path, expected):
+    from scheduler.services.arrays import array_submit
+
+    for principal, want in zip(("owner", "mate", "outsider", "team_admin", "platform_admin", "anonymous", "node"),
+                               expected, strict=True):
+        job_array = array_submit(user=world["users"]["owner"], array="0-1", name="m", command="true",
+                                 gpu_model="h100-80gb")
+        response = getattr(client_for(principal), method)(path.format(array=job_array.pk))
+        got = response.status_code
+        if got == 302 and "/login/" in response.get("Location", ""):
+            got = "302L"
+        assert got == want, f"{method.upper()} {path} as {principal}: {got}, expected {want}"
 
 
 @pytest.mark.django_db
