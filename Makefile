@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: dev test install lint format migrations-check check bench sim clean
+.PHONY: dev serve test install lint format migrations-check check bench sim clean
 
 $(VENV_STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -14,6 +14,10 @@ install: $(VENV_STAMP)
 
 dev: install
 	./scripts/dev.sh
+
+# The production deployment on one machine: gunicorn + Celery + beat (+ demo agents); README, "Serving".
+serve: install
+	./scripts/serve.sh
 
 test: install
 	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
