@@ -134,6 +134,8 @@ CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
 ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, minimum=3, maximum=3600)
+# Node long-polls (POST /api/v1/node/wait/) one web process holds at once; past it a node polls at its interval.
+ROTA_NODE_WAITERS_PER_PROCESS = env_int("ROTA_NODE_WAITERS_PER_PROCESS", 12, minimum=0, maximum=10_000)
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.cycle", "schedule": float(ROTA_CYCLE_INTERVAL_S)},
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from django.db import transaction
 
 from portal import locks
+from scheduler import wake
 from scheduler.core import schedule
 from scheduler.core.types import PENDING, Snapshot
 from scheduler.dispatch import expire_time_limits, mark_waiting, persist_decisions, reclaim_idle
@@ -56,6 +57,7 @@ def run_cycle() -> CycleReport:
     with transaction.atomic():
         if not locks.try_xact_lock(locks.SCHEDULING_CYCLE):
             return CycleReport(ran=False)
+        wake.cycle_claim()  # before reading: a wake-up from now on asks for the next cycle
         t0 = time.perf_counter()
         now = db_now()
         timed_out = expire_time_limits(now)
@@ -68,12 +70,15 @@ def run_cycle() -> CycleReport:
         result = persist_decisions(decisions, gpu_nodes, now)
         if over_budget:
             mark_waiting(over_budget, code="BudgetExceeded")
+        # The nodes whose assignments changed hear it on commit (their next heartbeat would, a beat later).
+        wake.nodes_notify({gpu_nodes[p.gpu_id] for s in decisions.starts for p in s.placements})
+        wake.holders_notify([*timed_out, *reclaimed, *(p.job_id for p in decisions.preemptions)])
         SchedulerBeat.record(SchedulerBeat.CYCLE, now)
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
     report = CycleReport(
         ran=True, started=result.started, refused=result.refused, preempted=result.preempted,
-        pending=result.pending_updated, timed_out=timed_out, reclaimed=reclaimed, phases_ms=phases,
+        pending=result.pending_updated, timed_out=len(timed_out), reclaimed=len(reclaimed), phases_ms=phases,
     )
     if result.started or result.preempted or result.refused:
         log.info("cycle: %s", report.as_dict())

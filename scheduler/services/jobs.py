@@ -9,6 +9,7 @@ from django.db import transaction
 
 from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
+from scheduler import wake
 from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Pool, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
@@ -283,9 +284,10 @@ def job_cancel(*, user, job: Job) -> Job:
         ):
             _wake_cycle()
         else:
-            Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
+            if Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
                 stop_reason=StopReason.CANCEL
-            )
+            ):
+                wake.holders_notify([job.pk])
     job.refresh_from_db()
     return job
 
