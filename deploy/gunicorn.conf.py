@@ -32,3 +32,11 @@ errorlog = "-"
 loglevel = env_str("ROTA_WEB_LOG_LEVEL", "warning")
 proc_name = "rota-web"
 wsgi_app = "portal.wsgi:application"
+
+
+def post_worker_init(worker):
+    """Import every view (the URLconf pulls in DRF, the schema, the charts) before the worker takes its first
+    request: otherwise the first requests to each fresh worker wait a second or more for those imports."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - the import is the point

@@ -104,14 +104,18 @@ def can_wait() -> bool:
     return _client() is not None
 
 
-def node_wait(node_id: int, timeout_s: float) -> bool:
-    """Block until node ``node_id`` has news or ``timeout_s`` passes; True when it had news (taken now)."""
+def node_wait(node_id: int, timeout_s: float) -> bool | None:
+    """Block until node ``node_id`` has news or ``timeout_s`` passes; True when it had news (taken now), None
+    when it could not wait (no Redis, or Redis failed)."""
     client = _client()
-    if client is None or timeout_s <= 0:
-        return False
+    if client is None:
+        return None
+    key = NODE_NEWS.format(node_id)
     try:
+        if timeout_s <= 0:  # BLPOP's 0 would mean "for ever"
+            return client.lpop(key) is not None
         # BLPOP takes a float timeout; the socket must outlast it (the pool's sockets have no read timeout).
-        return client.blpop([NODE_NEWS.format(node_id)], timeout=timeout_s) is not None
+        return client.blpop([key], timeout=timeout_s) is not None
     except redis.RedisError as exc:
         log.warning("node %s long-poll ended early (Redis: %s)", node_id, exc)
-        return False
+        return None

@@ -365,21 +365,21 @@ class Agent:
         """Long-poll the portal (``POST /api/v1/node/wait/``) and raise ``news`` when it says this node's
         assignments changed, so the next heartbeat goes at once instead of up to an interval later. A hint
         only: the heartbeats go on at their interval whatever happens here. A portal that cannot hold the
-        request (``waited`` false) or fails is asked again an interval later."""
+        request (``waited`` false) or fails is asked again an interval after the last ask."""
         while not stop.is_set():
             if not self.registered or self.portal_lost:
                 stop.wait(self.interval_s)
                 continue
+            asked = self._clock()
             try:
                 answer = self.client.wait(self.interval_s)
             except PortalError as error:
                 log.debug("long-poll failed: %s", error)
-                stop.wait(self.interval_s)
-                continue
+                answer = {}
             if answer.get("news"):
                 self.news.set()
-            elif not answer.get("waited"):
-                stop.wait(self.interval_s)
+            else:  # never more than one empty answer an interval, whatever the portal does
+                stop.wait(max(0.0, asked + self.interval_s - self._clock()))
 
     def shutdown(self) -> None:
         """Stop every job (SIGTERM, grace, SIGKILL), report their ends, send a last heartbeat."""

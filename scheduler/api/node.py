@@ -263,7 +263,7 @@ class NodeWaitAPI(NodeAPIView):
     this node's assignments, else ``{"news": false, "waited": true}`` after ``timeout_s`` (default and at most
     the heartbeat interval). Either way the node then sends its heartbeat, whose answer stays the truth.
     ``"waited": false`` (at once): this portal cannot hold the request now (no Redis, or every waiting slot
-    of this web process is taken); the node polls at its heartbeat interval instead."""
+    of this web process is taken, or Redis failed); the node polls at its heartbeat interval instead."""
 
     input_serializer = WaitSerializer
 
@@ -274,6 +274,7 @@ class NodeWaitAPI(NodeAPIView):
         if not wake.can_wait() or not _WAITING_SLOTS.acquire(blocking=False):
             return Response({"news": False, "waited": False})
         try:
-            return Response({"news": wake.node_wait(request.user.node.pk, timeout), "waited": True})
+            news = wake.node_wait(request.user.node.pk, timeout)
         finally:
             _WAITING_SLOTS.release()
+        return Response({"news": bool(news), "waited": news is not None})

@@ -145,3 +145,23 @@ def test_when_every_waiting_slot_is_taken_the_node_is_told_at_once_to_poll(clust
     answer = node_client(cluster["nodes"][0]).post("/api/v1/node/wait/", {"timeout_s": 2}, format="json")
     assert answer.json() == {"news": False, "waited": False}
     assert time.monotonic() - started < 0.5
+
+
+def test_when_redis_fails_the_node_is_told_at_once_to_poll(cluster, node_client, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    unreachable = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    monkeypatch.setattr(wake, "_client", lambda: unreachable)
+    answer = node_client(cluster["nodes"][0]).post("/api/v1/node/wait/", {"timeout_s": 2}, format="json")
+    assert answer.json() == {"news": False, "waited": False}  # not "no news": the agent waits before asking again
+
+
+def test_a_zero_timeout_only_looks(cluster, node_client):
+    node = cluster["nodes"][0]
+    client = node_client(node)
+    assert client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").json() == {"news": False, "waited": True}
+    wake._push(wake.NODE_NEWS.format(node.pk))
+    assert client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").json() == {"news": True, "waited": True}
