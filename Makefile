@@ -41,10 +41,15 @@ clean:
 	rm -rf var/broker var/agents var/celerybeat-schedule* .pytest_cache
 
 # Reliability tiers (tests/reliability, bench/): `make soak` restarts the shared PostgreSQL and Redis and
-# runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min).
-.PHONY: soak load
+# runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min) against
+# gunicorn under production settings, as `make serve` runs the portal.
+.PHONY: soak load latency
 soak: install
 	ROTA_SOAK=1 REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest -s -m soak tests/reliability $(PYTEST_ARGS)
 
 load: install
 	$(PY) bench/load.py $(LOAD_ARGS)
+
+# Submit -> running on an idle cluster under make serve's processes, leg by leg (bench/README.md).
+latency: install
+	$(PY) bench/latency.py $(LATENCY_ARGS)

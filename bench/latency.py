@@ -7,7 +7,9 @@ on an idle cluster (the previous one finished), and the job's journey is read fr
 by PostgreSQL's clock): submit -> admitted (the woken cycle), admitted -> starting (the node heard and took
 it), starting -> running (the agent started the process and said so), running -> finished (the exit reached
 the portal). It prints p50/p99 of each leg and of submit -> running, beside tuned Slurm's figure on this
-machine kind (/work/shared/slurm-notes.md: p50 0.26-0.52 s, p99 0.6-1.1 s).
+machine kind (/work/shared/slurm-notes.md: p50 0.26-0.52 s, p99 0.6-1.1 s). Then ``--submits`` jobs are
+submitted back to back from one client, and again from 8 concurrent clients: submits/s and p50/p99 latency
+(Slurm's ``sbatch`` loop: 180-245/s). Those jobs run too (the node drains them meanwhile).
 
 ``--no-long-poll`` makes the portal refuse node long-polls (``ROTA_NODE_WAITERS_PER_PROCESS=0``), so the agent
 hears of its work at its next heartbeat as before the long-poll existed: the figure to compare with.
@@ -23,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -76,9 +79,35 @@ def journey(job_id: int) -> dict[str, float]:
     return {leg: (at[to] - at[frm]).total_seconds() for leg, frm, to in LEGS if frm in at and to in at}
 
 
+def submit_burst(base: str, token: str, clients: int, total: int) -> dict:
+    """``total`` submits from ``clients`` concurrent clients, each one after the other: rate and latency."""
+    latencies: list[float] = []
+
+    def client(n: int) -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        for i in range(n):
+            started = time.perf_counter()
+            session.post(f"{base}/api/v1/jobs/", json={"name": f"burst-{i}", "command": "true", "gpus": 1,
+                                                       "gpu_model": "h100-80gb"}, timeout=30).raise_for_status()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    threads = [threading.Thread(target=client, args=(total // clients,)) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return {"submits": len(latencies), "per_s": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(_pctl(latencies, .5), 1), "p99_ms": round(_pctl(latencies, .99), 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--submits", type=int, default=400,
+                        help="then this many submits from 1 client, and again from 8 (0: skip)")
     parser.add_argument("--no-long-poll", action="store_true", help="nodes hear of work at their heartbeat only")
     parser.add_argument("--database", default="rota_latency")
     parser.add_argument("--json", action="store_true")
@@ -140,6 +169,10 @@ def main() -> int:
             for leg, seconds in journey(job_id).items():
                 legs[leg].append(seconds)
             time.sleep(0.5)  # an idle cluster again, and the next submit lands anywhere in the heartbeat cycle
+        throughput = {}
+        if args.submits:
+            throughput["1_client"] = submit_burst(base, seeded["api_token"], 1, args.submits)
+            throughput["8_clients"] = submit_burst(base, seeded["api_token"], 8, args.submits)
     finally:
         for proc in reversed(processes):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -152,7 +185,7 @@ def main() -> int:
     figures = {"jobs": args.jobs, "long_poll": not args.no_long_poll,
                **{f"{leg}_p50_s": round(_pctl(v, .5), 3) for leg, v in legs.items()},
                **{f"{leg}_p99_s": round(_pctl(v, .99), 3) for leg, v in legs.items()},
-               "slurm_tuned_reference": SLURM_TUNED}
+               "submit_throughput": throughput, "slurm_tuned_reference": SLURM_TUNED}
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
@@ -160,6 +193,11 @@ def main() -> int:
         for leg, _frm, _to in LEGS:
             print(f"{leg:<22} {figures[leg + '_p50_s']:>7} {figures[leg + '_p99_s']:>7}")
         print("tuned Slurm, this machine kind: submit -> RUNNING p50 0.26-0.52 s, p99 0.6-1.1 s")
+        for name, row in throughput.items():
+            print(f"submits, {name.replace('_', ' ')}: {row['per_s']}/s, "
+                  f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms")
+        if throughput:
+            print("tuned Slurm, this machine kind: an sbatch loop, 180-245 submissions/s")
     return 0
 
 
