@@ -283,11 +283,10 @@ def job_cancel(*, user, job: Job) -> Job:
             extra={"finished_at": now, "queue_position": None, "estimated_start": None},
         ):
             _wake_cycle()
-        else:
-            if Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
-                stop_reason=StopReason.CANCEL
-            ):
-                wake.holders_notify([job.pk])
+        elif Job.objects.filter(pk=job.pk, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
+            stop_reason=StopReason.CANCEL
+        ):
+            wake.holders_notify([job.pk])  # its node stops it now, not at its next heartbeat
     job.refresh_from_db()
     return job
 
