@@ -104,14 +104,15 @@ def test_cancelling_a_holding_job_tells_its_node(alice, cluster, django_capture_
     assert wake.node_wait(cluster["nodes"][0].pk, 0.05)
 
 
-def test_the_wait_endpoint_answers_as_soon_as_the_node_has_news(cluster, node_client):
+def test_the_wait_endpoint_answers_as_soon_as_the_node_has_news(cluster, node_client, settings):
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 10
     node = cluster["nodes"][0]
     client = node_client(node)
     threading.Timer(0.3, lambda: wake._push(wake.NODE_NEWS.format(node.pk))).start()
     started = time.monotonic()
-    answer = client.post("/api/v1/node/wait/", {"timeout_s": 1.5}, format="json")
+    answer = client.post("/api/v1/node/wait/", {"timeout_s": 10}, format="json")
     assert answer.status_code == 200 and answer.json() == {"news": True, "waited": True}
-    assert 0.25 < time.monotonic() - started < 1.2
+    assert 0.25 < time.monotonic() - started < 5  # the news, not the 10 s timeout
 
 
 def test_the_wait_endpoint_answers_no_news_after_the_timeout_at_most_a_heartbeat(cluster, node_client, settings):
@@ -120,10 +121,10 @@ def test_the_wait_endpoint_answers_no_news_after_the_timeout_at_most_a_heartbeat
     started = time.monotonic()
     assert client.post("/api/v1/node/wait/", {"timeout_s": 0.2}, format="json").json() == {
         "news": False, "waited": True}
-    assert 0.15 < time.monotonic() - started < 0.8
+    assert 0.15 < time.monotonic() - started < 1.5
     started = time.monotonic()
     assert client.post("/api/v1/node/wait/", {"timeout_s": 60}, format="json").json()["news"] is False
-    assert time.monotonic() - started < 1.6  # held a heartbeat interval, not 60 s
+    assert time.monotonic() - started < 5  # held a heartbeat interval (1 s), not 60 s
 
 
 def test_the_wait_endpoint_names_a_bad_timeout_and_refuses_users(cluster, node_client, alice):
@@ -137,14 +138,16 @@ def test_the_wait_endpoint_names_a_bad_timeout_and_refuses_users(cluster, node_c
     assert user.post("/api/v1/node/wait/", {}, format="json").status_code == 403
 
 
-def test_when_every_waiting_slot_is_taken_the_node_is_told_at_once_to_poll(cluster, node_client, monkeypatch):
+def test_when_every_waiting_slot_is_taken_the_node_is_told_at_once_to_poll(
+        cluster, node_client, monkeypatch, settings):
     from scheduler.api import node as node_api
 
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 10
     monkeypatch.setattr(node_api, "_WAITING_SLOTS", threading.BoundedSemaphore(0))
     started = time.monotonic()
-    answer = node_client(cluster["nodes"][0]).post("/api/v1/node/wait/", {"timeout_s": 2}, format="json")
+    answer = node_client(cluster["nodes"][0]).post("/api/v1/node/wait/", {"timeout_s": 10}, format="json")
     assert answer.json() == {"news": False, "waited": False}
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 5  # at once, not after the 10 s timeout
 
 
 def test_when_redis_fails_the_node_is_told_at_once_to_poll(cluster, node_client, monkeypatch):
