@@ -134,6 +134,7 @@ CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
 ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, minimum=3, maximum=3600)
+ROTA_NODE_REQUESTS_PER_MIN = env_int("ROTA_NODE_REQUESTS_PER_MIN", 12_000, minimum=60)
 # Node long-polls (POST /api/v1/node/wait/) one web process holds at once; past it a node polls at its interval.
 ROTA_NODE_WAITERS_PER_PROCESS = env_int("ROTA_NODE_WAITERS_PER_PROCESS", 12, minimum=0, maximum=10_000)
 CELERY_BEAT_SCHEDULE = {
@@ -182,7 +183,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"node": "600/min", "quote": "60/min"},
+    # A node's calls (heartbeats, long-polls, job events, logs): an 8-GPU node turning over trivial jobs makes
+    # about four per job, so 600/min held a node to ~3 jobs/s; the limit is against a node gone wild.
+    "DEFAULT_THROTTLE_RATES": {"node": f"{ROTA_NODE_REQUESTS_PER_MIN}/min", "quote": "60/min"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rota API",

@@ -168,3 +168,10 @@ def test_a_zero_timeout_only_looks(cluster, node_client):
     assert client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").json() == {"news": False, "waited": True}
     wake._push(wake.NODE_NEWS.format(node.pk))
     assert client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").json() == {"news": True, "waited": True}
+
+
+def test_a_node_turning_over_short_jobs_is_not_held_back_by_its_rate_limit(cluster, node_client):
+    """About four calls a job (long-poll, heartbeat, started, exited): 700 in a minute, ~3 jobs/s, all served."""
+    client = node_client(cluster["nodes"][0])
+    answers = {client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").status_code for _ in range(700)}
+    assert answers == {200}
