@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: dev test install lint format migrations-check check bench sim clean images
+.PHONY: dev serve test install lint format migrations-check check bench sim clean images
 
 $(VENV_STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -14,6 +14,10 @@ install: $(VENV_STAMP)
 
 dev: install
 	./scripts/dev.sh
+
+# The production deployment on one machine: gunicorn + Celery + beat (+ demo agents); README, "Serving".
+serve: install
+	./scripts/serve.sh
 
 test: install
 	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
@@ -40,10 +44,15 @@ clean:
 	rm -rf var/broker var/agents var/celerybeat-schedule* .pytest_cache
 
 # Reliability tiers (tests/reliability, bench/): `make soak` restarts the shared PostgreSQL and Redis and
-# runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min).
-.PHONY: soak load
+# runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min) against
+# gunicorn under production settings, as `make serve` runs the portal.
+.PHONY: soak load latency
 soak: install
 	ROTA_SOAK=1 REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest -s -m soak tests/reliability $(PYTEST_ARGS)
 
 load: install
 	$(PY) bench/load.py $(LOAD_ARGS)
+
+# Submit -> running on an idle cluster under make serve's processes, leg by leg (bench/README.md).
+latency: install
+	$(PY) bench/latency.py $(LATENCY_ARGS)

@@ -1,13 +1,14 @@
 """Loopback load test of the whole portal: ``python bench/load.py [--jobs N] [--nodes M] [--clients C]``.
 
-On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts
-the portal (``manage.py runserver`` on 127.0.0.1) and a scheduling-cycle loop (a separate process, as the
-Celery worker would run it), queues N pending jobs, registers M fake nodes through the node API with their
-own tokens and heartbeats them from a pool of threads (each node "runs" what it is assigned for a short
-while and reports the exit), and runs C concurrent API clients that submit and list jobs. Bounded: every
-phase has a deadline. It prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, cycle
-time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant auditor's
-findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
+On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
+portal (gunicorn under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server runserver`` to
+compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
+jobs, registers M fake nodes through the node API with their own tokens and heartbeats them from a pool of
+threads (each node "runs" what it is assigned for a short while and reports the exit), and runs C concurrent
+API clients that submit and list jobs. Bounded: every phase has a deadline. It prints, and with ``--json``
+emits, submit throughput, API p50/p99 latency, cycle time, time to drain the backlog, the RSS of the portal
+and cycle processes, and the invariant auditor's findings at the end (exit 1 if the auditor finds anything or
+the backlog did not drain).
 
 Full size from the issue: ``--jobs 10000 --nodes 500 --clients 50``; ``make load`` runs a reduced default
 that finishes in a few minutes on a 2-core machine.
@@ -20,6 +21,7 @@ import json
 import os
 import random
 import secrets
+import signal
 import socket
 import statistics
 import subprocess
@@ -54,6 +56,13 @@ def _rss_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": round(out.get("VmRSS", 0), 1), "peak_rss_mb": round(out.get("VmHWM", 0), 1)}
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -68,6 +77,26 @@ def _env(database_url: str) -> dict[str, str]:
         "REDIS_URL": os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def start_server(args, port: int, logs: Path) -> subprocess.Popen:
+    """The portal as ``make serve`` runs it (gunicorn, production settings), or ``runserver`` to compare."""
+    env = os.environ.copy()
+    log = open(logs / "server.log", "w")
+    if args.server == "runserver":
+        command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+    else:
+        env.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0",
+                    "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_STATIC_ROOT": str(logs / "static")})
+        if args.web_workers:
+            env["ROTA_WEB_WORKERS"] = str(args.web_workers)
+        if args.web_threads:
+            env["ROTA_WEB_THREADS"] = str(args.web_threads)
+        subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"], cwd=ROOT,
+                       env=env, check=True)
+        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "deploy/gunicorn.conf.py"]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -292,6 +321,10 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="heartbeat interval of each node, s")
     parser.add_argument("--job-seconds", type=float, nargs=2, default=(0.5, 3.0), help="simulated run time range")
     parser.add_argument("--drain-timeout", type=float, default=420, help="give up draining after this many s")
+    parser.add_argument("--server", choices=("gunicorn", "runserver"), default="gunicorn",
+                        help="the portal as make serve runs it, or Django's development server to compare")
+    parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
+    parser.add_argument("--web-threads", type=int, help="threads per gunicorn worker (default: make serve's)")
     parser.add_argument("--database", default="rota_load")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cycle-loop", action="store_true", help=argparse.SUPPRESS)
@@ -317,9 +350,7 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     logs = Path(os.environ.get("ROTA_VAR_DIR", ROOT / "var")) / "load"
     logs.mkdir(parents=True, exist_ok=True)
-    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-                              cwd=ROOT, env=os.environ.copy(), stdout=open(logs / "server.log", "w"),
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = start_server(args, port, logs)
     cycles = subprocess.Popen([sys.executable, __file__, "--cycle-loop", "--database", args.database], cwd=ROOT,
                               env=os.environ.copy(), stdout=subprocess.PIPE, stderr=open(logs / "cycle.log", "w"),
                               text=True, start_new_session=True)
@@ -330,10 +361,10 @@ def main() -> int:
     stop = threading.Event()
     peak = {"server": {}, "cycle": {}}
 
-    def sample_memory():
+    def sample_memory():  # gunicorn: its largest worker
         while not stop.is_set():
-            for name, proc in (("server", server), ("cycle", cycles)):
-                peak[name] = _rss_mb(proc.pid) or peak[name]
+            for name, pids in (("server", _children(server.pid) or [server.pid]), ("cycle", [cycles.pid])):
+                peak[name] = max((_rss_mb(pid) for pid in pids), key=lambda m: m.get("rss_mb", 0)) or peak[name]
             stop.wait(1)
 
     threading.Thread(target=sample_memory, daemon=True).start()
@@ -364,12 +395,12 @@ def main() -> int:
             time.sleep(1)
     finally:
         stop.set()
-        for proc in (cycles, server):
-            proc.terminate()
+        for proc in (cycles, server):  # each leads its own process group (gunicorn: with its workers)
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(10)
+                proc.wait(25)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
 
     from django.db import connection
 
@@ -383,6 +414,7 @@ def main() -> int:
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
+        "server": args.server,
         "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
         "submit_per_s": round(submitted / client_s, 1) if client_s else None,
         "api_requests": submitted + len(stats["list"]),

@@ -3,10 +3,11 @@ environment says, so SECRET_KEY must be a real one (portal.settings refuses a mi
 cookies are secure, HTTPS is enforced with HSTS. ``manage.py check --deploy`` is clean under these."""
 
 import os
+from pathlib import Path
 
 os.environ["DEBUG"] = "0"
 
-from portal.env import env_bool, env_int  # noqa: E402
+from portal.env import env_bool, env_int, env_str  # noqa: E402
 from portal.settings import *  # noqa: E402, F403
 
 DEBUG = False
@@ -31,3 +32,17 @@ if env_bool("SECURE_PROXY_SSL", False):
 if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,  # noqa: F405
                           "KEY_PREFIX": "rota"}}
+
+# Connections: each web thread and worker keeps its PostgreSQL connection between requests (checked before
+# reuse, so a restarted server costs one failed check, not a failed request).
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("ROTA_DB_CONN_MAX_AGE", 600, minimum=0)  # noqa: F405
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # noqa: F405
+
+# Static files: collected once (``manage.py collectstatic``, which ``make serve`` runs) under hashed names,
+# compressed, and served by WhiteNoise from memory-mapped files with far-future cache headers.
+STATIC_ROOT = Path(env_str("ROTA_STATIC_ROOT", str(BASE_DIR / "staticfiles")))  # noqa: F405
+WHITENOISE_USE_FINDERS = False
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from django.db import transaction
 
 from portal import locks
+from scheduler import wake
 from scheduler.core import schedule
 from scheduler.dispatch import end_never_satisfied, expire_time_limits, mark_held, persist_decisions, reclaim_idle
 from scheduler.holds import hold_back
@@ -45,6 +46,7 @@ def run_cycle() -> CycleReport:
     with transaction.atomic():
         if not locks.try_xact_lock(locks.SCHEDULING_CYCLE):
             return CycleReport(ran=False)
+        wake.cycle_claim()  # before reading: a wake-up from now on asks for the next cycle
         t0 = time.perf_counter()
         now = db_now()
         timed_out = expire_time_limits(now)
@@ -59,12 +61,15 @@ def run_cycle() -> CycleReport:
             mark_held(held)
             if end_never_satisfied(held, now):
                 wake_cycle()  # their own dependents are judged next
+        # The nodes whose assignments changed hear it on commit (their next heartbeat would, a beat later).
+        wake.nodes_notify({gpu_nodes[p.gpu_id] for s in decisions.starts for p in s.placements})
+        wake.holders_notify([*timed_out, *reclaimed, *(p.job_id for p in decisions.preemptions)])
         SchedulerBeat.record(SchedulerBeat.CYCLE, now)
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
     report = CycleReport(
         ran=True, started=result.started, refused=result.refused, preempted=result.preempted,
-        pending=result.pending_updated, timed_out=timed_out, reclaimed=reclaimed, phases_ms=phases,
+        pending=result.pending_updated, timed_out=len(timed_out), reclaimed=len(reclaimed), phases_ms=phases,
     )
     if result.started or result.preempted or result.refused:
         log.info("cycle: %s", report.as_dict())

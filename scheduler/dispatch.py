@@ -190,26 +190,28 @@ def _assign_port(job_id: int, node_id: int) -> None:
     Job.objects.filter(pk=job_id).update(service_port=port)
 
 
-def expire_time_limits(now: datetime) -> int:
-    """Ask running jobs past their time limit to stop (the agent enforces it too; this is the backstop)."""
-    count = 0
+def expire_time_limits(now: datetime) -> list[int]:
+    """Ask running jobs past their time limit to stop (the agent enforces it too; this is the backstop);
+    return their ids."""
+    asked = []
     for job in Job.objects.filter(
         state=JobState.RUNNING, stop_reason=StopReason.NONE, time_limit_minutes__isnull=False,
         started_at__isnull=False,
     ).only("pk", "started_at", "time_limit_minutes"):
         if job.started_at + timedelta(minutes=job.time_limit_minutes) <= now:
-            count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.TIMEOUT)
-    return count
+            if Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.TIMEOUT):
+                asked.append(job.pk)
+    return asked
 
 
 IDLE_UTIL_PCT = 5.0
 
 
-def reclaim_idle(now: datetime) -> int:
+def reclaim_idle(now: datetime) -> list[int]:
     """Ask running jobs with an idle timeout (notebooks) to stop when every sample of their GPUs over the
-    whole timeout window stayed under IDLE_UTIL_PCT. A window without samples from its start is not
-    judged (no telemetry is not idleness)."""
-    count = 0
+    whole timeout window stayed under IDLE_UTIL_PCT; return their ids. A window without samples from its
+    start is not judged (no telemetry is not idleness)."""
+    asked = []
     for job in Job.objects.filter(
         state=JobState.RUNNING, stop_reason=StopReason.NONE, idle_timeout_minutes__isnull=False,
         started_at__isnull=False,
@@ -221,8 +223,9 @@ def reclaim_idle(now: datetime) -> int:
         if stats["first"] is None or stats["first"] > now - window + timedelta(minutes=2):
             continue
         if stats["busiest"] is not None and stats["busiest"] < IDLE_UTIL_PCT:
-            count += Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.IDLE)
-    return count
+            if Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.IDLE):
+                asked.append(job.pk)
+    return asked
 
 
 def mark_held(held: dict) -> int:

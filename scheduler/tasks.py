@@ -2,14 +2,32 @@
 
 from celery import shared_task
 
+from portal.celery import Task
+from scheduler import wake
 from scheduler.cycle import run_cycle as _run_cycle
 from scheduler.services.nodes import nodes_check_liveness
 
 
-@shared_task(name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)
-def run_cycle(**_ignored) -> dict:
-    """One scheduling cycle (single-flight: returns at once if another is running)."""
-    return _run_cycle().as_dict()
+class CycleTask(Task):
+    """``delay`` (and so ``delay_on_commit``) is a wake-up: it raises the wanted flag (``scheduler.wake``)
+    before the message goes, so a burst of submits coalesces and none is missed by a running cycle."""
+
+    def delay(self, *args, **kwargs):
+        wake.cycle_request()
+        return super().delay(*args, wanted=True, **kwargs)
+
+
+@shared_task(base=CycleTask, name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)
+def run_cycle(wanted: bool = False, **_ignored) -> dict:
+    """One scheduling cycle (single-flight: returns at once if another is running). A wake-up whose flag an
+    earlier cycle already answered is skipped; beat's periodic run (``wanted=False``) always runs. After a cycle
+    that ran, a wake-up that came meanwhile (while other tasks found the lock held) is asked for again."""
+    if wanted and not wake.cycle_requested():
+        return {"ran": False, "skipped": "answered by an earlier cycle"}
+    report = _run_cycle()
+    if report.ran and wake.cycle_requested():
+        run_cycle.delay()
+    return report.as_dict()
 
 
 @shared_task(name="scheduler.node_liveness", time_limit=60, soft_time_limit=50, ignore_result=True)

@@ -56,6 +56,8 @@ class PortalClient:
         self._token = token
         self._session = session or requests.Session()
         self._session.headers.update({"Authorization": f"Node {token}", "User-Agent": "rota-agent"})
+        self._wait_session = requests.Session()
+        self._wait_session.headers["User-Agent"] = "rota-agent"
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout."""
@@ -64,6 +66,17 @@ class PortalClient:
     def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``."""
         return self._post("/api/v1/node/heartbeat/", body)
+
+    def wait(self, timeout_s: float) -> dict[str, Any]:
+        """``POST /api/v1/node/wait/``: held by the portal until this node has news or ``timeout_s`` passes;
+        returns ``{"news", "waited"}``. Called from its own thread, so on its own connection."""
+        try:
+            response = self._wait_session.post(
+                self.base_url + "/api/v1/node/wait/", json={"timeout_s": timeout_s},
+                headers={"Authorization": f"Node {self._token}"}, timeout=timeout_s + self.timeout_s)
+        except requests.RequestException as error:
+            raise PortalUnavailable(f"/api/v1/node/wait/: {error.__class__.__name__}: {error}") from error
+        return self._answer("/api/v1/node/wait/", response)
 
     def job_event(self, job_id: int, body: dict[str, Any]) -> None:
         """``POST /api/v1/node/jobs/{job_id}/events/``."""
@@ -76,6 +89,7 @@ class PortalClient:
     def close(self) -> None:
         """Close pooled connections."""
         self._session.close()
+        self._wait_session.close()
 
     def _reread_token(self) -> bool:
         """Take the token file's current token if it is another one than in use; True when it was."""

@@ -40,6 +40,7 @@ from scheduler.agent.jobs import (
     job_key,
 )
 from scheduler.agent.logship import ship_log
+from scheduler.agent.wakeups import Wakeups
 from scheduler.agent.wire import iso, register_body, telemetry_entries
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class Agent:
         self._next_register = 0.0
         self._register_backoff = 1.0
         self._failures = 0
+        self.wakeups: Wakeups | None = None  # made by ``run``: the portal's news and jobs' ends wake the loop
         self._load_state()
 
     # persistence ------------------------------------------------------------------------------------
@@ -346,6 +348,10 @@ class Agent:
         Returns False when ``once`` could not reach the portal.
         """
         self.start()
+        self.wakeups = wakeups = Wakeups()
+        if not once:
+            wakeups.catch_child_exits()
+            threading.Thread(target=self.listen, args=(stop,), name="portal-news", daemon=True).start()
         while not stop.is_set():
             try:
                 beat = self.step()
@@ -354,9 +360,31 @@ class Agent:
                 beat = False
             if once and (beat or not self.registered):
                 return beat
-            stop.wait(min(0.25, self.interval_s / 4))
+            if wakeups.wait(min(0.25, self.interval_s / 4)):
+                self._next_heartbeat = self._clock()  # news: heartbeat now, its answer says what changed
         self.shutdown()
+        wakeups.close()
         return True
+
+    def listen(self, stop: threading.Event) -> None:
+        """Long-poll the portal (``POST /api/v1/node/wait/``) and wake the loop when it says this node's
+        assignments changed, so the next heartbeat goes at once instead of up to an interval later. A hint
+        only: the heartbeats go on at their interval whatever happens here. A portal that cannot hold the
+        request (``waited`` false) or fails is asked again an interval after the last ask."""
+        while not stop.is_set():
+            if not self.registered or self.portal_lost:
+                stop.wait(self.interval_s)
+                continue
+            asked = self._clock()
+            try:
+                answer = self.client.wait(self.interval_s)
+            except PortalError as error:
+                log.debug("long-poll failed: %s", error)
+                answer = {}
+            if answer.get("news") and self.wakeups is not None:
+                self.wakeups.news()
+            else:  # never more than one empty answer an interval, whatever the portal does
+                stop.wait(max(0.0, asked + self.interval_s - self._clock()))
 
     def shutdown(self) -> None:
         """Stop every job (SIGTERM, grace, SIGKILL), report their ends, send a last heartbeat."""

@@ -2,7 +2,9 @@
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
 import re
+import threading
 
+from django.conf import settings
 from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
@@ -14,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from scheduler import wake
 from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
@@ -189,6 +192,10 @@ class LogSerializer(serializers.Serializer):
     data = serializers.CharField(max_length=MAX_LOG_CHUNK, allow_blank=True, trim_whitespace=False)
 
 
+class WaitSerializer(serializers.Serializer):
+    timeout_s = serializers.FloatField(min_value=0, max_value=300, required=False)
+
+
 class NodeAPIView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNode]
@@ -262,3 +269,29 @@ class NodeJobLogAPI(NodeAPIView):
         data = self.parsed(request)
         result = self.call(node_services.node_job_log, node=request.user.node, job_id=job_id, **data)
         return result if isinstance(result, Response) else Response({"size": result})
+
+
+# Each held long-poll occupies a web thread: at most this many per web process, so the rest keep serving.
+_WAITING_SLOTS = threading.BoundedSemaphore(settings.ROTA_NODE_WAITERS_PER_PROCESS)
+
+
+class NodeWaitAPI(NodeAPIView):
+    """Long-poll for news: answers ``{"news": true, "waited": true}`` as soon as a cycle or a cancel changed
+    this node's assignments, else ``{"news": false, "waited": true}`` after ``timeout_s`` (default and at most
+    the heartbeat interval). Either way the node then sends its heartbeat, whose answer stays the truth.
+    ``"waited": false`` (at once): this portal cannot hold the request now (no Redis, or every waiting slot
+    of this web process is taken, or Redis failed); the node polls at its heartbeat interval instead."""
+
+    input_serializer = WaitSerializer
+
+    @extend_schema(request=WaitSerializer, responses={200: dict}, tags=["node"])
+    def post(self, request):
+        interval = float(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S)
+        timeout = min(self.parsed(request).get("timeout_s", interval), interval)
+        if not wake.can_wait() or not _WAITING_SLOTS.acquire(blocking=False):
+            return Response({"news": False, "waited": False})
+        try:
+            news = wake.node_wait(request.user.node.pk, timeout)
+        finally:
+            _WAITING_SLOTS.release()
+        return Response({"news": bool(news), "waited": news is not None})

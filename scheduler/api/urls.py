@@ -24,6 +24,7 @@ urlpatterns = [
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
     path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
     path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),
+    path("node/wait/", node.NodeWaitAPI.as_view(), name="node-wait"),
     path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),
     path("node/jobs/<int:job_id>/log/", node.NodeJobLogAPI.as_view(), name="node-job-log"),
 ]

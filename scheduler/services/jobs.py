@@ -12,6 +12,7 @@ from accounting.budgets import budget_action
 from accounting.models import Budget
 from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
+from scheduler import wake
 from scheduler.images import ImageError, image_allowed, image_parse, image_resolve
 from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Pool, PriorityClass
@@ -370,8 +371,11 @@ def cancel_one(job_id: int, *, user, now) -> bool:
     ):
         wake_cycle()
         return True
-    return bool(Job.objects.filter(pk=job_id, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
-        stop_reason=StopReason.CANCEL))
+    if Job.objects.filter(pk=job_id, state__in=HOLDING_STATES).exclude(stop_reason=StopReason.CANCEL).update(
+            stop_reason=StopReason.CANCEL):
+        wake.holders_notify([job_id])  # its node stops it now, not at its next heartbeat
+        return True
+    return False
 
 
 def job_hold(*, user, job: Job, why: str = "", admin: bool = False) -> Job:

@@ -1,0 +1,121 @@
+"""Wake-ups through Redis: "a cycle is wanted" and "node N has news". Hints only (DESIGN.md, principle 2):
+PostgreSQL stays the truth, the periodic cycle and the nodes' heartbeats stay the safety net, and every
+function here shrugs off a Redis that is down (logged) or absent (the file broker of ``make dev``).
+
+Each hint is a Redis list of at most one item, so any number of wake-ups before the reader looks coalesce
+into one, and one made while nobody waits is still there when the reader comes (until it expires).
+
+- The cycle: a wake-up sets ``CYCLE_WANTED`` before it enqueues the Celery task; the cycle takes it
+  (``cycle_claim``) once it holds the single-flight lock, before it reads anything. A task that finds the lock
+  held returns at once; the cycle that held it looks at the flag after its commit and asks again
+  (``scheduler.tasks``), so a submit made while a cycle runs never waits for the periodic one.
+- Nodes: the cycle (starts, stops) and a cancel push ``node_notify`` on commit; a node agent long-polls
+  ``POST /api/v1/node/wait/`` (``node_wait``), which returns as soon as its list has an item, and then sends
+  its heartbeat, whose answer says what to run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+CYCLE_WANTED = "rota:cycle:wanted"
+NODE_NEWS = "rota:node:{}:news"
+NEWS_TTL_S = 120  # a node that never asks again leaves no key behind
+
+
+@functools.cache
+def _client() -> redis.Redis | None:
+    """One client (a thread-safe connection pool) per process; None without Redis (the file broker)."""
+    url = settings.REDIS_URL
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    return redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+
+
+def _push(key: str, ttl_s: int | None = None) -> None:
+    client = _client()
+    if client is None:
+        return
+    try:
+        with client.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, 1)
+            pipe.ltrim(key, 0, 0)
+            if ttl_s:
+                pipe.expire(key, ttl_s)
+            pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("wake-up %s not sent (Redis: %s); the periodic cycle and heartbeats cover it", key, exc)
+
+
+def cycle_request() -> None:
+    """Say a cycle is wanted (the caller then enqueues the task)."""
+    _push(CYCLE_WANTED)
+
+
+def cycle_claim() -> None:
+    """The cycle holds the lock and is about to read: the wake-ups so far are answered by this cycle."""
+    client = _client()
+    if client is None:
+        return
+    try:
+        client.delete(CYCLE_WANTED)
+    except redis.RedisError as exc:
+        log.warning("cycle wake-up flag not cleared (Redis: %s)", exc)
+
+
+def cycle_requested() -> bool:
+    """Whether a wake-up came since the last ``cycle_claim`` (True when it cannot be known: run rather than miss)."""
+    client = _client()
+    if client is None:
+        return True
+    try:
+        return bool(client.exists(CYCLE_WANTED))
+    except redis.RedisError:
+        return True
+
+
+def nodes_notify(node_ids: Iterable[int]) -> None:
+    """Tell these nodes, once the current transaction commits, that their assignments changed."""
+    keys = [NODE_NEWS.format(pk) for pk in set(node_ids)]
+    if keys and _client() is not None:
+        transaction.on_commit(lambda: [_push(key, NEWS_TTL_S) for key in keys], robust=True)
+
+
+def holders_notify(job_ids: Iterable[int]) -> None:
+    """Tell the nodes where these jobs hold GPUs (they were asked to stop), once the transaction commits."""
+    from scheduler.models import Allocation
+
+    job_ids = list(job_ids)
+    if job_ids and _client() is not None:
+        nodes_notify(Allocation.objects.filter(job_id__in=job_ids, ended_at__isnull=True)
+                     .values_list("node_id", flat=True).distinct())
+
+
+def can_wait() -> bool:
+    """Whether ``node_wait`` can block (there is a Redis to wait on)."""
+    return _client() is not None
+
+
+def node_wait(node_id: int, timeout_s: float) -> bool | None:
+    """Block until node ``node_id`` has news or ``timeout_s`` passes; True when it had news (taken now), None
+    when it could not wait (no Redis, or Redis failed)."""
+    client = _client()
+    if client is None:
+        return None
+    key = NODE_NEWS.format(node_id)
+    try:
+        if timeout_s <= 0:  # BLPOP's 0 would mean "for ever"
+            return client.lpop(key) is not None
+        # BLPOP takes a float timeout; the socket must outlast it (the pool's sockets have no read timeout).
+        return client.blpop([key], timeout=timeout_s) is not None
+    except redis.RedisError as exc:
+        log.warning("node %s long-poll ended early (Redis: %s)", node_id, exc)
+        return None

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make serve: the production deployment on one machine. PostgreSQL and Redis (required: no SQLite or file
+# broker here), portal.settings_production, migrations, static files collected, then under honcho:
+# gunicorn (deploy/gunicorn.conf.py: threaded workers sized from the cores), Celery worker(s), beat and,
+# unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per demo node.
+# Knobs: PORT, ROTA_BIND, ROTA_WEB_WORKERS, ROTA_WEB_THREADS, ROTA_CELERY_WORKERS, ROTA_SERVE_DEMO, and every
+# variable of portal/settings.py (DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+PORT="${PORT:-8000}"
+VAR="${ROTA_VAR_DIR:-$PWD/var}"
+mkdir -p "$VAR"
+
+export DJANGO_SETTINGS_MODULE=portal.settings_production
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@localhost:5432/rota}"
+export REDIS_URL="${REDIS_URL:-redis://localhost:6379/0}"
+export ROTA_BIND="${ROTA_BIND:-127.0.0.1:${PORT}}"
+# One machine, plain HTTP on loopback: TLS belongs to the proxy in front of a real site (deploy/README.md).
+export SECURE_SSL_REDIRECT="${SECURE_SSL_REDIRECT:-0}"
+if [ -z "${SECRET_KEY:-}" ]; then  # one key per machine, made once, readable by its owner only
+  if [ ! -s "$VAR/secret_key" ]; then
+    (umask 077 && $PY -c "import secrets; print(secrets.token_urlsafe(50))" > "$VAR/secret_key")
+  fi
+  SECRET_KEY="$(cat "$VAR/secret_key")"
+  export SECRET_KEY
+fi
+CORES="$($PY -c 'import os; print(len(os.sched_getaffinity(0)))')"
+CELERY_WORKERS="${ROTA_CELERY_WORKERS:-$CORES}"
+
+if ! $PY -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL'], socket_connect_timeout=2).ping()" \
+    2>/dev/null; then
+  echo "make serve needs Redis at $REDIS_URL (set REDIS_URL); make dev runs without it." >&2
+  exit 1
+fi
+$PY manage.py migrate --noinput
+$PY manage.py collectstatic --noinput --verbosity 0
+AGENTS=""
+if [ "${ROTA_SERVE_DEMO:-1}" != "0" ]; then
+  $PY manage.py seed_demo --portal "http://${ROTA_BIND}" --agents-dir "$VAR/agents"
+  AGENTS="$VAR/agents/Procfile.agents"
+fi
+
+cat > "$VAR/Procfile.serve" <<PROCEOF
+web: .venv/bin/gunicorn -c deploy/gunicorn.conf.py
+worker: .venv/bin/celery -A portal worker --loglevel=WARNING --concurrency=${CELERY_WORKERS} --without-gossip --without-mingle
+beat: .venv/bin/celery -A portal beat --loglevel=WARNING --schedule=$VAR/celerybeat-schedule
+PROCEOF
+if [ -n "$AGENTS" ]; then cat "$AGENTS" >> "$VAR/Procfile.serve"; fi
+
+echo "Rota (production settings) is starting at http://${ROTA_BIND}/ with $CORES cores. Stop with Ctrl-C."
+exec .venv/bin/honcho -f "$VAR/Procfile.serve" -d . start

@@ -1,0 +1,114 @@
+"""``make serve`` for real: scripts/serve.sh on the test database and Redis starts gunicorn with its workers,
+Celery, beat and the demo node agents under production settings, and a job submitted over the API runs."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.processes import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.fixture
+def served(worker_env, tmp_path):
+    """``scripts/serve.sh`` on a free port; yields its base URL, stopped (its whole process group) after."""
+    port = _free_port()
+    env = {**worker_env, "PORT": str(port), "ROTA_VAR_DIR": str(tmp_path / "var"),
+           "ROTA_STATIC_ROOT": str(tmp_path / "static"), "ROTA_WEB_WORKERS": "2", "ROTA_WEB_THREADS": "4",
+           "ROTA_CELERY_WORKERS": "1"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("SECRET_KEY", None)
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([str(ROOT / "scripts" / "serve.sh")], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def answers():
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        try:
+            return requests.get(f"{base}/login/", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(answers, timeout=120, interval=0.5, what="make serve to answer")
+        yield {"base": base, "pid": proc.pid, "log": tmp_path / "serve.log", "var": tmp_path / "var"}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hashed_static_files(served):
+    base = served["base"]
+    login = requests.get(f"{base}/login/", timeout=10)
+    assert login.headers["Server"] == "gunicorn"
+    # honcho -> (a shell) -> the gunicorn master -> the two workers asked for
+    gunicorns = [pid for pid in _descendants(served["pid"])
+                 if "gunicorn -c deploy/gunicorn.conf.py" in _cmdline(pid) and "python" in _cmdline(pid).split()[0]]
+    master = next(pid for pid in gunicorns if set(_children(pid)) & set(gunicorns))
+    assert len(_children(master)) == 2
+    # collected under hashed names and served with far-future caching, compressed
+    css = re.search(r'/static/css/rota\.[0-9a-f]{12}\.css', login.text)
+    assert css, login.text[:2000]
+    static = requests.get(base + css.group(0), headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert static.status_code == 200
+    assert "immutable" in static.headers["Cache-Control"]
+    assert static.headers.get("Content-Encoding") == "gzip"
+    # DEBUG is off: a missing page is the plain 404, not Django's debug page
+    missing = requests.get(f"{base}/no-such-page/", timeout=10)
+    assert missing.status_code == 404 and "URLconf" not in missing.text
+    # the secret key was made once for this machine, readable by its owner only
+    assert (served["var"] / "secret_key").stat().st_mode & 0o077 == 0
+
+
+def test_a_job_submitted_to_the_served_portal_runs_on_a_demo_node_agent(served):
+    base = served["base"]
+    token = requests.post(f"{base}/api/v1/auth/token/", json={"username": "alice", "password": "rota-demo-2026"},
+                          timeout=10).json()["token"]
+    headers = {"Authorization": f"Token {token}"}
+    job = requests.post(f"{base}/api/v1/jobs/", json={"name": "served", "gpus": 1, "gpu_model": "h100-80gb",
+                                                      "command": "echo served-by-gunicorn"},
+                        headers=headers, timeout=10)
+    assert job.status_code == 201, job.text
+    url = f"{base}/api/v1/jobs/{job.json()['id']}/"
+
+    def finished():
+        state = requests.get(url, headers=headers, timeout=10).json()["state"]
+        return state if state in ("succeeded", "failed") else None
+
+    assert wait_for(finished, timeout=60, what="the job to finish") == "succeeded", served["log"].read_text()[-3000:]
+    logs = requests.get(f"{url}logs/", headers=headers, timeout=10)
+    assert "served-by-gunicorn" in logs.text
