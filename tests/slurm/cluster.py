@@ -76,7 +76,7 @@ class SlurmCluster:
     # -- configuration -----------------------------------------------------------------------------------------
     def write_config(self) -> None:
         """slurm.conf, gres.conf, cgroup.conf, the MUNGE key and the GPU device stand-ins."""
-        for sub in ("etc", "run", "log", "state", "spool", "dev", "munge"):
+        for sub in ("etc", "run", "log", "state", f"spool/{self.node}", "dev", "munge"):
             self._path(sub).mkdir(parents=True, exist_ok=True)
         for index in range(self.gpus):
             device = self._path("dev", f"nvidia{index}")
