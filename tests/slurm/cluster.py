@@ -156,7 +156,7 @@ class SlurmCluster:
                              "--pid-file", str(self.pid_file("munged")),
                              "--log-file", str(self.log_file("munged")),
                              "--seed-file", str(self._path("munge", "munge.seed")), "--force"])
-        self._run("slurmctld", ["slurmctld", "-i", "-f", str(self.conf)])
+        self._run("slurmctld", ["slurmctld", "-c", "-i", "-f", str(self.conf)])  # -c: no state from an earlier run
         self._run("slurmd", ["slurmd", "-N", self.node, "-f", str(self.conf)])
         self.wait_for_node(("IDLE",), timeout)
         return self
