@@ -178,6 +178,7 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
                 "gpus": [], "time_limit_s": job.time_limit_minutes * 60 if job.time_limit_minutes else None,
                 "grace_period_s": job.priority_class.grace_period_s, "kind": job.kind,
                 "stop_reason": job.stop_reason,
+                "cpus": job.cpus, "memory_mb": job.memory_gb * 1024,  # what an engine (sbatch) must hold
             }
         entry["gpus"].append({"index": alloc.gpu.index, "uuid": alloc.gpu.uuid, "share": alloc.share})
         if alloc.share < 1:  # a fraction of a GPU: the job learns its share and the memory it may use

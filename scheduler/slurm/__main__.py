@@ -13,6 +13,7 @@ from pathlib import Path
 from scheduler.slurm.bridge import Bridge, token_path
 from scheduler.slurm.commands import Slurm, SlurmError
 from scheduler.slurm.inventory import GpuModelMap, InventoryError
+from scheduler.slurm.launcher import Launcher
 
 
 def parser() -> argparse.ArgumentParser:
@@ -25,6 +26,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-model", action="append", default=[], metavar="TYPE=SLUG[:MEMORY_MB]",
                    help="the Rota GPU model of a GRES type, e.g. h100=h100-80gb:81559 (repeatable); a GRES type "
                         "that names its size (h100-80gb) needs none")
+    p.add_argument("--output-dir", type=Path,
+                   help="run Rota's jobs in Slurm, their output in this directory (shared with the Slurm nodes); "
+                        "without it the bridge keeps nodes in step and launches nothing")
+    p.add_argument("--partition", help="the partition the bridge submits to (docs/slurm.md: RootOnly=YES)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
     p.add_argument("--once", action="store_true", help="poll once and exit (run)")
     p.add_argument("--slurm-conf", type=Path, help="SLURM_CONF for the Slurm commands (default: the environment's)")
@@ -46,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.portal:
         print("run needs --portal URL", file=sys.stderr)
         return 2
-    bridge = Bridge(slurm, args.portal, args.token_dir, models)
+    launcher = None
+    if args.output_dir:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        launcher = Launcher(slurm, args.output_dir.resolve(), partition=args.partition)
+    bridge = Bridge(slurm, args.portal, args.token_dir, models, launcher=launcher)
     if args.once:
         try:
             outcomes = bridge.poll()

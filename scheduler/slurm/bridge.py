@@ -1,7 +1,8 @@
 """The Slurm bridge's loop: each poll reads Slurm's nodes and speaks for each through the portal's node API
 with that node's own token (``<token dir>/<node>.token``, issued by ``manage.py node_token issue NODE --pool
 PARTITION --output …``): it registers the node (again whenever its GPUs, CPUs, memory or features change),
-heartbeats it with Slurm's word on its state, and mirrors a Rota drain or resume into Slurm. The bridge holds
+heartbeats it with Slurm's word on its state, mirrors a Rota drain or resume into Slurm, and (with a
+``Launcher``) runs the node's assignments as Slurm jobs. The bridge holds
 no database credentials and no token of its own: a node it has no token for is not spoken for.
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from scheduler.agent.client import PortalClient, PortalError, PortalRejected, PortalUnavailable, RegisterRequired
 from scheduler.slurm.commands import Slurm, SlurmError
 from scheduler.slurm.inventory import GpuModelMap, InventoryError, SlurmNode
+from scheduler.slurm.jobs import Key, SlurmJob
+from scheduler.slurm.launcher import Launcher
 
 log = logging.getLogger(__name__)
 ROTA_DRAIN_PREFIX = "rota: "  # what Rota's drains are called in Slurm (node_engine.MIRRORED_PREFIX)
@@ -40,8 +43,9 @@ class Bridge:
     """Speaks for every enrolled Slurm node; ``poll`` is one pass, ``run`` repeats it."""
 
     def __init__(self, slurm: Slurm, portal_url: str, token_dir: Path, models: GpuModelMap,
-                 *, timeout_s: float = 10.0) -> None:
+                 *, launcher: Launcher | None = None, timeout_s: float = 10.0) -> None:
         self.slurm = slurm
+        self.launcher = launcher
         self.portal_url = portal_url
         self.token_dir = token_dir
         self.models = models
@@ -53,7 +57,9 @@ class Bridge:
         """One pass over Slurm's nodes; returns what happened to each (``registered``, ``heartbeat``, ``not
         enrolled``, ``unavailable``, ``rejected: …``, ``unusable: …``). Raises ``SlurmError`` when Slurm does
         not answer."""
-        return {node.name: self._step(node) for node in self.slurm.nodes()}
+        nodes = self.slurm.nodes()
+        jobs = self.slurm.jobs() if self.launcher else {}
+        return {node.name: self._step(node, jobs) for node in nodes}
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -65,7 +71,7 @@ class Bridge:
         for link in self.links.values():
             link.client.close()
 
-    def _step(self, node: SlurmNode) -> str:
+    def _step(self, node: SlurmNode, jobs: dict[Key, SlurmJob]) -> str:
         link = self._link(node.name)
         if link is None:
             self._once(node.name, f"Slurm node {node.name} has no token in {self.token_dir}: enroll it with "
@@ -81,7 +87,10 @@ class Bridge:
             if link.registered == inventory:
                 try:
                     link.seq += 1
-                    answer = link.client.heartbeat({"seq": link.seq, "engine": report["engine"]})
+                    body = {"seq": link.seq, "engine": report["engine"]}
+                    if self.launcher:
+                        body["running"] = self.launcher.running(node.name, jobs)
+                    answer = link.client.heartbeat(body)
                     outcome = "heartbeat"
                 except RegisterRequired:
                     answer, outcome = self._register(link, node, report, inventory), "registered"
@@ -98,6 +107,9 @@ class Bridge:
             link.registered = None
             return f"unavailable: {error}"
         self._mirror(node, answer.get("node_state"))
+        if self.launcher and outcome == "heartbeat":
+            gres_types = {gpu["uuid"]: gpu["gres_type"] for gpu in report["gpus"]}
+            self.launcher.reconcile(node.name, link.client, answer.get("assignments") or [], jobs, gres_types)
         return outcome
 
     def _register(self, link: NodeLink, node: SlurmNode, report: dict, inventory: str) -> dict:

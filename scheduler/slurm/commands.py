@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from scheduler.slurm.inventory import SlurmNode, parse_sinfo
+from scheduler.slurm.jobs import Key, SlurmJob, parse_squeue
 
 TIMEOUT_S = 30
 
@@ -24,9 +25,10 @@ class Slurm:
         if conf is not None:
             self.env["SLURM_CONF"] = str(conf)
 
-    def run(self, *argv: str) -> str:
+    def run(self, *argv: str, stdin: str | None = None) -> str:
         try:
-            done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=TIMEOUT_S)
+            done = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=TIMEOUT_S,
+                                  input=stdin if stdin is not None else "")
         except (OSError, subprocess.TimeoutExpired) as error:
             raise SlurmError(f"{argv[0]}: {error}") from None
         if done.returncode != 0:
@@ -36,6 +38,10 @@ class Slurm:
     def nodes(self) -> list[SlurmNode]:
         """Every node of the cluster with its GRES, CPUs, memory, features, partitions, state and reason."""
         return parse_sinfo(self.run("sinfo", "--json"))
+
+    def jobs(self) -> dict[Key, SlurmJob]:
+        """Rota's attempts that Slurm holds or has ended recently (``MinJobAge``), by (job id, attempt)."""
+        return parse_squeue(self.run("squeue", "--json", "--states=all"))
 
     def drain(self, node: str, reason: str) -> None:
         """``scontrol update nodename=NODE state=drain reason=REASON``: running jobs finish, no new ones start."""

@@ -97,7 +97,8 @@ class SlurmNode:
 
     def gpus(self, models: GpuModelMap) -> list[dict]:
         """The node's GPUs from its GRES, numbered in GRES order; a UUID per (node, type, index) stays the same
-        across polls and bridge restarts."""
+        across polls and bridge restarts. ``gres_type`` is what ``--gres=gpu:<type>:N`` asks Slurm for (the
+        portal ignores it)."""
         devices = []
         for item in filter(None, self.gres.split(",")):
             match = _GRES_ITEM.match(item.strip())
@@ -107,7 +108,8 @@ class SlurmNode:
             for _ in range(int(match["count"])):
                 index = len(devices)
                 devices.append({"index": index, "uuid": f"SLURM-{self.name}-{match['type'] or 'gpu'}-{index}"[:80],
-                                "model": slug, "name": match["type"] or slug, "memory_mb": memory_mb})
+                                "model": slug, "name": match["type"] or slug, "memory_mb": memory_mb,
+                                "gres_type": match["type"] or ""})
         return devices
 
     def register_report(self, models: GpuModelMap) -> dict:
