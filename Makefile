@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: dev test install lint format migrations-check check bench sim clean
+.PHONY: dev test install lint format migrations-check check bench sim clean images
 
 $(VENV_STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -17,6 +17,9 @@ dev: install
 
 test: install
 	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
+
+images:  # the local container images (localhost/rota/busybox:1, localhost/rota/python:3.11)
+	./scripts/build-images.sh
 
 lint: install
 	$(PY) -m ruff check .

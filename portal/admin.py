@@ -112,7 +112,8 @@ class TeamForm(forms.ModelForm):
 @admin.register(Team)
 class TeamAdmin(Audited, admin.ModelAdmin):
     form = TeamForm
-    list_display = ["name", "display_name", "parent"]
+    list_display = ["name", "display_name", "parent", "unix_id"]
+    readonly_fields = ["unix_id"]  # taken from ROTA_TEAM_UID_RANGE when the team is created, never changed
     inlines = [MembershipInline]
 
 

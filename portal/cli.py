@@ -33,7 +33,7 @@ SUBMIT_FIELDS = {
     "name": "name", "team": "team", "kind": "kind", "gpus": "gpus", "gpu_fraction": "gpu_fraction",
     "gpu_model": "gpu_model", "gpu_memory_gb": "gpu_memory_gb", "cpus": "cpus", "memory_gb": "memory_gb",
     "time_limit": "time_limit_minutes",
-    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool",
+    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool", "image": "image",
 }
 
 
@@ -358,13 +358,15 @@ def cmd_show(args) -> int:
         return 0
     rows = [
         ("id", job["id"]), ("name", job["name"]), ("team", job["team"]), ("user", job["submitted_by"]),
-        ("kind", job["kind"]), ("state", job["state"]), ("gpus", gpus_label(job)),
+        ("kind", job["kind"]), ("state", job["state"]), ("image", job["image"]), ("gpus", gpus_label(job)),
         ("cpus", job["cpus"]), ("memory_gb", job["memory_gb"]), ("priority_class", job["priority_class"]),
         ("preemptible", job["preemptible"]), ("time_limit_minutes", job["time_limit_minutes"]),
         ("queue_position", job["queue_position"]), ("estimated_start", job["estimated_start"]),
         ("created_at", job["created_at"]), ("started_at", job["started_at"]),
         ("finished_at", job["finished_at"]), ("exit_code", job["exit_code"]),
     ]
+    if job.get("failure_reason"):
+        rows.append(("failure_reason", f"{job['failure_reason']}: {job['failure_message']}"))
     if job.get("restarts"):
         rows.append(("restarts", job["restarts"]))
     if job.get("connect_url"):
@@ -439,9 +441,12 @@ def cmd_nodes(args) -> int:
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]})
         healthy = sum(1 for g in n["gpus"] if g["healthy"])
-        rows.append([n["name"], n["pool"], n["state"], f"{healthy}/{len(n['gpus'])}", ",".join(models),
+        executor = n.get("executor") or "?"
+        if executor and not (n.get("executor_info") or {}).get("isolates"):
+            executor += " (NOT isolated)"
+        rows.append([n["name"], n["pool"], n["state"], f"{healthy}/{len(n['gpus'])}", ",".join(models), executor,
                      n["state_reason"][:40]])
-    print_table(["NAME", "POOL", "STATE", "GPUS", "MODELS", "REASON"], rows)
+    print_table(["NAME", "POOL", "STATE", "GPUS", "MODELS", "EXECUTOR", "REASON"], rows)
     return 0
 
 
@@ -492,6 +497,8 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--priority-class")
     p.add_argument("--nodes", type=int)
     p.add_argument("--pool")
+    p.add_argument("--image", help="container image, registry first (localhost/rota/python:3.11); default: the "
+                                   "kind's")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,3 +48,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_range(name: str, default: tuple[int, int], *, minimum: int, maximum: int) -> tuple[int, int]:
+    """An inclusive range of integers written ``LOW-HIGH`` (e.g. ``20000-29999``) within the bounds."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    low, sep, high = raw.strip().partition("-")
+    try:
+        bounds = (int(low), int(high)) if sep else None
+    except ValueError:
+        bounds = None
+    if bounds is None or not minimum <= bounds[0] <= bounds[1] <= maximum:
+        raise ImproperlyConfigured(f"{name} must be LOW-HIGH with {minimum} <= LOW <= HIGH <= {maximum}; got {raw!r}")
+    return bounds

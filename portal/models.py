@@ -15,6 +15,9 @@ class Team(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     display_name = models.CharField(max_length=120, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    # The unprivileged uid (and gid, the same number) the team's jobs run as on every node: taken from
+    # settings.ROTA_TEAM_UID_RANGE when the team is first saved, never reused by another team.
+    unix_id = models.PositiveIntegerField(unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -22,6 +25,20 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        """A new team gets the lowest free uid of the range (under an advisory lock, so two teams created at
+        once never pick the same one)."""
+        if self.unix_id is not None:
+            return super().save(*args, **kwargs)
+        from django.db import transaction
+
+        from portal.locks import TEAM_UNIX_ID, xact_lock
+
+        with transaction.atomic():
+            xact_lock(TEAM_UNIX_ID)
+            self.unix_id = free_unix_id(Team.objects.all())
+            return super().save(*args, **kwargs)
 
     @property
     def label(self) -> str:
@@ -38,6 +55,19 @@ class Team(models.Model):
                                                   "team tree cannot loop"})
             seen.add(node.pk)
             node = node.parent
+
+
+def free_unix_id(teams) -> int:
+    """The lowest id of settings.ROTA_TEAM_UID_RANGE that none of ``teams`` (a queryset) holds. Raises
+    ValidationError (``unix_id``) when the range is used up."""
+    from django.core.exceptions import ValidationError
+
+    low, high = settings.ROTA_TEAM_UID_RANGE
+    taken = set(teams.filter(unix_id__gte=low, unix_id__lte=high).values_list("unix_id", flat=True))
+    if len(taken) > high - low:
+        raise ValidationError({"unix_id": f"every uid of ROTA_TEAM_UID_RANGE ({low}-{high}) is taken by a team: "
+                                          "widen the range to add teams"})
+    return next(uid for uid in range(low, high + 1) if uid not in taken)
 
 
 class Membership(models.Model):

@@ -10,7 +10,7 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_str
+from portal.env import env_bool, env_int, env_list, env_range, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ROTA_VAR_DIR", str(BASE_DIR / "var")))
@@ -163,6 +163,17 @@ WHITENOISE_USE_FINDERS = True  # serve straight from the finders in development 
 ROTA_METRICS_TOKEN = env_str("ROTA_METRICS_TOKEN", "")
 JOB_LOG_MAX_BYTES = env_int("ROTA_JOB_LOG_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
 ROTA_IDLE_COST_POLICY = env_str("ROTA_IDLE_COST_POLICY", "separate")  # hide | separate | share (OpenCost)
+
+# Jobs as isolated workloads (README "Images and isolation"). The image a job runs in when neither the job nor
+# its kind names one (a platform admin sets the kinds' defaults under Govern -> Images):
+ROTA_DEFAULT_IMAGE = env_str("ROTA_DEFAULT_IMAGE", "localhost/rota/python:3.11")
+# The images a new pool allows (a platform admin edits each pool's list under Govern -> Images).
+ROTA_DEFAULT_ALLOWED_IMAGES = env_list("ROTA_DEFAULT_ALLOWED_IMAGES", ["localhost/rota/*"])
+ROTA_JOB_PIDS_LIMIT = env_int("ROTA_JOB_PIDS_LIMIT", 4096, minimum=16, maximum=4_194_304)
+# Each team runs as its own unprivileged uid (and gid of the same number) taken from this range on the nodes.
+ROTA_TEAM_UID_RANGE = env_range("ROTA_TEAM_UID_RANGE", (20000, 29999), minimum=1000, maximum=2**31 - 2)
+# True: a node whose executor does not isolate tenants (the process executor) may not register.
+ROTA_REQUIRE_ISOLATION = env_bool("ROTA_REQUIRE_ISOLATION", False)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -20,6 +20,8 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Tenants share nodes: a node whose executor does not isolate them (the process executor) may not register.
+ROTA_REQUIRE_ISOLATION = env_bool("ROTA_REQUIRE_ISOLATION", True)
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (opt in: trusting it without a proxy is unsafe).
 if env_bool("SECURE_PROXY_SSL", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

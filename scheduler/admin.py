@@ -20,7 +20,7 @@ class GpuModelAdmin(Audited, admin.ModelAdmin):
 @admin.register(Pool)
 class PoolAdmin(Audited, admin.ModelAdmin):
     list_display = ["name", "description"]
-    readonly_fields = ["teams"]  # Govern -> Pools (audited)
+    readonly_fields = ["teams", "allowed_images"]  # Govern -> Pools and Govern -> Images (checked, audited)
 
 
 class GpuInline(ReadOnly, admin.TabularInline):
@@ -33,12 +33,12 @@ class GpuInline(ReadOnly, admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(Audited, admin.ModelAdmin):
-    list_display = ["name", "pool", "state", "state_reason", "driver_version", "last_heartbeat_at"]
+    list_display = ["name", "pool", "state", "state_reason", "executor", "driver_version", "last_heartbeat_at"]
     list_filter = ["state", "pool"]
     inlines = [GpuInline]
     # Drain and resume on Govern -> Nodes (audited); the agent reports the rest.
     readonly_fields = ["state", "state_reason", "state_changed_at", "state_changed_by", "last_heartbeat_at",
-                       "heartbeat_seq", "registered_at"]
+                       "heartbeat_seq", "registered_at", "executor", "executor_info"]
 
 
 @admin.register(NodeToken)

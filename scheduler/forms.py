@@ -5,10 +5,13 @@ models in pools the chosen team may use."""
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 
+from scheduler.images import image_resolve
 from scheduler.kinds import KIND_CHOICES, KINDS
 from scheduler.models import Gpu, Pool, PriorityClass
 from scheduler.services import jobs as job_services
+from scheduler.services.runtime import kind_images
 
 MAX_REPLICAS = 16
 # Which kinds show a kind-specific field (the others hide it; the server ignores it for them).
@@ -40,12 +43,15 @@ KIND_INFO = {
 
 
 def kind_cards() -> list[dict]:
-    """Each kind with its title, what it is for and its defaults (from ``scheduler.kinds``)."""
+    """Each kind with its title, what it is for and its defaults (from ``scheduler.kinds``, and the image a
+    platform admin set for it: see ``scheduler.services.runtime``)."""
+    images = kind_images()
     return [
         {"kind": kind, "title": KIND_INFO.get(kind, (kind, ""))[0], "blurb": KIND_INFO.get(kind, ("", ""))[1],
          "priority_class": d.priority_class, "preemptible": d.preemptible,
          "time_limit_minutes": d.time_limit_minutes, "idle_timeout_minutes": d.idle_timeout_minutes,
-         "restart_on_failure": d.restart_on_failure}
+         "restart_on_failure": d.restart_on_failure,
+         "image": image_resolve("", kind, images, settings.ROTA_DEFAULT_IMAGE)}
         for kind, d in KINDS.items()
     ]
 
@@ -121,7 +127,9 @@ class JobSubmitForm(forms.Form):
     command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
                               max_length=job_services.MAX_COMMAND)
     image = forms.CharField(label="Container image", required=False, max_length=300,
-                            help_text="Where the runtime uses one, e.g. nvcr.io/nvidia/pytorch:24.05-py3")
+                            help_text="Registry first, e.g. localhost/rota/python:3.11 or "
+                                      "nvcr.io/nvidia/pytorch:24.05-py3; blank: the kind's default image. Each "
+                                      "pool runs only the images a platform admin allows there")
     gpus = forms.IntegerField(label="GPUs", min_value=1, max_value=job_services.MAX_GPUS, initial=1)
     gpu_fraction = OneRuleDecimalField(label="GPU fraction", required=False, min_value=0, max_value=1, max_digits=4,
                                       decimal_places=3, error_messages=job_services.FRACTION_ERRORS,

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
+from django.conf import settings
 from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q
 
 from portal.models import Team
@@ -20,8 +21,10 @@ from scheduler.core.types import (
     Snapshot,
     TeamInfo,
 )
+from scheduler.images import ImageError, image_parse, image_resolve, pools_allowing
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota
 from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.services import runtime
 
 _CORE_STATE = {
     JobState.PENDING: PENDING,
@@ -97,7 +100,7 @@ _JOB_COLUMNS = (
     "id", "team__name", "submitted_by__username", "kind", "priority_class__name", "priority_class__value",
     "preemptible", "gpus", "gpu_fraction", "gpu_model__name", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
     "pool__name", "node_labels", "min_driver_version", "created_s", "time_limit_minutes", "state", "started_s",
-    "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds", "restarts",
+    "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds", "restarts", "image",
 )
 # A service that failed this many times in a row (no stable run between) restarts without preempting.
 CRASH_LOOP_RESTARTS = 2
@@ -105,11 +108,35 @@ _JOB_EPOCHS = {"created_s": Epoch("created_at"), "started_s": Epoch("started_at"
                "checkpoint_s": Epoch("last_checkpoint_at")}
 
 
-def _info(row: tuple, placements: tuple[Placement, ...]) -> JobInfo:
+class ImageRule:
+    """Which pools' allow-lists admit each job's image (``scheduler.images``): the kinds' default images and
+    the pools' lists are read once (two queries), the answer is kept per image."""
+
+    def __init__(self):
+        self.defaults = runtime.kind_images()
+        self.allow_lists = dict(Pool.objects.values_list("name", "allowed_images"))
+        self._pools: dict[str, frozenset[str]] = {}
+
+    def pools_for(self, image: str, kind: str) -> tuple[str, frozenset[str]]:
+        """The image a job of ``kind`` asking for ``image`` runs in, and the pools that allow it (none for a
+        reference that does not parse: such a job was refused at submit, or its kind's default was)."""
+        resolved = image_resolve(image, kind, self.defaults, settings.ROTA_DEFAULT_IMAGE)
+        pools = self._pools.get(resolved)
+        if pools is None:
+            try:
+                pools = pools_allowing(image_parse(resolved), self.allow_lists)
+            except ImageError:
+                pools = frozenset()
+            self._pools[resolved] = pools
+        return resolved, pools
+
+
+def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> JobInfo:
     """A ``JobInfo`` from a job's ``_JOB_COLUMNS`` values (times in seconds since 1970)."""
     (pk, team, user, kind, class_name, class_value, preemptible, gpus, fraction, model, memory_gb, cpus, ram_gb,
      nodes, pool, labels, driver, created, limit_minutes, state, started, admitted, stop_reason, checkpoint,
-     attained, restarts) = row
+     attained, restarts, image) = row
+    image, image_pools = images.pools_for(image, kind)
     return JobInfo(
         id=pk, team=team, user=user, kind=kind, priority_class=class_name, priority=class_value,
         preemptible=preemptible, gpus=gpus, gpu_fraction=float(fraction) if fraction is not None else None,
@@ -119,7 +146,7 @@ def _info(row: tuple, placements: tuple[Placement, ...]) -> JobInfo:
         time_limit_s=limit_minutes * 60 if limit_minutes else None, state=_CORE_STATE[state],
         started_at=started if started is not None else admitted, placements=placements,
         terminating=bool(stop_reason), last_checkpoint_at=checkpoint, attained_gpu_s=attained,
-        may_preempt=restarts < CRASH_LOOP_RESTARTS,
+        may_preempt=restarts < CRASH_LOOP_RESTARTS, image=image, image_pools=image_pools,
     )
 
 
@@ -134,8 +161,8 @@ def job_info(job: Job, *, placements: tuple[Placement, ...] = (), job_id: int | 
         job.pool.name if job.pool else None, job.node_labels, job.min_driver_version,
         submitted_at if submitted_at is not None else job.created_at.timestamp(), job.time_limit_minutes, job.state,
         _ts(job.started_at), _ts(job.admitted_at), job.stop_reason, _ts(job.last_checkpoint_at),
-        job.attained_gpu_seconds, job.restarts,
-    ), placements)
+        job.attained_gpu_seconds, job.restarts, job.image,
+    ), placements, ImageRule())
 
 
 def team_infos() -> tuple[TeamInfo, ...]:
@@ -205,8 +232,10 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     backing_off = Q(state=JobState.PENDING, not_before__gt=now)
     rows = Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).order_by("id").annotate(
         **_JOB_EPOCHS).values_list(*_JOB_COLUMNS)
+    images = ImageRule()
     jobs = tuple(
-        _info(row, tuple(sorted(held, key=_GPU_ID)) if (held := placements.get(row[0])) else ()) for row in rows
+        _info(row, tuple(sorted(held, key=_GPU_ID)) if (held := placements.get(row[0])) else (), images)
+        for row in rows
     )
 
     snapshot = Snapshot(

@@ -29,6 +29,7 @@ from scheduler.models import Node, Pool
 from scheduler.models.jobs import JobState
 from scheduler.selectors import COLUMNS, SORT_LABELS, SORTS, JobFilter, cluster_nodes, job_table
 from scheduler.services import jobs as job_services
+from scheduler.services.runtime import job_how_it_runs
 
 PAGE_ROWS = 200
 COUNT_AHEAD = 10_000  # rows the jobs table counts past the page it shows
@@ -215,6 +216,7 @@ def _job_context(request, job_id):
         "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),
         "can_release": job_services.can_release(request.user, job),
+        "runs": job_how_it_runs(job, allocations),
     }
 
 

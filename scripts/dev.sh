@@ -40,7 +40,16 @@ web: $PY manage.py runserver 127.0.0.1:${PORT} --noreload
 worker: .venv/bin/celery -A portal worker --loglevel=INFO --concurrency=2 --without-gossip --without-mingle
 beat: .venv/bin/celery -A portal beat --loglevel=INFO --schedule=var/celerybeat-schedule
 PROCEOF
-cat var/agents/Procfile.agents >> var/Procfile
+# The node agents' executor: containers where Podman runs and we are root, else the process executor.
+if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
+  AGENT_FLAGS="--executor container"
+  EXECUTOR_MSG="Node agents: container executor (Podman): each job in its image as its team's uid, with only its GPUs and cgroup limits."
+else
+  AGENT_FLAGS="--executor process"
+  [ "$(id -u)" -eq 0 ] || AGENT_FLAGS="$AGENT_FLAGS --dev-run-as-self"
+  EXECUTOR_MSG="Node agents: PROCESS executor (Podman missing or not root): jobs run on this machine as $(id -un); it does NOT isolate teams (no images, no limits, every GPU visible). Install podman (scripts/system-packages.sh) and run as root for containers."
+fi
+sed "s|\$| $AGENT_FLAGS|" var/agents/Procfile.agents >> var/Procfile
 
 cat <<MSG
 
@@ -51,6 +60,7 @@ cat <<MSG
     admin  platform admin (Django admin at /admin/)
     fiona  finance: every team's usage and cost, nothing else
   API docs: http://127.0.0.1:${PORT}/api/docs/   Stop with Ctrl-C.
+  ${EXECUTOR_MSG}
 
 MSG
 exec .venv/bin/honcho -f var/Procfile -d . start

@@ -1,12 +1,15 @@
 """Forms of the governance pages: the quota matrix (parsed by hand: one input per cell and field),
-priority classes, pool teams, node state changes and budgets."""
+priority classes, pool teams, node state changes, budgets and images."""
 
 from datetime import datetime
 
 from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils.dateparse import parse_datetime
 
 from accounting.models import Budget
+from portal.governance.images import patterns_parse
 from portal.governance.selectors import QuotaCell
 from portal.governance.services import QUOTA_FIELDS, QuotaChange, quota_changes_parse
 from portal.models import Team
@@ -129,3 +132,25 @@ class BudgetForm(ReasonMixin, forms.ModelForm):
 
     def validate_unique(self):
         """One budget per team and unit: checked by the service (with a message naming the team)."""
+
+
+class PoolImagesForm(ReasonMixin):
+    allowed_images = forms.CharField(
+        label="Allowed images", required=False, widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text="one a line: a registry or prefix ending in / (registry.example.com/), a pattern with * "
+                  "(localhost/rota/*), a repository (localhost/rota/python) or one image; empty: no image")
+
+    def clean_allowed_images(self) -> list[str]:
+        try:
+            return patterns_parse(self.cleaned_data["allowed_images"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["allowed_images"]) from None
+
+
+class KindImageForm(ReasonMixin):
+    image = forms.CharField(label="Default image", required=False, max_length=300,
+                            help_text="blank: the site's default")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["image"].widget.attrs["placeholder"] = f"{settings.ROTA_DEFAULT_IMAGE} (the site's)"

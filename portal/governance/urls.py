@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.governance import views
+from portal.governance import views, views_images
 
 urlpatterns = [
     path("", views.index, name="govern"),
@@ -12,6 +12,9 @@ urlpatterns = [
     path("priority-classes/<slug:name>/", views.priority_class_edit, name="govern-priority-class"),
     path("pools/", views.pools, name="govern-pools"),
     path("pools/<slug:name>/teams/", views.pool_teams, name="govern-pool-teams"),
+    path("images/", views_images.images, name="govern-images"),
+    path("images/kinds/<slug:kind>/", views_images.kind_image, name="govern-kind-image"),
+    path("images/pools/<slug:name>/", views_images.pool_images, name="govern-pool-images"),
     path("nodes/", views.nodes, name="govern-nodes"),
     path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
     path("nodes/<slug:name>/resume/", views.node_state, {"target": "resume"}, name="govern-node-resume"),

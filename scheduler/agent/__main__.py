@@ -3,6 +3,8 @@
     python -m scheduler.agent --portal URL --token TOKEN|--token-file FILE
         [--gpu-backend auto|nvml|fake] [--profile FILE|NAME] [--fault-file FILE]
         [--work-dir DIR] [--interval 2] [--hostname NAME] [--once]
+        [--executor auto|container|process] [--containers-conf FILE] [--container-network none]
+        [--default-image IMAGE] [--dev-run-as-self]
 
 SIGTERM or Ctrl-C stops the node's jobs gracefully and exits; after SIGKILL the jobs keep running and the
 next agent started with the same ``--work-dir`` adopts them.
@@ -19,6 +21,9 @@ import threading
 from pathlib import Path
 
 from scheduler.agent.client import PortalClient
+from scheduler.agent.executors import EXECUTOR_NAMES, ExecutorUnavailable, open_executor
+from scheduler.agent.executors.container import DEFAULT_IMAGE
+from scheduler.agent.executors.identity import DEV_FLAG, secret_file_problem
 from scheduler.agent.gpu import BACKEND_KINDS, NvmlUnavailable, open_backend
 from scheduler.agent.gpu.profile import ProfileError
 from scheduler.agent.health import DEFAULT_MAX_TEMPERATURE_C
@@ -49,9 +54,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--once", action="store_true", help="register, one heartbeat, exit (jobs keep running)"
     )
+    parser.add_argument(
+        "--executor", choices=EXECUTOR_NAMES, default="auto",
+        help="container (Podman: isolates tenants), process (a laptop demo only), auto: container where "
+        "podman works",
+    )
+    parser.add_argument("--containers-conf", type=Path, help="containers.conf for podman "
+                        "(default deploy/podman/containers.conf)")
+    parser.add_argument("--container-network", default="none", help="podman --network of job containers")
+    parser.add_argument("--default-image", default=DEFAULT_IMAGE,
+                        help="image for an assignment that names none (container executor)")
+    parser.add_argument(
+        DEV_FLAG, action="store_true", dest="dev_run_as_self",
+        help="laptop demo with --executor process: an agent that is not root runs jobs as itself instead "
+        "of refusing them (teams are then NOT separated)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
+    if args.dev_run_as_self and args.executor != "process":
+        parser.error(f"{DEV_FLAG} needs --executor process")
     if args.token_file:
+        problem = secret_file_problem(args.token_file)
+        if problem:
+            parser.error(f"--token-file: {problem}")
         try:
             args.token = args.token_file.read_text().strip()
         except OSError as error:
@@ -103,13 +128,27 @@ def main(argv: list[str] | None = None) -> int:
         max_temperature_c=args.max_temperature,
         hostname=args.hostname,
     )
+    try:
+        executor = open_executor(
+            args.executor,
+            config.work_dir,
+            containers_conf=args.containers_conf,
+            network=args.container_network,
+            fake_gpus=backend.kind == "fake",
+            allow_run_as_self=args.dev_run_as_self,
+            default_image=args.default_image,
+        )
+    except ExecutorUnavailable as error:
+        log.error("%s", error)
+        return 1
     client = PortalClient(args.portal, args.token, token_file=args.token_file)
-    agent = Agent(config, backend=backend, client=client)
+    agent = Agent(config, backend=backend, client=client, executor=executor)
     node_name.agent = agent
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("%s backend, %d GPUs, work dir %s", backend.kind, len(agent.devices), config.work_dir)
+    log.info("%s backend, %d GPUs, %s executor, work dir %s", backend.kind, len(agent.devices), executor.name,
+             config.work_dir)
     return 0 if agent.run(stop, once=args.once) else 1
 
 

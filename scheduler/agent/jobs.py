@@ -24,6 +24,65 @@ class AssignmentError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class RunAs:
+    """The unprivileged Unix identity of the job's team (``run_as`` on the wire)."""
+
+    uid: int
+    gid: int
+    team: str = ""
+
+    @classmethod
+    def from_wire(cls, data: Any) -> RunAs | None:
+        """``{"uid", "gid", "team"}`` or None; root (0) is refused: a job never runs as root."""
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise AssignmentError("run_as: must be an object with uid and gid")
+        for name in ("uid", "gid"):
+            value = data.get(name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
+                raise AssignmentError(f"run_as.{name}: must be an integer from 1 to {2**31 - 1}")
+        return cls(data["uid"], data["gid"], str(data.get("team") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the job may use of the node; None is unlimited. Enforced by the container executor."""
+
+    cpus: float | None = None
+    memory_mb: int | None = None
+    pids: int | None = None
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Limits:
+        """``{"cpus", "memory_mb", "pids"}``, each optional and positive."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise AssignmentError("limits: must be an object")
+        values: dict[str, Any] = {}
+        for name, kind in (("cpus", float), ("memory_mb", int), ("pids", int)):
+            value = data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise AssignmentError(f"limits.{name}: must be a positive number or null")
+            if kind is int and value != int(value):
+                raise AssignmentError(f"limits.{name}: must be a whole number")
+            values[name] = kind(value)
+        return cls(**values)
+
+    def describe(self) -> str:
+        """``cpus 2, memory 256 MiB, pids 64`` (unlimited ones left out)."""
+        parts = [
+            f"cpus {self.cpus:g}" if self.cpus is not None else "",
+            f"memory {self.memory_mb} MiB" if self.memory_mb is not None else "",
+            f"pids {self.pids}" if self.pids is not None else "",
+        ]
+        return ", ".join(part for part in parts if part) or "no limits"
+
+
+@dataclass(frozen=True, slots=True)
 class AssignedGpu:
     """One device given to a job; ``share`` < 1 for a fraction of a GPU."""
 
@@ -45,6 +104,9 @@ class Assignment:
     time_limit_s: float | None = None
     grace_period_s: float = DEFAULT_GRACE_PERIOD_S
     kind: str = "training"
+    image: str | None = None
+    run_as: RunAs | None = None
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def key(self) -> str:
@@ -74,6 +136,9 @@ class Assignment:
             raise AssignmentError(f"gpus: each needs index and uuid ({error})") from error
         limit = data.get("time_limit_s")
         grace = data.get("grace_period_s")
+        image = data.get("image")
+        if image is not None and (not isinstance(image, str) or not image.strip() or len(image) > 500):
+            raise AssignmentError("image: must be an image reference (1 to 500 characters) or null")
         return cls(
             job_id=data["job_id"],
             attempt=data["attempt"],
@@ -84,6 +149,9 @@ class Assignment:
             time_limit_s=float(limit) if limit else None,
             grace_period_s=float(grace) if grace is not None else DEFAULT_GRACE_PERIOD_S,
             kind=str(data.get("kind") or "training"),
+            image=image.strip() if image else None,
+            run_as=RunAs.from_wire(data.get("run_as")),
+            limits=Limits.from_wire(data.get("limits")),
         )
 
 
@@ -112,6 +180,9 @@ class JobRecord:
     time_limit_s: float | None = None
     grace_period_s: float = DEFAULT_GRACE_PERIOD_S
     kind: str = "training"
+    uid: int | None = None  # whom the command runs as (None: the agent's own user)
+    container: str = ""  # the container executor's container name
+    memory_mb: int | None = None  # the memory limit, to name it when the job is OOM-killed
     state: str = RUNNING
     stop_cause: str | None = None
     stop_message: str = ""
@@ -152,6 +223,7 @@ class JobEvent:
     message: str = ""
     log_path: str | None = None
     log_offset: int = 0
+    reason: str = ""  # "OOMKilled", "ImagePullFailed" or ""
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""
@@ -162,5 +234,6 @@ class JobEvent:
             "exit_code": self.exit_code,
             "signal": self.signal,
             "message": self.message[:500],
+            "reason": self.reason,
             "at": self.at,
         }

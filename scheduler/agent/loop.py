@@ -27,7 +27,7 @@ from scheduler.agent.client import (
     PortalUnavailable,
     RegisterRequired,
 )
-from scheduler.agent.executor import Executor
+from scheduler.agent.executors import Executor, ProcessExecutor
 from scheduler.agent.gpu.base import GpuBackend, utc_now
 from scheduler.agent.health import DEFAULT_MAX_TEMPERATURE_C, HealthTracker
 from scheduler.agent.jobs import (
@@ -81,7 +81,7 @@ class Agent:
         self.config = config
         self.backend = backend
         self.client = client
-        self.executor = executor or Executor(config.work_dir)
+        self.executor = executor or ProcessExecutor(config.work_dir)
         self._clock = clock
         self.node = config.hostname or backend.system_info().hostname
         self.interval_s = config.interval_s
@@ -118,7 +118,8 @@ class Agent:
 
     def _save_state(self) -> None:
         temporary = self._state_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"seq": self.seq, "heartbeat_timeout_s": self.timeout_s}))
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(json.dumps({"seq": self.seq, "heartbeat_timeout_s": self.timeout_s}))
         temporary.replace(self._state_path)
 
     # talking to the portal --------------------------------------------------------------------------
@@ -128,6 +129,7 @@ class Agent:
         self.devices = self.backend.discover()
         self.health.track(self.devices)
         body = register_body(self.backend.system_info(), self.devices, self.backend.kind)
+        body["executor"] = self.executor.describe()
         if self.config.hostname:
             body["hostname"] = self.config.hostname
         try:

@@ -1,4 +1,4 @@
-"""Run one job command and write down how it ended: ``python shim.py STATUS_FILE ARGV...``.
+"""Run one job command and write down how it ended: ``python shim.py STATUS_FILE UID GID ARGV...``.
 
 The agent starts this small program as the leader of the job's process group (its own session), and it
 starts the job's command inside that group. It survives the agent being killed, so an agent restarted
@@ -7,6 +7,10 @@ SIGTERM, SIGINT and SIGHUP sent to the group reach the command; the shim itself 
 to end (SIGKILL ends both). The agent starts it with those signals blocked, so a stop that arrives
 before the shim is ready is held until it is, instead of killing it. Standard library only: it runs
 with ``python -I -S``.
+
+UID and GID (``-`` for "as the shim") are whom the command runs as: the shim stays with the agent's user,
+so the job can neither signal it nor touch STATUS_FILE, and the command drops to the team's identity
+(``setgroups([])``, ``setgid``, ``setuid``) before it execs.
 """
 
 import json
@@ -25,7 +29,8 @@ def _write_status(path: str, status: dict) -> None:
 
 def main(argv: list[str]) -> int:
     """Start ``argv[2:]``, wait for it, record its end in ``argv[1]``; exit like the command did."""
-    status_path, command = argv[1], argv[2:]
+    status_path, uid, gid, command = argv[1], argv[2], argv[3], argv[4:]
+    identity = {} if uid == "-" else {"user": int(uid), "group": int(gid), "extra_groups": []}
     stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     early: list[int] = []
     for signum in stops:
@@ -33,8 +38,8 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, lambda received, _frame: early.append(received))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)  # the agent started us with them blocked
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    except OSError as error:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, **identity)
+    except (OSError, subprocess.SubprocessError) as error:
         _write_status(status_path, {"exit_code": None, "signal": None, "start_error": str(error)})
         return 127
     if early:  # a stop that came before the command existed

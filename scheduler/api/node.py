@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
+from scheduler.models.jobs import FailureReason
 from scheduler.services import nodes as node_services
 
 MAX_GPUS_PER_NODE = 64
@@ -116,6 +117,20 @@ LABEL_KEY = re.compile(r"[a-z0-9][a-z0-9._/-]{0,62}")
 MAX_LABELS = 64
 
 
+class ExecutorSerializer(serializers.Serializer):
+    """How the agent runs jobs. A process executor never isolates tenants, whatever it says."""
+
+    name = serializers.ChoiceField(choices=["container", "process"])
+    isolates = serializers.BooleanField()
+    runtime = serializers.CharField(max_length=80, required=False, allow_blank=True, default="")
+    detail = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        if attrs["name"] == "process":
+            attrs["isolates"] = False
+        return attrs
+
+
 class RegisterSerializer(serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
@@ -137,6 +152,7 @@ class RegisterSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"label keys must be 1-63 lowercase letters, digits and . _ / -; "
                                               f"got {', '.join(repr(k[:70]) for k in bad[:5])}")
         return labels
+    executor = ExecutorSerializer(required=False)
 
     def validate_gpus(self, gpus):
         indexes = [g["index"] for g in gpus]
@@ -188,6 +204,7 @@ class EventSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
     signal = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=128)
     message = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    reason = serializers.ChoiceField(choices=FailureReason.choices, required=False, default="")
     at = serializers.CharField(max_length=40, required=False, allow_blank=True)
 
 

@@ -116,7 +116,8 @@ class JobSerializer(serializers.ModelSerializer):
             "gpu_memory_gb", "cpus", "memory_gb", "nodes", "pool", "node_labels", "min_driver_version",
             "time_limit_minutes", "priority_class", "preemptible", "state", "stop_reason", "attempt",
             "pending_reason", "queue_position", "estimated_start", "created_at", "admitted_at", "started_at",
-            "finished_at", "exit_code", "failure_class", "restarts", "connect_url", "allocations",
+            "finished_at", "exit_code", "failure_class", "failure_reason", "failure_message", "restarts",
+            "connect_url", "allocations",
         ]
 
     def get_allocations(self, job: Job) -> list[dict]:
@@ -139,7 +140,7 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["name", "pool", "state", "state_reason", "state_changed_at", "labels", "driver_version",
-                  "cuda_version", "cpus", "memory_mb", "last_heartbeat_at", "gpus"]
+                  "cuda_version", "cpus", "memory_mb", "executor", "executor_info", "last_heartbeat_at", "gpus"]
 
     def get_gpus(self, node: Node) -> list[dict]:
         return [

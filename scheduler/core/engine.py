@@ -221,6 +221,13 @@ class Cycle(Preempting):
                 return Feasibility((), R.reason(
                     R.NO_MATCHING_POOL, f"team {job.team} may not use any pool that has nodes",
                     team=job.team, allowed=sorted(allowed or ())))
+        if job.image_pools is not None:  # only pools whose allow-list admits the job's image
+            admitting = tuple(p for p in pools if p in job.image_pools)
+            if not admitting:
+                return Feasibility((), R.reason(
+                    R.IMAGE_NOT_ALLOWED, f"image {job.image} is not allowed in pool(s) {', '.join(pools)}: a "
+                    "platform admin sets the images each pool allows", image=job.image, pools=list(pools)))
+            pools = admitting
         models: tuple[str, ...] | None = job.gpu_models
         if not models:  # any model: the team's (else the cluster's) whole GPUs, never a MIG slice
             models = self._models_of.get(job.team)
@@ -559,7 +566,7 @@ class Cycle(Preempting):
 # kind: inference spreads). One C-level call builds the key; time limits enter through reservation vetoes.
 _LOOK = attrgetter("team", "pool", "gpu_models", "gpus", "gpu_fraction", "nodes", "gpu_memory_mb", "cpus",
                    "memory_mb", "min_driver_version", "priority", "priority_class", "preemptible", "kind",
-                   "may_preempt")
+                   "may_preempt", "image", "image_pools")
 
 
 class _Token:

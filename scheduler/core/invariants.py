@@ -193,6 +193,8 @@ def _check_start(job: JobInfo, placements, devices, team_pools, rows) -> list[st
         allowed = team_pools.get(job.team)
         if allowed is not None and node.pool not in allowed:
             out.append(f"team {job.team} may not use pool {node.pool} (job {job.id})")
+        if job.image_pools is not None and node.pool not in job.image_pools:
+            out.append(f"pool {node.pool} does not allow image {job.image} (job {job.id})")
         for k, v in job.node_labels.items():
             if node.labels.get(k) != v:
                 out.append(f"job {job.id} needs label {k}={v}; node {node.name} lacks it")

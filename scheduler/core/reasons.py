@@ -13,6 +13,7 @@ OVER_LIMIT = "OverLimit"  # a parent team's limit, or the team's weighted share 
 NON_PREEMPTIBLE_OVER_QUOTA = "NonPreemptibleOverQuota"  # non-preemptible work must fit in guaranteed
 NO_MATCHING_POOL = "NoMatchingPool"  # the team may not use any pool the job could run in
 NO_MATCHING_GPU_MODEL = "NoMatchingGpuModel"  # no node in the allowed pools carries an accepted model
+IMAGE_NOT_ALLOWED = "ImageNotAllowed"  # no pool the job may use allows its container image
 UNSATISFIABLE = "Unsatisfiable"  # no node could ever hold the job, even on an empty cluster
 GANG_INCOMPLETE = "GangIncomplete"  # some but not all members of a multi-node gang could be placed
 NODES_UNHEALTHY = "NodesUnhealthy"  # only nodes/GPUs that are down, draining or unhealthy could hold it
@@ -28,6 +29,7 @@ ALL_CODES = (
     NON_PREEMPTIBLE_OVER_QUOTA,
     NO_MATCHING_POOL,
     NO_MATCHING_GPU_MODEL,
+    IMAGE_NOT_ALLOWED,
     UNSATISFIABLE,
     GANG_INCOMPLETE,
     NODES_UNHEALTHY,
@@ -37,7 +39,7 @@ ALL_CODES = (
 )
 
 # Codes that no amount of waiting fixes without someone changing the job, the quota or the cluster.
-PERMANENT_CODES = frozenset({NO_MATCHING_POOL, NO_MATCHING_GPU_MODEL, UNSATISFIABLE})
+PERMANENT_CODES = frozenset({NO_MATCHING_POOL, NO_MATCHING_GPU_MODEL, IMAGE_NOT_ALLOWED, UNSATISFIABLE})
 
 
 def reason(code: str, message: str, **details: object) -> Reason:

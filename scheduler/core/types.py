@@ -148,6 +148,10 @@ class JobInfo:
     # False: the job may not preempt others whatever its class (a service restarting in a crash loop waits
     # for free GPUs instead of evicting work on each restart).
     may_preempt: bool = True
+    # The container image the job runs in (for messages) and the pools whose allow-list admits it; None: no
+    # image rule applies (the simulator, literal tests). The rule itself is scheduler.images', outside the core.
+    image: str = ""
+    image_pools: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

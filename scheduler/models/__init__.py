@@ -3,7 +3,7 @@ jobs with their history, and allocations (the source of truth for who holds whic
 
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
-from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
+from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.quota import Quota
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
 from scheduler.models.templates import JobTemplate
@@ -20,6 +20,7 @@ __all__ = [
     "JobLog",
     "JobTemplate",
     "JobTransition",
+    "KindImage",
     "Node",
     "NodeToken",
     "Pool",

@@ -30,12 +30,19 @@ class GpuModel(models.Model):
         return round(self.memory_mb / 1024, 1)
 
 
+def default_allowed_images() -> list[str]:
+    """The allow-list a new pool starts with (settings.ROTA_DEFAULT_ALLOWED_IMAGES)."""
+    return list(settings.ROTA_DEFAULT_ALLOWED_IMAGES)
+
+
 class Pool(models.Model):
-    """A set of nodes and the teams allowed to use them (tenant isolation)."""
+    """A set of nodes and the teams allowed to use them (tenant isolation). ``allowed_images`` are the
+    patterns of the container images its nodes may run (``scheduler.images``; empty: none)."""
 
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     description = models.CharField(max_length=200, blank=True)
     teams = models.ManyToManyField(Team, blank=True, related_name="pools")
+    allowed_images = models.JSONField(default=default_allowed_images, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -68,6 +75,10 @@ class Node(models.Model):
     cpus = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveBigIntegerField(default=0)
     gpu_backend = models.CharField(max_length=20, blank=True)
+    # How the node's agent runs jobs, as it registered: "container" (isolates tenants) or "process" (a demo
+    # that does not); ``executor_info`` is what it reported: {"isolates", "runtime", "detail"}.
+    executor = models.CharField(max_length=20, blank=True)
+    executor_info = models.JSONField(default=dict, blank=True)
     agent_version = models.CharField(max_length=40, blank=True)
     registered_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -84,6 +95,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def isolates_tenants(self) -> bool:
+        """Whether the node's executor said it keeps teams' jobs apart (unknown before it registers: no)."""
+        return bool(self.executor_info.get("isolates"))
 
 
 class Gpu(models.Model):

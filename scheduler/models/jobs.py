@@ -84,6 +84,14 @@ class StopReason(models.TextChoices):
     IDLE = "idle"  # an interactive job left idle past its idle timeout is reclaimed
 
 
+class FailureReason(models.TextChoices):
+    """What a node may name as the cause of an attempt's end (docs/node-protocol.md, job events)."""
+
+    NONE = ""
+    OOM_KILLED = "OOMKilled"  # the job exceeded its memory limit and the kernel killed it
+    IMAGE_PULL_FAILED = "ImagePullFailed"  # the job's image could not be found or pulled
+
+
 # Where list views prefetch a job's allocations to (a plain list: see scheduler/api/views.py).
 PREFETCHED_ALLOCATIONS = "prefetched_allocations"
 
@@ -132,6 +140,10 @@ class Job(models.Model):
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     failure_class = models.CharField(max_length=20, blank=True)  # user | platform | resource
+    # Why the node said the last attempt failed, when it knows: "OOMKilled" or "ImagePullFailed" (FailureReason),
+    # with its words (the limit it hit, the image it could not pull).
+    failure_reason = models.CharField(max_length=20, blank=True)
+    failure_message = models.CharField(max_length=500, blank=True)
     attained_gpu_seconds = models.FloatField(default=0)
 
     class Meta:
@@ -180,6 +192,21 @@ class Job(models.Model):
     def gpu_share(self) -> float:
         """GPUs counted against quota: the fraction for a shared job, else the GPU count."""
         return float(self.gpu_fraction) if self.gpu_fraction is not None else float(self.gpus)
+
+
+class KindImage(models.Model):
+    """The image a workload kind's jobs run in when they name none, set by a platform admin (without a row:
+    settings.ROTA_DEFAULT_IMAGE)."""
+
+    kind = models.CharField(max_length=20, choices=KIND_CHOICES, unique=True)
+    image = models.CharField(max_length=300)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.image}"
 
 
 class JobTransition(models.Model):

@@ -4,14 +4,17 @@ import re
 import unicodedata
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from portal.access import can_manage_job, is_platform_admin, submit_teams_for
 from portal.models import Team
+from scheduler.images import ImageError, image_allowed, image_parse, image_resolve
 from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Pool, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
 
 MAX_GPUS = 1024
@@ -116,6 +119,27 @@ def priority_class_refusal(pc: PriorityClass, team: Team, *, default_of: str | N
             f"team {team.name} may use: {names}")
 
 
+def image_check(image: str, *, kind: str, team: Team | None, pool: Pool | None) -> tuple[str, str | None]:
+    """The image a job runs in (its own, else its kind's default; see ``runtime.job_image``) and why it may not
+    (None: it may): not a full reference, or allowed by none of the pools it may run in (``pool`` if it names
+    one, else its team's), naming each pool's allowed images. A team with no pool is told so by the pool
+    check, not here."""
+    resolved = image_resolve(image, kind, runtime.kind_images(), settings.ROTA_DEFAULT_IMAGE)
+    own = bool((image or "").strip())
+    if len(resolved) > MAX_IMAGE:
+        return resolved, f"must be at most {MAX_IMAGE} characters; got {len(resolved)}"
+    try:
+        ref = image_parse(resolved)
+    except ImageError as exc:
+        return resolved, str(exc) if own else f"the default image of kind {kind} is not usable ({exc}): name one"
+    pools = [pool] if pool is not None else list(team.pools.all()) if team is not None else []
+    if not pools or any(image_allowed(ref, p.allowed_images) for p in pools):
+        return str(ref), None
+    allowed = "; ".join(f"pool {p.name} allows {', '.join(p.allowed_images) or 'no image'}" for p in pools)
+    whose = f"pool {pool.name}" if pool is not None else f"the pools team {team.name} may use"
+    return resolved, f"{ref} is not allowed in {whose} ({allowed}): use an allowed image or ask a platform admin"
+
+
 def job_request_build(
     *,
     user,
@@ -172,10 +196,6 @@ def job_request_build(
     elif name and (hidden := _invisible(name)):
         errors["name"] = (f"must not contain invisible or text-direction characters (found U+{ord(hidden):04X}): "
                           "they make a name read differently from what it is")
-    if len(image or "") > MAX_IMAGE:
-        errors["image"] = f"must be at most {MAX_IMAGE} characters; got {len(image)}"
-    elif image and _has_control(image):
-        errors["image"] = "must not contain control characters"
     if kind not in KINDS:
         errors["kind"] = f"must be one of {', '.join(KINDS)}; got {kind!r}"
     defaults = KINDS.get(kind, KINDS["training"])
@@ -211,6 +231,9 @@ def job_request_build(
         pool_obj = Pool.objects.filter(name=pool).first()
         if pool_obj is None or (team_obj is not None and not pool_obj.teams.filter(pk=team_obj.pk).exists()):
             errors["pool"] = f"unknown pool {pool!r} or your team may not use it"
+    image, problem = image_check(image, kind=kind, team=team_obj, pool=pool_obj)
+    if problem and not (pool and "pool" in errors):
+        errors["image"] = problem
     pc_name = priority_class or defaults.priority_class
     pc = PriorityClass.objects.filter(name=pc_name).first()
     if pc is None:
@@ -236,7 +259,7 @@ def job_request_build(
         preemptible = pc.preemptible if priority_class else defaults.preemptible
 
     return Job(
-        team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image or "",
+        team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image,
         gpus=gpus, gpu_fraction=gpu_fraction, gpu_model=model_obj, gpu_memory_gb=gpu_memory_gb or 0,
         cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
         min_driver_version=min_driver_version or "", time_limit_minutes=time_limit_minutes,

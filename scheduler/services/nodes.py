@@ -13,7 +13,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node, SchedulerBeat
-from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
+from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
+from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
@@ -30,6 +31,8 @@ STABLE_RUN_S = 600  # a service up this long had recovered: its next failure bac
 # once the processes are gone, after its heartbeat timeout, the grace period and a few log passes, or as
 # long as the outage lasted. Later reports are refused.
 LATE_REPORT_WINDOW = timedelta(hours=1)
+# A requeued job starts a fresh attempt: what a node said ended the last one (a gang member's OOMKilled) goes.
+NO_FAILURE = {"failure_reason": "", "failure_message": ""}
 
 
 class NodeProtocolError(Exception):
@@ -93,10 +96,27 @@ def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]
         Gpu.objects.filter(pk=gpu.pk).update(index=target[gpu.pk], present=False)
 
 
+def isolation_refusal(node: Node, executor: dict) -> NodeProtocolError | None:
+    """Why ``node`` may not run work with ``executor`` (what it registered with): under
+    settings.ROTA_REQUIRE_ISOLATION only an executor that isolates tenants may (409, field ``executor``)."""
+    if not settings.ROTA_REQUIRE_ISOLATION or executor.get("isolates"):
+        return None
+    name = executor.get("name") or "an unnamed executor"
+    return NodeProtocolError(
+        f"node {node.name} runs jobs with {name}, which does not isolate tenants, and this portal requires "
+        "isolation (ROTA_REQUIRE_ISOLATION): install Podman on the node so that its agent uses the container "
+        "executor", status=409, field="executor")
+
+
 def node_register(*, node: Node, report: dict) -> dict:
     """Record what the agent found on its host. GPUs are known by UUID (see ``_match_gpus``); a UUID that
     another node holds is refused (400, field ``gpus``). A GPU that disappeared is marked absent and the
-    node drained with a reason. A node that was down becomes ready."""
+    node drained with a reason. A node that was down becomes ready. A node whose executor does not isolate
+    tenants is refused while isolation is required (see ``isolation_refusal``)."""
+    executor = report.get("executor") or {}
+    refusal = isolation_refusal(node, executor)
+    if refusal:
+        raise refusal
     gpus_in = report["gpus"]
     pool_name = node.pool.name  # the authenticated node comes with its pool
     uuids = [item["uuid"] for item in gpus_in]
@@ -122,6 +142,8 @@ def node_register(*, node: Node, report: dict) -> dict:
                 "driver_version": report.get("driver_version", ""), "cuda_version": report.get("cuda_version", ""),
                 "cpus": report.get("cpus", 0), "memory_mb": report.get("memory_mb", 0),
                 "gpu_backend": report.get("gpu_backend", ""), "agent_version": report.get("agent_version", ""),
+                "executor": executor.get("name", ""),
+                "executor_info": {key: executor[key] for key in ("isolates", "runtime", "detail") if key in executor},
                 "registered_at": now, "last_heartbeat_at": now, "heartbeat_seq": 0,
             }
             if missing and node.state in (Node.READY, Node.DOWN):
@@ -154,19 +176,23 @@ def node_register(*, node: Node, report: dict) -> dict:
 
 def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> list[dict]:
     """What should run on ``node`` now: every job in ``states`` (default: every holding job) with an open
-    allocation here."""
+    allocation here, with the image it runs in, the team identity it runs as and its limits (see
+    ``scheduler.services.runtime``)."""
     allocs = (
         Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
-        .select_related("job", "job__priority_class", "gpu")
+        .select_related("job", "job__priority_class", "job__team", "gpu")
         .order_by("job_id", "gpu__index")
     )
     by_job: dict[int, dict] = {}
+    jobs: dict[int, tuple[Job, float]] = {}  # job id -> the job and its share of a GPU here
+    images: dict[str, str] | None = None  # the kinds' default images, read once there is a job to send
     for alloc in allocs:
         job = alloc.job
         if alloc.attempt != job.attempt:
             continue
         entry = by_job.get(job.pk)
         if entry is None:
+            images = runtime.kind_images() if images is None else images
             entry = by_job[job.pk] = {
                 "job_id": job.pk, "attempt": job.attempt,
                 "desired": "stopped" if job.stop_reason else "running",
@@ -178,8 +204,9 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
                 "gpus": [], "time_limit_s": job.time_limit_minutes * 60 if job.time_limit_minutes else None,
                 "grace_period_s": job.priority_class.grace_period_s, "kind": job.kind,
                 "stop_reason": job.stop_reason,
-                "cpus": job.cpus, "memory_mb": job.memory_gb * 1024,  # what an engine (sbatch) must hold
+                "image": runtime.job_image(job, images), "run_as": runtime.run_as(job.team),
             }
+            jobs[job.pk] = (job, alloc.share)
         entry["gpus"].append({"index": alloc.gpu.index, "uuid": alloc.gpu.uuid, "share": alloc.share})
         if alloc.share < 1:  # a fraction of a GPU: the job learns its share and the memory it may use
             entry["env"]["ROTA_GPU_FRACTION"] = f"{alloc.share:g}"
@@ -191,10 +218,15 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
         .distinct().order_by("job_id", "node__name")
     ):
         peers.setdefault(job_id, []).append(name)
+    node_gpus = None  # counted once, for the first job on a share of a GPU
     for job_id, entry in by_job.items():
         names = peers.get(job_id, [node.name])
         entry["env"].update(ROTA_NODES=",".join(names), ROTA_NODE_RANK=str(names.index(node.name)),
                             ROTA_NUM_NODES=str(len(names)), ROTA_MASTER_ADDR=names[0])
+        job, share = jobs[job_id]
+        if share < 1 and node_gpus is None:
+            node_gpus = node.gpus.filter(present=True).count()
+        entry["limits"] = runtime.job_limits(job, nodes=len(names), share=share, node=node, node_gpus=node_gpus)
     return list(by_job.values())
 
 
@@ -206,6 +238,8 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
     with transaction.atomic():
         now = db_now()
         if node.state == Node.DOWN and not engine_down:  # a node its engine calls down keeps reporting
+            raise NodeProtocolError("register", status=409)
+        if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
         updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(
             heartbeat_seq=seq, last_heartbeat_at=now
@@ -319,6 +353,8 @@ def _end_attempt_on_node(job: Job, node: Node, event: dict, now) -> None:
     if event["type"] == "start_failed":
         exit_code = exit_code if exit_code is not None else -1
     fields = {"exit_code": exit_code} if job.exit_code is None and exit_code is not None else {}
+    if event.get("reason") and not job.failure_reason:  # kept, like the exit code, from the first member to end
+        fields.update(failure_reason=event["reason"], failure_message=(event.get("message") or "")[:500])
     if not _close_on_node(job, node, now, **fields):
         return  # a duplicate report: already settled
     if _still_holds(job):
@@ -351,6 +387,10 @@ def _settle(job: Job, event: dict, now) -> None:
     code = job.exit_code
     reason = job.stop_reason
     common = {"finished_at": now, "stop_reason": StopReason.NONE}
+    # What a node named as the cause (FailureReason): this report's, or the first gang member's to end.
+    failure = job.failure_reason
+    failure_message = job.failure_message or message
+    failed_because = {"failure_reason": failure, "failure_message": failure_message[:500]} if failure else {}
     agent_stopped = event["type"] == "stopped" and not reason and "time limit" not in message
     if reason in (StopReason.PREEMPT, StopReason.NODE_UNHEALTHY) or agent_stopped:
         cause = {StopReason.PREEMPT: "preempted: requeued", StopReason.NODE_UNHEALTHY: "node unhealthy: requeued"}.get(
@@ -360,10 +400,16 @@ def _settle(job: Job, event: dict, now) -> None:
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],
             at=now, details={"attempt": job.attempt, "exit_code": code},
-            extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
+            extra={**NO_FAILURE, "attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
                    "started_at": None, "exit_code": None, "pending_reason_code": "Requeued",
                    "pending_reason_message": cause[:500]},
         )
+    elif failure == FailureReason.OOM_KILLED and reason in (StopReason.NONE, StopReason.GANG_EXIT):
+        # a resource failure, not retried into the same limit (a gang's other members were stopped for it)
+        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
+                       cause=f"OOMKilled: {failure_message or 'the job exceeded its memory limit'}"[:300], at=now,
+                       details={"exit_code": code, "signal": event.get("signal"), "reason": failure},
+                       extra={**common, **failed_because, "failure_class": "resource"})
     elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")):
         # Failures in a row back off longer each time; a run that stayed up STABLE_RUN_S starts the count over.
         stable = job.started_at is not None and (now - job.started_at).total_seconds() >= STABLE_RUN_S
@@ -373,7 +419,7 @@ def _settle(job: Job, event: dict, now) -> None:
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=f"service failed (exit {code}, signal {event.get('signal')}): restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
-            extra={"attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
+            extra={**NO_FAILURE, "attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
                    "started_at": None, "exit_code": None, "not_before": now + timedelta(seconds=delay),
                    "pending_reason_code": "Backoff",
                    "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},
@@ -390,9 +436,11 @@ def _settle(job: Job, event: dict, now) -> None:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
                        cause="time limit reached", at=now, details={"exit_code": code}, extra=common)
     elif event["type"] == "start_failed":
+        pull = failure == FailureReason.IMAGE_PULL_FAILED  # a wrong or missing image: the submitter's to fix
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
-                       cause=f"could not start: {message}"[:300], at=now, details={"exit_code": code},
-                       extra={**common, "failure_class": "platform"})
+                       cause=f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"[:300], at=now,
+                       details={"exit_code": code, **({"reason": failure} if failure else {})},
+                       extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
     elif code == 0:
         job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
                        at=now, details={"exit_code": 0}, extra=common)
@@ -474,7 +522,7 @@ def _lose_node(job: Job, node: Node, now) -> None:
     job_transition(
         job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
         cause=f"node {node.name} lost: requeued", at=now,
-        extra={"attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
+        extra={**NO_FAILURE, "attempt": job.attempt + 1, "stop_reason": StopReason.NONE, "admitted_at": None,
                "started_at": None, "pending_reason_code": "Requeued",
                "pending_reason_message": f"node {node.name} stopped answering; requeued"},
     )

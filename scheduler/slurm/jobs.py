@@ -98,10 +98,11 @@ def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], outp
         argv.append(f"--partition={partition}")
     if counts:
         argv.append("--gres=" + ",".join(f"gpu:{t}:{n}" if t else f"gpu:{n}" for t, n in sorted(counts.items())))
-    if assignment.get("cpus"):
-        argv.append(f"--cpus-per-task={int(assignment['cpus'])}")
-    if assignment.get("memory_mb"):
-        argv.append(f"--mem={int(assignment['memory_mb'])}M")
+    limits = assignment.get("limits") or {}  # the job's request on this node (null: none)
+    if limits.get("cpus"):
+        argv.append(f"--cpus-per-task={math.ceil(float(limits['cpus']))}")
+    if limits.get("memory_mb"):
+        argv.append(f"--mem={int(limits['memory_mb'])}M")
     if assignment.get("time_limit_s"):
         argv.append(f"--time={math.ceil(int(assignment['time_limit_s']) / 60)}")
     return argv

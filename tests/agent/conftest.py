@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent.client import PortalClient
-from scheduler.agent.executor import Executor
+from scheduler.agent.executors import ContainerExecutor, Executor, ProcessExecutor
 from scheduler.agent.gpu.fake import FakeBackend
 from scheduler.agent.gpu.profile import parse_profile
 from scheduler.agent.loop import Agent, AgentConfig
 from tests.agent.standin_portal import TOKEN, StandInPortal
 
+ROOT = Path(__file__).resolve().parents[2]
 SMALL_NODE = {
     "node": "test-node",
     "cpus": 8,
@@ -47,7 +49,7 @@ def portal() -> Iterator[StandInPortal]:
 @pytest.fixture
 def executor(tmp_path: Path) -> Iterator[Executor]:
     """An executor in a temporary work dir; whatever it still runs is killed at the end."""
-    ex = Executor(tmp_path / "work")
+    ex = ProcessExecutor(tmp_path / "work")
     yield ex
     for job in list(ex.jobs.values()):
         ex.stop(job.key, grace_s=0)
@@ -55,6 +57,31 @@ def executor(tmp_path: Path) -> Iterator[Executor]:
     while ex.jobs and time.monotonic() < deadline:
         ex.poll()
         time.sleep(0.02)
+
+
+def drain(ex: Executor, timeout: float = 10.0) -> None:
+    """Stop whatever ``ex`` still runs, at once, and wait until it is gone."""
+    for job in list(ex.jobs.values()):
+        ex.stop(job.key, grace_s=0)
+    deadline = time.monotonic() + timeout
+    while ex.jobs and time.monotonic() < deadline:
+        ex.poll()
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def images() -> None:
+    """The local images (``scripts/build-images.sh``: skipped when present). Podman must be installed
+    (``scripts/system-packages.sh``); the container tests fail, not skip, without it."""
+    subprocess.run([str(ROOT / "scripts" / "build-images.sh")], check=True, cwd=ROOT, timeout=600)
+
+
+@pytest.fixture
+def container_executor(tmp_path: Path, images: None) -> Iterator[ContainerExecutor]:
+    """A container executor with fake GPU device files; its containers are removed at the end."""
+    ex = ContainerExecutor(tmp_path / "work", fake_gpus=True)
+    yield ex
+    drain(ex)
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduler.agent import procs
+from scheduler.agent.executors import ContainerExecutor
 from tests.agent.conftest import SMALL_NODE, wait_until
 from tests.agent.standin_portal import TOKEN, StandInPortal
 
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
     """Start ``python -m scheduler.agent`` against the stand-in portal; kill leftovers at the end."""
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "token").chmod(0o600)
     (tmp_path / "node.json").write_text(json.dumps(SMALL_NODE))
     started: list[subprocess.Popen] = []
 
@@ -31,7 +34,7 @@ def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
             sys.executable, "-m", "scheduler.agent", "--portal", portal.url,
             "--token-file", str(tmp_path / "token"), "--gpu-backend", "fake",
             "--profile", str(tmp_path / "node.json"), "--work-dir", str(tmp_path / "work"),
-            "--interval", "0.1", *extra,
+            "--interval", "0.1", "--executor", "process", *extra,
         ]  # fmt: skip
         log = open(tmp_path / f"agent-{len(started)}.log", "w")  # noqa: SIM115 (kept for the process's life)
         process = subprocess.Popen(command, cwd=ROOT, stderr=log, stdout=log)
@@ -131,3 +134,39 @@ def test_the_agent_imports_no_django() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=30)
+
+
+def test_a_container_node_runs_jobs_in_images_as_their_team_and_adopts_them_after_sigkill(
+    portal: StandInPortal, start_agent, images, tmp_path: Path
+) -> None:
+    vision = {"uid": 20001, "gid": 20001, "team": "vision"}
+    portal.assign(1, "echo hello from $(id -u)", image="localhost/rota/busybox:1", run_as=vision)
+    portal.assign(2, "python3 -c 'x = bytearray(300 * 2**20)'", image="localhost/rota/python:3.11",
+                  run_as=vision, limits={"cpus": 1, "memory_mb": 64, "pids": 64})  # fmt: skip
+    portal.assign(3, "sleep 60", image="localhost/rota/busybox:1", run_as=vision)
+    first = start_agent("--executor", "container")
+    try:
+        wait_until(lambda: portal.events_of(1, "exited") and portal.events_of(2, "exited"), timeout=30)
+        assert portal.events_of(1, "exited")[0]["exit_code"] == 0
+        assert portal.log_text(1) == "hello from 20001\n"
+        [oom] = portal.events_of(2, "exited")
+        assert (oom["reason"], oom["signal"]) == ("OOMKilled", 9)
+        assert oom["message"] == "memory limit 64 MiB exceeded"
+        executor = portal.registrations[0]["executor"]
+        assert executor["name"] == "container" and executor["runtime"].startswith("podman ")
+        pid = started_pid(portal, 3)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=5)
+        second = start_agent("--executor", "container")
+        wait_until(lambda: len(portal.registrations) == 2, timeout=15)
+        time.sleep(1)
+        assert not portal.events_of(3, "exited") and procs.group_members(pid)  # adopted, still running
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=20) == 0
+        [stopped] = portal.events_of(3, "stopped")
+        assert stopped["signal"] == 15 and "shutting down" in stopped["message"]
+    finally:  # whatever a failure left: the containers of this work dir
+        leftover = ContainerExecutor(tmp_path / "work")
+        for job_id in (1, 2, 3):
+            leftover.podman.remove(leftover.container_name(job_id, 1))
+    assert leftover.podman.inspect(leftover.container_name(3, 1)) is None

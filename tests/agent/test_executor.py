@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.agent import procs
-from scheduler.agent.executor import Executor
+from scheduler.agent.executors import Executor, ProcessExecutor
 from scheduler.agent.jobs import Assignment, JobEvent
 from tests.agent.conftest import wait_until
 
@@ -45,7 +45,7 @@ def test_a_failing_job_reports_its_exit_code(executor: Executor) -> None:
 
 def test_it_runs_the_job_with_its_gpus_environment_and_own_directory(executor: Executor, monkeypatch) -> None:
     monkeypatch.setenv("ROTA_NODE_TOKEN", "secret")
-    ex = Executor(executor.work_dir)  # reads the agent's environment now
+    ex = ProcessExecutor(executor.work_dir)  # reads the agent's environment now
     gpus = [{"index": 2, "uuid": "GPU-b"}, {"index": 5, "uuid": "GPU-e"}]
     ex.start(
         assignment(
@@ -113,7 +113,7 @@ def test_an_empty_command_fails_to_start(executor: Executor) -> None:
     event = executor.start(assignment(1, "  "))
     assert (event.type, event.message) == ("start_failed", "empty command")
     assert executor.jobs == {} and executor.has_run(1, 1)
-    assert Executor(executor.work_dir).adopt() == [event]  # kept until the portal acknowledges it
+    assert ProcessExecutor(executor.work_dir).adopt() == [event]  # kept until the portal acknowledges it
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_it_never_starts_the_same_attempt_twice(executor: Executor) -> None:
 
 def test_a_restarted_executor_adopts_a_job_that_still_runs(executor: Executor) -> None:
     started = executor.start(assignment(1, "sleep 30"))
-    successor = Executor(executor.work_dir)
+    successor = ProcessExecutor(executor.work_dir)
     assert successor.adopt() == []
     assert successor.running() == [{"job_id": 1, "attempt": 1, "pid": started.pid, "state": "running"}]
     successor.stop("1:1")
@@ -154,7 +154,7 @@ def test_a_restarted_executor_adopts_a_job_that_still_runs(executor: Executor) -
 def test_a_job_that_ended_while_no_agent_watched_reports_its_real_exit_code(executor: Executor) -> None:
     started = executor.start(assignment(1, "sleep 0.2; exit 4"))
     wait_until(lambda: not procs.group_members(started.pid))
-    [ended] = Executor(executor.work_dir).adopt()
+    [ended] = ProcessExecutor(executor.work_dir).adopt()
     assert (ended.type, ended.exit_code) == ("exited", 4)
     executor.jobs.clear()
 
@@ -163,7 +163,7 @@ def test_a_record_from_before_a_reboot_is_not_adopted(executor: Executor) -> Non
     executor.start(assignment(1, "sleep 30"))
     executor.jobs["1:1"].boot_id = "another-boot"
     executor.save()
-    successor = Executor(executor.work_dir)
+    successor = ProcessExecutor(executor.work_dir)
     [ended] = successor.adopt()
     assert successor.jobs == {} and ended.type == "exited"
     executor.jobs["1:1"].boot_id = procs.boot_id()
@@ -172,10 +172,10 @@ def test_a_record_from_before_a_reboot_is_not_adopted(executor: Executor) -> Non
 def test_an_unacknowledged_end_event_is_resent_after_a_restart(executor: Executor) -> None:
     executor.start(assignment(1, "exit 5"))
     [ended] = run_until_ended(executor)
-    [again] = Executor(executor.work_dir).adopt()
+    [again] = ProcessExecutor(executor.work_dir).adopt()
     assert again == ended
     executor.acknowledge(ended)
-    assert Executor(executor.work_dir).adopt() == []
+    assert ProcessExecutor(executor.work_dir).adopt() == []
 
 
 def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None:

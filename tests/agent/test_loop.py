@@ -259,3 +259,11 @@ def test_reports_the_portal_refuses_for_good_are_dropped_not_resent(
         wait_until(lambda: len(portal.heartbeats) > beats + 3)
         assert len(portal.refused) == sent
     assert not agent.outbox and not agent.executor.unreported
+
+
+def test_the_register_body_names_the_executor_and_whether_it_isolates_tenants(make_agent, portal) -> None:
+    agent = make_agent()
+    assert agent.register()
+    executor = portal.registrations[-1]["executor"]
+    assert (executor["name"], executor["isolates"], executor["runtime"]) == ("process", False, "")
+    assert "does not isolate tenants" in executor["detail"]

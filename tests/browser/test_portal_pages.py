@@ -125,6 +125,23 @@ def test_an_admin_reprioritizes_a_waiting_job_and_sees_the_gpu_heatmap(page, ali
     assert "demo tomorrow" in page.inner_text("main") and "job.hold" in page.inner_text("main")
 
 
+def test_an_admin_allows_a_registry_in_a_pool_and_the_change_is_audited(page, cluster):  # noqa: F811
+    from scheduler.models import Pool
+
+    UserFactory(username="root-admin", is_staff=True, is_superuser=True)
+    sign_in(page, "root-admin")
+    page.goto("/govern/images/")
+    form = page.locator("form", has=page.locator("button:has-text('Save images of train')"))
+    form.locator("textarea").fill("localhost/rota/*\nregistry.example.com/vision/")
+    form.locator("input[name$=reason]").fill("vision's registry")
+    form.locator("button").click()
+    page.wait_for_selector(".msg.success")
+    assert Pool.objects.get(name="train").allowed_images == ["localhost/rota/*", "registry.example.com/vision/"]
+    shot(page, "govern-images")
+    page.goto("/govern/audit/")
+    assert "pool.images" in page.inner_text("main") and "vision's registry" in page.inner_text("main")
+
+
 def test_an_admin_reads_a_what_if_against_its_baseline(page, alice, cluster):  # noqa: F811
     from datetime import timedelta
 

@@ -34,6 +34,12 @@ def test_it_flags_a_partial_gang():
     assert any("partial gang" in v for v in check_invariants(s, d))
 
 
+def test_it_flags_a_start_in_a_pool_that_does_not_allow_the_jobs_image():
+    s = snap([N1], [JobInfo(1, "a", image="x.io/a/b:1", image_pools=frozenset({"research"}))], [quota("a")])
+    d = Decisions(starts=(Start(1, (Placement(0),)),))
+    assert "pool train does not allow image x.io/a/b:1 (job 1)" in check_invariants(s, d)
+
+
 def test_it_flags_a_waiting_job_without_a_reason():
     s = snap([N1], [JobInfo(1, "a", gpus=4), JobInfo(2, "a")], [quota("a")])
     d = Decisions(pending=(PendingInfo(1, Reason("Resources", "no room"), 1),))

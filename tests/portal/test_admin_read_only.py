@@ -38,10 +38,13 @@ def test_pool_access_and_node_state_are_shown_not_edited(root, cluster):
 
     pool = Pool.objects.first()
     page = root.get(f"/admin/scheduler/pool/{pool.pk}/change/").content.decode()
-    assert 'name="teams"' not in page
+    assert 'name="teams"' not in page and 'name="allowed_images"' not in page  # Govern -> Images checks them
     node = Node.objects.first()
     page = root.get(f"/admin/scheduler/node/{node.pk}/change/").content.decode()
     assert 'name="state"' not in page and 'name="gpus-0-healthy"' not in page
+    assert 'name="executor"' not in page and 'name="executor_info"' not in page  # what its agent reported
+    page = root.get(f"/admin/portal/team/{cluster['vision'].pk}/change/").content.decode()
+    assert 'name="unix_id"' not in page and str(cluster["vision"].unix_id) in page
 
 
 def test_what_the_django_admin_changes_lands_in_the_audit_log(root, cluster):

@@ -163,6 +163,20 @@ def test_it_shows_a_job_and_hides_another_teams_job(rota, alice, charlie, capsys
     assert "restarts:           3" in out_of(capsys)[0]
 
 
+def test_it_submits_in_an_image_and_shows_it_and_why_the_job_failed(rota, alice, capsys):
+    assert rota(alice, "submit", "--image", "localhost/rota/torch:2.3", "--", "python3", "-V") == 0
+    job = Job.objects.get()
+    assert job.image == "localhost/rota/torch:2.3"
+    Job.objects.filter(pk=job.pk).update(state="failed", failure_reason="OOMKilled", failure_message="limit 1024 MiB")
+    capsys.readouterr()
+    assert rota(alice, "show", str(job.pk)) == 0
+    out = out_of(capsys)[0]
+    assert "image:              localhost/rota/torch:2.3" in out
+    assert "failure_reason:     OOMKilled: limit 1024 MiB" in out
+    assert rota(alice, "submit", "--image", "quay.io/x/y:1", "--", "true") == 1
+    assert "image: quay.io/x/y:1 is not allowed" in out_of(capsys)[1]
+
+
 def test_it_cancels_holds_and_releases(rota, alice, bob, capsys):
     rota(alice, "submit", "--name", "x", "--", "true")
     job = Job.objects.get()
@@ -212,6 +226,7 @@ def test_it_lists_nodes(rota, alice, capsys):
     assert rota(alice, "nodes") == 0
     out, _ = out_of(capsys)
     assert "node-h100" in out and "4/4" in out and "h100-80gb" in out
+    assert "EXECUTOR" in out and "? (NOT isolated)" in out  # an agent that did not say how it runs jobs
     assert rota(alice, "nodes", "--json") == 0
     assert {n["name"] for n in json.loads(out_of(capsys)[0])} == {"node-h100", "node-a100"}
 

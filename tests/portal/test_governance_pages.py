@@ -19,10 +19,11 @@ pytestmark = pytest.mark.django_db
 
 PAGES = ["/govern/", "/govern/quotas/", "/govern/priority-classes/", "/govern/priority-classes/new/",
          "/govern/priority-classes/training/", "/govern/pools/", "/govern/nodes/", "/govern/budgets/",
-         "/govern/budgets/new/", "/govern/audit/",
+         "/govern/budgets/new/", "/govern/audit/", "/govern/images/",
          "/govern/audit/?format=csv"]
 POSTS = ["/govern/quotas/", "/govern/pools/train/teams/", "/govern/nodes/node-h100/drain/",
-         "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/", "/govern/budgets/new/"]
+         "/govern/nodes/node-h100/resume/", "/govern/priority-classes/new/", "/govern/budgets/new/",
+         "/govern/images/pools/train/", "/govern/images/kinds/training/"]
 
 
 def client_for(user=None) -> Client:

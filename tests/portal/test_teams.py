@@ -47,6 +47,11 @@ def test_it_shows_the_dashboard_to_members(alice):
     assert "Running and pending work" in page and "Recent failures" in page
 
 
+def test_it_shows_the_uid_the_teams_jobs_run_as(alice, cluster):
+    page = client_for(alice).get("/teams/vision/").content.decode()
+    assert f"run on the nodes as uid and gid {cluster['vision'].unix_id}" in page
+
+
 def test_it_hides_another_teams_dashboard_with_404(alice, charlie):
     assert client_for(charlie).get("/teams/vision/").status_code == 404
     assert client_for(charlie).get("/teams/no-such-team/").status_code == 404

@@ -37,13 +37,13 @@ def fill(route: str, world, whatif_id: int) -> str:
     values = {
         "<int:job_id>": world["job"].pk, "<int:template_id>": world["template"].pk,
         "<int:statement_id>": world["statement"].pk, "<int:run_id>": whatif_id, "<str:username>": "alice",
-        "<str:action>": "hold", "<int:pk>": world["budget"].pk,
+        "<str:action>": "hold", "<int:pk>": world["budget"].pk, "<slug:kind>": "training",
     }
     if route.startswith(("govern/nodes/", "api/v1/nodes/")):
         values["<slug:name>"] = "node-h100"
     elif route.startswith("govern/priority-classes/"):
         values["<slug:name>"] = "training"
-    elif route.startswith("govern/pools/"):
+    elif route.startswith(("govern/pools/", "govern/images/pools/")):
         values["<slug:name>"] = "train"
     else:
         values["<slug:name>"] = "vision"

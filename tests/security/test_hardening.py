@@ -142,3 +142,23 @@ def test_under_production_settings_every_web_process_counts_quotes_in_one_shared
 
     assert allowed(2) == 2
     assert allowed(1) == 0  # another process, the same person: refused
+
+
+def test_check_deploy_refuses_production_settings_that_let_the_process_executor_in():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings_production",
+           "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "rota.example.com",
+           "ROTA_REQUIRE_ISOLATION": "0"}
+    done = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "(rota.E001) ROTA_REQUIRE_ISOLATION is off" in done.stderr
+    plain = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert plain.returncode == 0, plain.stderr  # a deployment check: the demo's own checks stay quiet
+
+
+def test_check_refuses_a_default_image_that_names_no_registry():
+    env = {**os.environ, "ROTA_DEFAULT_IMAGE": "python:3.11"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and "(rota.E002) ROTA_DEFAULT_IMAGE: 'python:3.11' is not a full image" in done.stderr

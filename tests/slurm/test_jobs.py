@@ -8,7 +8,7 @@ from scheduler.slurm.jobs import LaunchError, SlurmJob, batch_script, end_event,
 
 ASSIGNMENT = {"job_id": 12, "attempt": 2, "command": "python train.py --lr 'a b'", "env": {"ROTA_JOB_ID": "12"},
               "gpus": [{"index": 0, "uuid": "U0", "share": 1.0}, {"index": 1, "uuid": "U1", "share": 1.0}],
-              "time_limit_s": 3601, "cpus": 4, "memory_mb": 8192}
+              "time_limit_s": 3601, "limits": {"cpus": 3.5, "memory_mb": 8192, "pids": 4096}}
 
 
 def test_sbatch_is_pinned_to_the_node_gpus_cpus_memory_and_time_rota_chose():

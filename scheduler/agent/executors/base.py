@@ -1,11 +1,17 @@
-"""Runs job attempts as real process groups and reports how they start and end.
+"""What every executor shares: one attempt is one process group led by the shim, kept in a state file.
 
-Each attempt runs ``/bin/sh -c <command>`` under a tiny shim (``shim.py``) that leads a new session, so
-the whole job is one process group: a stop is SIGTERM to the group, the grace period, then SIGKILL to the
-group. An attempt ends (and its GPUs may be released) only when no process of its group is left; until
-then the agent does not reap the shim, whose pid keeps the group id from being reused. The
-records are kept in ``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL
-adopts its running jobs when it comes back, and learns from the shim's status file how the others ended.
+An executor runs the attempts the portal assigns to this node. ``start`` launches an attempt, ``stop`` asks
+it to end (the stop signal now, SIGKILL once the grace period is over), ``poll`` enforces time limits and
+grace periods and reports the attempts that ended, and ``adopt`` takes over what a previous agent run
+left. The executors differ only in *what* the shim starts and how a signal reaches the job (the hooks
+at the end of ``Executor``): ``ProcessExecutor`` runs ``/bin/sh -c`` on the host, ``ContainerExecutor``
+runs ``podman run`` of the job's image.
+
+The shim (``shim.py``) leads a new session, so the attempt is one process group: an attempt ends (and
+its GPUs may be released) only when no process of its group is left; until then the agent does not reap
+the shim, whose pid keeps the group id from being reused. The records are kept in
+``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL adopts its running
+jobs when it comes back, and learns from the shim's status file how the others ended.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scheduler.agent import procs
+from scheduler.agent.executors import identity
+from scheduler.agent.executors.identity import Identity, IdentityRefused
 from scheduler.agent.gpu.base import utc_now
 from scheduler.agent.jobs import (
     RUNNING,
@@ -37,7 +45,7 @@ from scheduler.agent.jobs import (
 from scheduler.agent.wire import iso
 
 log = logging.getLogger(__name__)
-SHIM = str(Path(__file__).resolve().with_name("shim.py"))
+SHIM = str(Path(__file__).resolve().parents[1] / "shim.py")
 STATE_FILE = "agent-jobs.json"
 FINISHED_KEPT = 500
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
@@ -63,8 +71,21 @@ def visible_devices(assignment: Assignment) -> str:
     return ",".join(str(gpu.index) for gpu in assignment.gpus)
 
 
+def rota_env(assignment: Assignment) -> dict[str, str]:
+    """The variables an assignment sets, then Rota's own (which a job's ``env`` cannot override)."""
+    return {
+        **assignment.env,
+        "ROTA_JOB_ID": str(assignment.job_id),
+        "ROTA_ATTEMPT": str(assignment.attempt),
+        "CUDA_VISIBLE_DEVICES": visible_devices(assignment),
+    }
+
+
 class Executor:
-    """Starts, watches and stops the job attempts of one node."""
+    """Starts, watches and stops the job attempts of one node. Subclasses fill in the hooks at the end."""
+
+    name = ""
+    isolates = False  # True when a job cannot reach the node, other jobs or unallocated GPUs
 
     def __init__(
         self,
@@ -72,11 +93,15 @@ class Executor:
         *,
         clock: Callable[[], float] = time.time,
         base_env: Mapping[str, str] | None = None,
+        allow_run_as_self: bool = False,
     ) -> None:
-        """Use ``work_dir`` for job directories, logs and the state file (created if missing)."""
-        self.work_dir = Path(work_dir).resolve()
-        for sub in ("jobs", "logs", "run"):
-            (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
+        """Use ``work_dir`` for job directories, logs and the state file (created if missing).
+
+        ``allow_run_as_self`` (a laptop demo's ``--dev-run-as-self``) lets an agent that is not root run a
+        team's job as its own user instead of refusing it.
+        """
+        self.work_dir = identity.prepare_work_dir(Path(work_dir).resolve())
+        self.allow_run_as_self = allow_run_as_self
         self._clock = clock
         source = os.environ if base_env is None else base_env
         self._base_env = {k: source[k] for k in INHERITED_ENV if k in source}
@@ -88,9 +113,13 @@ class Executor:
 
     # persistence ------------------------------------------------------------------------------------
 
+    def describe(self) -> dict[str, object]:
+        """The register body's ``executor``: name, whether it isolates tenants, runtime, a line of detail."""
+        return {"name": self.name, "isolates": self.isolates, "runtime": "", "detail": ""}
+
     @property
     def state_path(self) -> Path:
-        """Where the job records live between agent runs."""
+        """Where the job records live between agent runs (mode 0600: readable by the agent only)."""
         return self.work_dir / STATE_FILE
 
     def save(self) -> None:
@@ -103,7 +132,8 @@ class Executor:
             "unreported": [asdict(event) for event in self.unreported.values()],
         }
         temporary = self.state_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(data, indent=1))
+        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(json.dumps(data, indent=1))
         os.replace(temporary, self.state_path)
 
     def adopt(self) -> list[JobEvent]:
@@ -126,7 +156,7 @@ class Executor:
         for raw in data.get("jobs", []):
             job = JobRecord.from_json(raw)
             self.jobs[job.key] = job
-            if job.boot_id == self._boot_id and procs.group_members(job.pid):
+            if job.boot_id == self._boot_id and self._alive(job):
                 log.info("adopted job %s (pid %d, %s)", job.key, job.pid, job.state)
             else:
                 self._finish(job)
@@ -137,13 +167,7 @@ class Executor:
 
     def job_env(self, assignment: Assignment) -> dict[str, str]:
         """The job's environment: a few of the agent's variables, the assignment's, then Rota's own."""
-        return {
-            **self._base_env,
-            **assignment.env,
-            "ROTA_JOB_ID": str(assignment.job_id),
-            "ROTA_ATTEMPT": str(assignment.attempt),
-            "CUDA_VISIBLE_DEVICES": visible_devices(assignment),
-        }
+        return {**self._base_env, **rota_env(assignment)}
 
     def start(self, assignment: Assignment) -> JobEvent:
         """Start an attempt; returns its ``started`` or ``start_failed`` event."""
@@ -153,24 +177,34 @@ class Executor:
         bad = next((name for name in assignment.env if not name or "=" in name or "\0" in name), None)
         if bad is not None:
             return self.start_failed(assignment, f"invalid environment variable name {bad!r}")
+        try:
+            who = identity.job_identity(assignment.run_as, allow_self=self.allow_run_as_self)
+        except IdentityRefused as error:
+            return self.start_failed(assignment, str(error))
+        refusal = self._refuse(assignment)
+        if refusal is not None:
+            return self.start_failed(assignment, refusal[1], reason=refusal[0])
         job_dir = self.work_dir / "jobs" / str(assignment.job_id)
         log_path = self.work_dir / "logs" / f"{assignment.job_id}-{assignment.attempt}.log"
         status_path = self.work_dir / "run" / f"{assignment.job_id}-{assignment.attempt}.status"
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the shim unblocks them
         try:
-            job_dir.mkdir(parents=True, exist_ok=True)
+            identity.private_dir(job_dir, who)
+            identity.private_file(log_path, who)
             status_path.unlink(missing_ok=True)
+            launch = self._launch(assignment, job_dir, who)
             with open(log_path, "ab") as log_file:
                 popen = subprocess.Popen(
-                    [sys.executable, "-I", "-S", SHIM, str(status_path), "/bin/sh", "-c", assignment.command],
+                    [sys.executable, "-I", "-S", SHIM, str(status_path), *launch.user, *launch.argv],
                     cwd=job_dir,
-                    env=self.job_env(assignment),
+                    env=launch.env,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
         except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
+            self._abandon(assignment)
             return self.start_failed(assignment, f"cannot start: {error}")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -188,12 +222,16 @@ class Executor:
             time_limit_s=assignment.time_limit_s,
             grace_period_s=assignment.grace_period_s,
             kind=assignment.kind,
+            uid=who.uid,
+            container=launch.container,
+            memory_mb=assignment.limits.memory_mb,
         )
         self.jobs[key] = job
         self._popens[key] = popen
         self.save()
         log.info("started job %s as pid %d on GPUs %s", key, popen.pid, visible_devices(assignment) or "-")
-        return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=popen.pid)
+        notes = "; ".join(note for note in (who.note, *launch.notes) if note)
+        return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=popen.pid, message=notes)
 
     def never_started(self, assignment: Assignment) -> JobEvent:
         """End an attempt the portal stopped before this node started it (kept until acknowledged)."""
@@ -209,11 +247,16 @@ class Executor:
         self.save()
         return event
 
-    def start_failed(self, assignment: Assignment, message: str) -> JobEvent:
+    def start_failed(self, assignment: Assignment, message: str, reason: str = "") -> JobEvent:
         """Record that an attempt could not start here (it is never tried again); returns its event."""
         log.warning("job %s failed to start: %s", assignment.key, message)
         event = JobEvent(
-            assignment.job_id, assignment.attempt, "start_failed", iso(utc_now()), message=message
+            assignment.job_id,
+            assignment.attempt,
+            "start_failed",
+            iso(utc_now()),
+            message=message,
+            reason=reason,
         )
         self.finished[assignment.key] = self._clock()
         self.unreported[assignment.key] = event
@@ -234,8 +277,7 @@ class Executor:
         if grace_s is not None:
             job.grace_period_s = grace_s
         log.info("stopping job %s (%s), grace %.1f s", key, message or cause, job.grace_period_s)
-        if job.key in self._popens or procs.group_members(job.pid):  # never signal a reused group id
-            procs.signal_group(job.pid, signal.SIGTERM)
+        self._deliver(job, signal.SIGTERM)
         self.save()
 
     def stop_all(self, cause: str, message: str) -> None:
@@ -250,7 +292,7 @@ class Executor:
         events = []
         now = self._clock()
         for key, job in list(self.jobs.items()):
-            if not procs.group_members(job.pid):
+            if not self._alive(job):
                 events.append(self._finish(job))
                 continue
             if job.state == RUNNING:
@@ -264,7 +306,7 @@ class Executor:
                     log.warning("job %s outlived its grace period; SIGKILL to its group", key)
                     job.killed = True
                     self.save()
-                procs.signal_group(job.pid, signal.SIGKILL)
+                self._deliver(job, signal.SIGKILL)
         return events
 
     def _leader_alive(self, job: JobRecord) -> bool:
@@ -277,6 +319,7 @@ class Executor:
         popen = self._popens.pop(job.key, None)
         returncode = popen.wait() if popen is not None else None  # reap the shim only now
         exit_code, signum, message, started = self._outcome(job, returncode)
+        exit_code, signum, message, reason, started = self._ended(job, exit_code, signum, message, started)
         del self.jobs[job.key]
         self.finished[job.key] = self._clock()
         kind = "exited" if job.stop_cause in (None, STOP_REQUESTED, STOP_LEFTOVERS) else "stopped"
@@ -298,6 +341,7 @@ class Executor:
             message=message,
             log_path=job.log_path,
             log_offset=job.log_offset,
+            reason=reason,
         )
         self.unreported[job.key] = event
         self.save()
@@ -363,3 +407,43 @@ class Executor:
         """True when this attempt runs here now or already ended here."""
         key = job_key(job_id, attempt)
         return key in self.jobs or key in self.finished
+
+    # the hooks an executor fills in --------------------------------------------------------------------
+
+    def _refuse(self, assignment: Assignment) -> tuple[str, str] | None:
+        """``(reason, message)`` when this executor cannot start the attempt at all; None to go on."""
+        return None
+
+    def _launch(self, assignment: Assignment, job_dir: Path, who: Identity) -> Launch:
+        """What the shim starts for this attempt, as whom, with which environment."""
+        raise NotImplementedError
+
+    def _abandon(self, assignment: Assignment) -> None:
+        """Undo what ``_launch`` prepared for an attempt that then failed to start."""
+
+    def _deliver(self, job: JobRecord, signum: int) -> None:
+        """Send a stop signal (SIGTERM, then SIGKILL) to every process of the attempt."""
+        if job.key in self._popens or procs.group_members(job.pid):  # never signal a reused group id
+            procs.signal_group(job.pid, signum)
+
+    def _alive(self, job: JobRecord) -> bool:
+        """True while any process of the attempt is left."""
+        return bool(procs.group_members(job.pid))
+
+    def _ended(
+        self, job: JobRecord, exit_code: int | None, signum: int | None, message: str, started: bool
+    ) -> tuple[int | None, int | None, str, str, bool]:
+        """Refine the shim's outcome once the attempt is gone: ``(exit code, signal, message, reason,
+        started)``; the place to clean up what the attempt left."""
+        return exit_code, signum, message, "", started
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What the shim runs: ``argv`` with environment ``env``, as ``user`` (the shim's UID GID arguments)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    user: tuple[str, str] = ("-", "-")
+    container: str = ""
+    notes: tuple[str, ...] = ()
