@@ -108,6 +108,18 @@ class GpuReportSerializer(serializers.Serializer):
         return attrs
 
 
+class EngineStateSerializer(serializers.Serializer):
+    """What the engine that launches a node's work (Slurm) says of the node: see ``services/node_engine.py``."""
+
+    name = serializers.ChoiceField(choices=["slurm"])
+    state = serializers.ChoiceField(choices=["ready", "draining", "drained", "down"])
+    reason = serializers.CharField(max_length=250, required=False, allow_blank=True, default="")
+
+
+LABEL_KEY = re.compile(r"[a-z0-9][a-z0-9._/-]{0,62}")
+MAX_LABELS = 64
+
+
 class ExecutorSerializer(serializers.Serializer):
     """How the agent runs jobs. A process executor never isolates tenants, whatever it says."""
 
@@ -131,6 +143,18 @@ class RegisterSerializer(serializers.Serializer):
     cpus = serializers.IntegerField(min_value=0, max_value=100_000, default=0)
     memory_mb = serializers.IntegerField(min_value=0, max_value=10**12, default=0)
     gpus = GpuReportSerializer(many=True, max_length=MAX_GPUS_PER_NODE)
+    # Sent by the Slurm bridge (node features); absent, the node's labels stay as an admin set them.
+    labels = serializers.DictField(child=serializers.CharField(max_length=63), required=False)
+    engine = EngineStateSerializer(required=False)
+
+    def validate_labels(self, labels):
+        if len(labels) > MAX_LABELS:
+            raise serializers.ValidationError(f"at most {MAX_LABELS} labels; got {len(labels)}")
+        bad = sorted(key for key in labels if not LABEL_KEY.fullmatch(key))
+        if bad:
+            raise serializers.ValidationError(f"label keys must be 1-63 lowercase letters, digits and . _ / -; "
+                                              f"got {', '.join(repr(k[:70]) for k in bad[:5])}")
+        return labels
     executor = ExecutorSerializer(required=False)
 
     def validate_gpus(self, gpus):
@@ -173,6 +197,7 @@ class HeartbeatSerializer(serializers.Serializer):
     running = RunningSerializer(many=True, required=False, max_length=1024)
     gpus = GpuHealthSerializer(many=True, required=False, max_length=MAX_GPUS_PER_NODE)
     telemetry = TelemetrySerializer(many=True, required=False, max_length=MAX_TELEMETRY)
+    engine = EngineStateSerializer(required=False)
 
 
 class EventSerializer(serializers.Serializer):

@@ -17,6 +17,7 @@ from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopR
 from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
+from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.retries import job_retry
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
@@ -119,6 +120,7 @@ def node_register(*, node: Node, report: dict) -> dict:
     if refusal:
         raise refusal
     gpus_in = report["gpus"]
+    pool_name = node.pool.name  # the authenticated node comes with its pool
     uuids = [item["uuid"] for item in gpus_in]
     foreign = sorted(Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", "node__name"))
     if foreign:
@@ -153,16 +155,25 @@ def node_register(*, node: Node, report: dict) -> dict:
             elif node.state == Node.DOWN:
                 fields.update(state=Node.READY, state_reason="agent registered", state_changed_at=now,
                               state_changed_by=None)
+            if "labels" in report:
+                fields["labels"] = report["labels"]
             Node.objects.filter(pk=node.pk).update(**fields)
+            if report.get("engine"):
+                node.refresh_from_db()
+                engine_state_apply(node=node, engine=report["engine"], now=now)
     except IntegrityError as exc:  # another node registered one of these UUIDs in the meantime
         if "uuid" not in str(exc):
             raise
         raise NodeProtocolError("a reported GPU UUID belongs to another node", field="gpus") from None
-    return {
+    answer = {
         "node": node.name,
+        "pool": pool_name,
         "heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S,
         "heartbeat_timeout_s": settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S,
     }
+    if report.get("engine"):
+        answer["node_state"] = node_state_view(node, report["engine"])
+    return answer
 
 
 def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> list[dict]:
@@ -226,9 +237,11 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
 def node_heartbeat(*, node: Node, report: dict) -> dict:
     """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments."""
     seq = report["seq"]
+    engine = report.get("engine")
+    engine_down = bool(engine) and engine["state"] == Node.DOWN
     with transaction.atomic():
         now = db_now()
-        if node.state == Node.DOWN:
+        if node.state == Node.DOWN and not engine_down:  # a node its engine calls down keeps reporting
             raise NodeProtocolError("register", status=409)
         if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
@@ -248,6 +261,14 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
             telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
         except TelemetryError as exc:
             raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
+        if engine:
+            engine_state_apply(node=Node.objects.get(pk=node.pk), engine=engine, now=now)
+            if engine_down:  # its jobs were settled as lost: the cycle places them elsewhere
+                from scheduler.tasks import run_cycle
+
+                run_cycle.delay_on_commit()
+                return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": [],
+                        "node_state": node_state_view(node, engine)}
         for job_id, state in held:
             if state == JobState.ADMITTED:
                 job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
@@ -259,7 +280,10 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": assignments}
+    answer = {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": assignments}
+    if engine:  # for the bridge to mirror a Rota drain into the engine
+        answer["node_state"] = node_state_view(node, engine)
+    return answer
 
 
 def _reported_attempt(node: Node, job_id: int, attempt: int, *, now, lock: bool = False) -> tuple[Job, bool]:
