@@ -14,7 +14,7 @@ urlpatterns = [
     path("cluster/", views.cluster, name="cluster"),
     path("whatif/", views_whatif.whatif_list, name="whatif"),
     path("whatif/<int:run_id>/", views_whatif.whatif_detail, name="whatif-detail"),
-    path("serve/<slug:team>/<str:service>/", gateway.serve, name="serve-root"),
-    path("serve/<slug:team>/<str:service>/<path:path>", gateway.serve, name="serve"),
+    path("serve/<slug:team>/<slug:service>/", gateway.serve, name="serve-root"),
+    path("serve/<slug:team>/<slug:service>/<path:path>", gateway.serve, name="serve"),
     path("metrics", views.metrics, name="metrics"),
 ]

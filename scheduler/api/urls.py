@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import node, views
+from scheduler.api import node, service_keys, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -14,6 +14,10 @@ urlpatterns = [
     path("nodes/<slug:name>/drain/", views.NodeStateAPI.as_view(target_state="draining"), name="api-node-drain"),
     path("nodes/<slug:name>/resume/", views.NodeStateAPI.as_view(target_state="ready"), name="api-node-resume"),
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
+    path("services/<slug:team>/<slug:service>/keys/", service_keys.ServiceKeyListAPI.as_view(),
+         name="api-service-keys"),
+    path("services/<slug:team>/<slug:service>/keys/<int:key_id>/", service_keys.ServiceKeyRevokeAPI.as_view(),
+         name="api-service-key"),
     path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
     path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),
     path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),

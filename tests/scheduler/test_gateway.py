@@ -106,3 +106,27 @@ def test_a_replica_that_stopped_answering_is_skipped_and_none_running_is_503(ali
     assert bodies == {"r2 /"}
     Job.objects.update(state=JobState.SUCCEEDED)
     assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 503
+
+
+def test_members_create_list_and_revoke_keys_through_the_api_and_outsiders_get_404(
+    alice, bob, charlie, api, client, replica_servers
+):
+    replica_servers("r1", 8126)
+    running_replica(alice, "llm", 8126)
+    url = "/api/v1/services/vision/llm/keys/"
+    created = api(alice).post(url)
+    assert created.status_code == 201
+    raw, key_id = created.json()["key"], created.json()["id"]
+    stored = ServiceKey.objects.get(pk=key_id)
+    assert stored.key_hash == hash_key(raw) and stored.created_by == alice
+    listed = api(bob).get(url).json()
+    assert [k["id"] for k in listed] == [key_id] and "key" not in listed[0]
+    assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+
+    assert api(charlie).get(url).status_code == 404
+    assert api(charlie).post(url).status_code == 404
+    assert api(charlie).delete(f"{url}{key_id}/").status_code == 404
+    assert api().post(url).status_code in (401, 403)
+    assert api(bob).delete(f"{url}{key_id}/").json()["revoked_at"] is not None
+    assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
+    assert ServiceKey.objects.count() == 1
