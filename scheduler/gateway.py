@@ -8,6 +8,7 @@ same 401, revealing nothing about which teams or services exist."""
 import itertools
 import re
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -15,7 +16,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.models import Team
-from scheduler.models import Job, ServiceKey
+from scheduler.models import Job, ServiceKey, ServiceTraffic
 from scheduler.models.jobs import JobState
 
 FORWARD_TIMEOUT_S = 30
@@ -65,10 +66,18 @@ def serve(request, team: str, service: str, path: str = ""):
     if team_obj is None or not ServiceKey.admits(team_obj, service, _presented_key(request)):
         return JsonResponse({"detail": "A valid API key of this service is required (Authorization: Bearer)."},
                             status=401)
-    running = replicas(team_obj, service)
+    began = time.monotonic()
+    response = _route(request, team_obj, service, path)
+    ServiceTraffic.record(team_obj, service, failed=response.status_code >= 500,
+                          seconds=time.monotonic() - began)
+    return response
+
+
+def _route(request, team: Team, service: str, path: str) -> HttpResponse:
+    running = replicas(team, service)
     if not running:
         return JsonResponse({"detail": f"Service {service} has no running replica."}, status=503)
-    start = _next_turn(team_obj, service)
+    start = _next_turn(team, service)
     for i in range(len(running)):
         address = running[(start + i) % len(running)].service_address
         try:

@@ -3,7 +3,7 @@ jobs with their history, and allocations (the source of truth for who holds whic
 
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
-from scheduler.models.gateway import ServiceKey
+from scheduler.models.gateway import ServiceKey, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, Preemption, PriorityClass
 from scheduler.models.quota import Quota
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
@@ -29,5 +29,6 @@ __all__ = [
     "Quota",
     "SchedulerBeat",
     "ServiceKey",
+    "ServiceTraffic",
     "WhatIfRun",
 ]

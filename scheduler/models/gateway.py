@@ -46,3 +46,28 @@ class ServiceKey(models.Model):
         """Whether ``raw`` is an unrevoked key of exactly this team's service."""
         return bool(raw) and cls.objects.filter(team=team, service=service, key_hash=hash_key(raw),
                                                 revoked_at__isnull=True).exists()
+
+
+class ServiceTraffic(models.Model):
+    """What the gateway forwarded to one service: requests, those that failed (5xx, from a replica or for want
+    of one) and their total latency. One row per service, updated in place by each request."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="service_traffic")
+    service = models.CharField(max_length=100, validators=[slug_validator])
+    requests = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+    seconds_total = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "service"], name="servicetraffic_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}/{self.service}: {self.requests}"
+
+    @classmethod
+    def record(cls, team: Team, service: str, *, failed: bool, seconds: float) -> None:
+        """Count one forwarded request (atomic: concurrent requests all count)."""
+        cls.objects.get_or_create(team=team, service=service)
+        cls.objects.filter(team=team, service=service).update(
+            requests=models.F("requests") + 1, failed=models.F("failed") + int(failed),
+            seconds_total=models.F("seconds_total") + seconds)

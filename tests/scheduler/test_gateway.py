@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from scheduler.models import Job, ServiceKey
+from scheduler.models import Job, ServiceKey, ServiceTraffic
 from scheduler.models.gateway import hash_key
 from scheduler.models.jobs import JobState
 from scheduler.services.jobs import job_submit
@@ -130,3 +130,23 @@ def test_members_create_list_and_revoke_keys_through_the_api_and_outsiders_get_4
     assert api(bob).delete(f"{url}{key_id}/").json()["revoked_at"] is not None
     assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
     assert ServiceKey.objects.count() == 1
+
+
+def test_requests_and_latency_per_service_are_counted_and_exported_at_metrics(alice, client, replica_servers):
+    replica_servers("r1", 8127)
+    job = running_replica(alice, "llm", 8127)
+    _, raw = ServiceKey.issue(job.team, "llm", alice)
+    for _ in range(3):
+        assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+    Job.objects.update(state=JobState.SUCCEEDED)
+    assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 503
+    client.get("/serve/vision/llm/")  # refused for want of a key: not the service's traffic
+    traffic = ServiceTraffic.objects.get(team=job.team, service="llm")
+    assert (traffic.requests, traffic.failed) == (4, 1) and 0 < traffic.seconds_total < 30
+    alice.is_staff = True
+    alice.save()
+    client.force_login(alice)
+    body = client.get("/metrics").content.decode()
+    assert 'rota_service_requests_total{team="vision",service="llm"} 4' in body
+    assert 'rota_service_failed_requests_total{team="vision",service="llm"} 1' in body
+    assert f'rota_service_request_seconds_total{{team="vision",service="llm"}} {traffic.seconds_total:g}' in body
