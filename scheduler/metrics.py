@@ -3,7 +3,7 @@ Kueue's. Built from the latest sample kept on each GPU row and job counts: a fix
 
 from django.db.models import Count, Sum
 
-from scheduler.models import Allocation, Gpu, Job, Node, SchedulerBeat
+from scheduler.models import Allocation, Gpu, Job, Node, SchedulerBeat, ServiceTraffic
 from scheduler.models.jobs import JobState
 
 GPU_METRICS = [
@@ -76,4 +76,22 @@ def render_metrics() -> str:
               "# TYPE rota_scheduler_last_run_timestamp_seconds gauge"]
     for name, at in SchedulerBeat.objects.order_by("name").values_list("name", "at"):
         lines.append(f"rota_scheduler_last_run_timestamp_seconds{_labels(task=name)} {at.timestamp():.3f}")
+    lines += _service_lines()
     return "\n".join(lines) + "\n"
+
+
+SERVICE_METRICS = (
+    ("rota_service_requests_total", "requests", "Requests the gateway forwarded to an inference service."),
+    ("rota_service_failed_requests_total", "failed", "Of those, the ones answered 5xx (by a replica or for want "
+                                                     "of one)."),
+    ("rota_service_request_seconds_total", "seconds_total", "Their total latency through the gateway, seconds."),
+)
+
+
+def _service_lines() -> list[str]:
+    rows = list(ServiceTraffic.objects.select_related("team").order_by("team__name", "service"))
+    lines: list[str] = []
+    for name, field, help_text in SERVICE_METRICS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+        lines += [f"{name}{_labels(team=r.team.name, service=r.service)} {float(getattr(r, field)):g}" for r in rows]
+    return lines

@@ -71,7 +71,7 @@ def start_agent(live_server, tmp_path, worker_env):
     """Start a real node-agent process for a node (fake GPU backend, given profile)."""
     procs = []
 
-    def start(node, profile: str = "h100x8", executor: str = "process"):
+    def start(node, profile: str = "h100x8", executor: str = "process", extra: tuple[str, ...] = ()):
         _, raw = NodeToken.issue(node)
         token_file = tmp_path / f"{node.name}.token"
         token_file.write_text(raw)
@@ -81,7 +81,7 @@ def start_agent(live_server, tmp_path, worker_env):
             [sys.executable, "-m", "scheduler.agent", "--portal", live_server.url, "--token-file", str(token_file),
              "--gpu-backend", "fake", "--profile", profile, "--hostname", node.name,
              "--work-dir", str(tmp_path / node.name), "--interval", "0.5",
-             "--executor", executor],
+             "--executor", executor, *extra],
             cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         procs.append((proc, log))

@@ -69,6 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="laptop demo with --executor process: an agent that is not root runs jobs as itself instead "
         "of refusing them (teams are then NOT separated)",
     )
+    parser.add_argument(
+        "--service-address", help="host or IP the portal reaches this node's notebooks and inference "
+        "replicas on (reported as host:port when such a job starts; without it the gateway cannot "
+        "reach them)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if args.dev_run_as_self and args.executor != "process":
@@ -127,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_temperature_c=args.max_temperature,
         hostname=args.hostname,
+        service_address=args.service_address,
     )
     try:
         executor = open_executor(

@@ -107,6 +107,7 @@ class Assignment:
     image: str | None = None
     run_as: RunAs | None = None
     limits: Limits = field(default_factory=Limits)
+    port: int | None = None  # notebooks and inference: where the job listens (also in its env as ROTA_PORT)
 
     @property
     def key(self) -> str:
@@ -139,6 +140,9 @@ class Assignment:
         image = data.get("image")
         if image is not None and (not isinstance(image, str) or not image.strip() or len(image) > 500):
             raise AssignmentError("image: must be an image reference (1 to 500 characters) or null")
+        port = data.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise AssignmentError("port: must be an integer from 1 to 65535 or null")
         return cls(
             job_id=data["job_id"],
             attempt=data["attempt"],
@@ -152,6 +156,7 @@ class Assignment:
             image=image.strip() if image else None,
             run_as=RunAs.from_wire(data.get("run_as")),
             limits=Limits.from_wire(data.get("limits")),
+            port=port,
         )
 
 
@@ -224,6 +229,7 @@ class JobEvent:
     log_path: str | None = None
     log_offset: int = 0
     reason: str = ""  # "OOMKilled", "ImagePullFailed" or ""
+    address: str = ""  # started: host:port the portal reaches the job's service on ("" when none)
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""
@@ -236,4 +242,5 @@ class JobEvent:
             "message": self.message[:500],
             "reason": self.reason,
             "at": self.at,
+            **({"address": self.address} if self.address else {}),
         }

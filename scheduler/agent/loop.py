@@ -64,6 +64,7 @@ class AgentConfig:
     heartbeat_timeout_s: float = 30.0
     max_temperature_c: int = DEFAULT_MAX_TEMPERATURE_C
     hostname: str | None = None
+    service_address: str | None = None  # host the portal reaches this node's services on (--service-address)
 
 
 class Agent:
@@ -230,14 +231,22 @@ class Agent:
         """Start one attempt. Whatever goes wrong fails that attempt alone, never the pass: the other jobs
         of the node still start, and the portal hears ``start_failed`` with the error."""
         try:
-            return self.executor.start(assignment)
+            return self._with_address(self.executor.start(assignment), assignment)
         except Exception as error:
             log.exception("job %s could not be started", assignment.key)
             job = self.executor.jobs.get(assignment.key)
             if job is not None:  # its processes run (what failed came after): it is watched like any other
-                return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=job.pid)
+                started = JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=job.pid)
+                return self._with_address(started, assignment)
             message = f"cannot start: {error.__class__.__name__}: {error}"
             return self.executor.start_failed(assignment, message)
+
+    def _with_address(self, event: JobEvent, assignment: Assignment) -> JobEvent:
+        """A ``started`` event of a job that listens (its assignment names a port) carries the address the
+        portal's gateway reaches it on: this node's ``service_address`` and that port."""
+        if event.type != "started" or not assignment.port or not self.config.service_address:
+            return event
+        return dataclasses.replace(event, address=f"{self.config.service_address}:{assignment.port}")
 
     def flush_outbox(self) -> None:
         """Send queued job events in order; an end event first sends the rest of its log."""

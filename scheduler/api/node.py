@@ -32,6 +32,8 @@ MAX_BIGINT = 2**63 - 1
 # driver's device name ("h100-80gb", "a100-1g.10gb", "rtx4090-24gb"), or that device name itself ("NVIDIA
 # H100 80GB HBM3"), turned into the slug the same way here. Both name a size or product number (a digit).
 GPU_MODEL_SLUG = re.compile(r"[a-z0-9]+(?:[-.+][a-z0-9]+)*")
+# host:port of a job's service: a host name or IPv4 address, or a bracketed IPv6 address, and a port
+SERVICE_ADDRESS = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]):[0-9]{1,5}")
 GPU_DEVICE_NAME = re.compile(r"[A-Za-z0-9]+(?:[ ._()/+-]+[A-Za-z0-9]+)*\)?")
 
 
@@ -209,6 +211,9 @@ class EventSerializer(serializers.Serializer):
     message = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     reason = serializers.ChoiceField(choices=FailureReason.choices, required=False, default="")
     at = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    # started: host:port the portal's gateway reaches the job's service on
+    address = serializers.RegexField(SERVICE_ADDRESS, max_length=300, required=False, allow_blank=True,
+                                     default="", error_messages={"invalid": "address: must be host:port"})
 
 
 class LogSerializer(serializers.Serializer):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, views
+from scheduler.api import loans, node, service_keys, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -22,6 +22,10 @@ urlpatterns = [
     *[path(f"quota-loans/<int:loan_id>/{action}/", loans.LoanDecisionAPI.as_view(action_name=action),
            name=f"api-quota-loan-{action}") for action in ("approve", "decline", "cancel")],
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
+    path("services/<slug:team>/<slug:service>/keys/", service_keys.ServiceKeyListAPI.as_view(),
+         name="api-service-keys"),
+    path("services/<slug:team>/<slug:service>/keys/<int:key_id>/", service_keys.ServiceKeyRevokeAPI.as_view(),
+         name="api-service-key"),
     path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
     path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),
     path("node/wait/", node.NodeWaitAPI.as_view(), name="node-wait"),

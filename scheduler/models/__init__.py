@@ -5,6 +5,7 @@ from scheduler.models.arrays import JobArray
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.dependencies import JobDependency
+from scheduler.models.gateway import ServiceKey, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
 from scheduler.models.quota import Quota
@@ -34,5 +35,7 @@ __all__ = [
     "Quota",
     "QuotaLoan",
     "SchedulerBeat",
+    "ServiceKey",
+    "ServiceTraffic",
     "WhatIfRun",
 ]

@@ -121,6 +121,8 @@ class Job(models.Model):
     env = models.JSONField(default=dict, blank=True)
     idle_timeout_minutes = models.PositiveIntegerField(null=True, blank=True)
     service_port = models.PositiveIntegerField(null=True, blank=True)  # notebooks and inference: where it listens
+    # host:port the running attempt answers on, as its agent reports it (reachable from the portal); "" when none
+    service_address = models.CharField(max_length=300, blank=True, default="")
     not_before = models.DateTimeField(null=True, blank=True)  # restart backoff: not scheduled before this
     restarts = models.PositiveIntegerField(default=0)
 

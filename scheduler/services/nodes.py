@@ -340,7 +340,8 @@ def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
         if kind == "started":
             job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING), to_state=JobState.RUNNING,
                            cause=f"processes started on {node.name}", at=now,
-                           details={"pid": event.get("pid")}, extra={"started_at": now})
+                           details={"pid": event.get("pid")},
+                           extra={"started_at": now, "service_address": event.get("address", "")})
         else:
             _end_attempt_on_node(job, node, event, now)
         job.refresh_from_db()

@@ -285,3 +285,19 @@ def test_a_job_preempted_while_a_heartbeat_waits_for_its_row_is_told_to_stop(ali
     [assignment] = beat(client, 1).json()["assignments"]
     assert assignment["job_id"] == job.pk and assignment["desired"] == "stopped"
     assert assignment["stop_reason"] == "preempt"
+
+
+def test_a_started_event_records_the_address_the_service_listens_on_and_refuses_a_malformed_one(
+    alice, node_client
+):
+    client = node_client()
+    job = admitted_job(alice)
+    url = f"/api/v1/node/jobs/{job.pk}/events/"
+    bad = client.post(url, {"attempt": 1, "type": "started", "address": "10.0.0.5; rm -rf /"}, format="json")
+    assert bad.status_code == 400 and "address" in bad.json()["errors"]
+    job.refresh_from_db()
+    assert job.state == "admitted" and job.service_address == ""
+    assert client.post(url, {"attempt": 1, "type": "started", "address": "10.0.0.5:30001"},
+                       format="json").status_code == 200
+    job.refresh_from_db()
+    assert job.state == "running" and job.service_address == "10.0.0.5:30001"
