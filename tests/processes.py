@@ -15,7 +15,7 @@ from django.db import connection
 
 from scheduler.models import NodeToken
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 10) -> None:
