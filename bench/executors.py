@@ -7,8 +7,8 @@ loads the demo (``seed_demo``), starts what ``make dev`` starts -- the portal (`
 worker and beat -- and two real node agents with the dev heartbeat interval: gpu-h100-01 with
 ``--executor container`` (Podman; the agent must be root) and gpu-h100-02 with ``--executor process``.
 alice then submits ``--jobs`` one-GPU jobs to each node in turn (``node_labels`` pick the node), one at a
-time on the idle cluster, each waiting for the last to end. Submit -> running is the job's ``running``
-transition minus its ``created_at`` (both stamped by the portal): the Celery wake-up and cycle, the wait for
+time on the idle cluster, each waiting for the last to end and a random pause (0 to one heartbeat
+interval). Submit -> running is the job's ``running`` transition minus its ``created_at`` (both stamped by the portal): the Celery wake-up and cycle, the wait for
 the agent's next heartbeat, and the executor's start (for a container: ``podman run`` until the command
 runs). Prints p50/p90/p99/max per executor, and the p50 of each step (submit -> admitted: the cycle;
 -> starting: the assignment reaching the agent on its heartbeat; -> running: the executor's start);
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -122,6 +123,9 @@ def main() -> int:
                    60, "both agents to register")
         for i in range(args.jobs):
             for executor in NODES:
+                # A user submits at any moment, not just after the agent's last heartbeat (when the previous
+                # job's end was reported): without this pause every wait would be nearly a whole interval.
+                time.sleep(random.uniform(0, args.interval))
                 answer = session.post(f"{base}/api/v1/jobs/", json={
                     "name": f"bench-{executor}-{i}", "gpu_model": "h100-80gb", "gpus": 1, "command": "echo up",
                     "node_labels": {"bench": executor}, "priority_class": "interactive"}, timeout=30)
