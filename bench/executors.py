@@ -7,13 +7,13 @@ loads the demo (``seed_demo``), starts what ``make dev`` starts -- the portal (`
 worker and beat -- and two real node agents with the dev heartbeat interval: gpu-h100-01 with
 ``--executor container`` (Podman; the agent must be root) and gpu-h100-02 with ``--executor process``.
 alice then submits ``--jobs`` one-GPU jobs to each node in turn (``node_labels`` pick the node), one at a
-time on the idle cluster, each waiting for the last to end and a random pause (0 to one heartbeat
-interval). Submit -> running is the job's ``running`` transition minus its ``created_at`` (both stamped by the portal): the Celery wake-up and cycle, the wait for
-the agent's next heartbeat, and the executor's start (for a container: ``podman run`` until the command
-runs). Prints p50/p90/p99/max per executor, and the p50 of each step (submit -> admitted: the cycle;
--> starting: the assignment reaching the agent on its heartbeat; -> running: the executor's start);
-exit 1 if a job did not succeed or the auditor finds anything.
-Redis: ``ROTA_BENCH_REDIS_URL`` (default db 14); PostgreSQL: ``ROTA_BENCH_DATABASE_URL`` (server URL).
+time on the idle cluster, each after the last ended and a random pause (0 to one heartbeat interval).
+
+Submit -> running is the job's ``running`` transition minus its ``created_at`` (both stamped by the
+portal). Prints p50/p90/p99/max per executor and the p50 of each step: -> admitted (the Celery wake-up
+and cycle), -> starting (the assignment reaching the agent on its next heartbeat), -> running (the
+executor's start; for a container, ``podman run``). Exit 1 if a job did not succeed or the auditor finds
+anything. Redis: ``ROTA_BENCH_REDIS_URL`` (default db 14); PostgreSQL: ``ROTA_BENCH_DATABASE_URL``.
 """
 
 from __future__ import annotations
