@@ -6,6 +6,7 @@ from rest_framework import serializers
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Job, JobTransition, Node, PriorityClass
 from scheduler.services import jobs as job_services
+from scheduler.services.runtime import job_how_it_runs
 
 
 class JobInputSerializer(serializers.Serializer):
@@ -128,9 +129,16 @@ class JobSerializer(serializers.ModelSerializer):
 
 class JobDetailSerializer(JobSerializer):
     transitions = TransitionSerializer(many=True, read_only=True)
+    runs = serializers.SerializerMethodField(
+        help_text="How it runs, as its nodes are told: image, run_as (uid, gid, team), limits (cpus, memory_mb, "
+                  "pids) and the executor of each node it holds GPUs on (the job page's \"How it runs\").")
 
     class Meta(JobSerializer.Meta):
-        fields = JobSerializer.Meta.fields + ["env", "transitions"]
+        fields = JobSerializer.Meta.fields + ["env", "transitions", "runs"]
+
+    def get_runs(self, job: Job) -> dict:
+        current = [a for a in job.all_allocations() if a.attempt == job.attempt]
+        return job_how_it_runs(job, current)
 
 
 class NodeSerializer(serializers.ModelSerializer):

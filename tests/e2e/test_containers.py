@@ -53,7 +53,11 @@ def test_a_python_job_runs_in_its_image_as_its_team_uid_and_the_portal_shows_how
     api = APIClient()
     api.force_authenticate(alice)
     assert api.get(f"/api/v1/jobs/{job_id}/logs/").json()["content"] == f"uid {uid} (3, 11)\n"
-    assert api.get(f"/api/v1/jobs/{job_id}/").json()["image"] == "localhost/rota/python:3.11"
+    detail = api.get(f"/api/v1/jobs/{job_id}/").json()
+    assert detail["image"] == detail["runs"]["image"] == "localhost/rota/python:3.11"
+    assert detail["runs"]["run_as"] == {"uid": uid, "gid": uid, "team": "vision"}
+    assert detail["runs"]["limits"]["memory_mb"] == 2048 and detail["runs"]["limits"]["pids"] == 4096
+    assert detail["runs"]["executors"][0]["executor"] == "container" and detail["runs"]["executors"][0]["isolates"]
 
     page = Client()
     page.force_login(alice)
