@@ -2,9 +2,11 @@
 (fake GPU backend) talking to pytest-django's live server."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from django.db import connection
 
 from scheduler.models import NodeToken
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 10) -> None:
@@ -64,6 +66,25 @@ def celery_worker(worker_env, tmp_path):
     yield proc
     _stop(proc)
     log.close()
+
+
+@pytest.fixture
+def team_dir():
+    """A directory a job of ``team`` may write into, for a test to read what the job left there. An agent run
+    as root starts each job as its team's uid, which cannot enter pytest's tmp dirs (owner only): this one
+    is the team's own (its uid, mode 0700) in /tmp, removed at the end."""
+    made = []
+
+    def make(team) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=f"{team.name}-", dir="/tmp"))
+        made.append(path)
+        if os.geteuid() == 0:
+            os.chown(path, team.unix_id, team.unix_id)
+        return path
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

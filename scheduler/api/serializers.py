@@ -10,6 +10,7 @@ from scheduler.selectors import job_attempts
 from scheduler.services import jobs as job_services
 from scheduler.services.arrays import MAX_ARRAY_SPEC
 from scheduler.services.dependencies import MAX_DEPENDENCY
+from scheduler.services.runtime import job_how_it_runs
 
 
 class JobInputSerializer(serializers.Serializer):
@@ -162,9 +163,16 @@ class AttemptSerializer(serializers.Serializer):
 class JobDetailSerializer(JobSerializer):
     transitions = TransitionSerializer(many=True, read_only=True)
     attempts = serializers.SerializerMethodField()
+    runs = serializers.SerializerMethodField(
+        help_text="How it runs, as its nodes are told: image, run_as (uid, gid, team), limits (cpus, memory_mb, "
+                  "pids) and the executor of each node it holds GPUs on (the job page's \"How it runs\").")
 
     class Meta(JobSerializer.Meta):
-        fields = JobSerializer.Meta.fields + ["env", "transitions", "attempts"]
+        fields = JobSerializer.Meta.fields + ["env", "transitions", "attempts", "runs"]
+
+    def get_runs(self, job: Job) -> dict:
+        current = [a for a in job.all_allocations() if a.attempt == job.attempt]
+        return job_how_it_runs(job, current)
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempts(self, job: Job) -> list[dict]:

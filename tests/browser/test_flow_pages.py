@@ -52,11 +52,13 @@ def test_an_array_of_8_capped_at_2_from_the_form_runs_2_at_a_time(page, alice, c
 
 def test_an_evaluation_waits_for_training_and_never_starts_when_it_fails(page, alice, cluster,  # noqa: F811
                                                                        celery_worker, start_agent, settings,
-                                                                       tmp_path):
+                                                                       team_dir):
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
     start_agent(cluster["nodes"][0])
     sign_in(page, "alice")
-    go = tmp_path / "fail-now"  # the training fails once the page has shown the evaluation waiting for it
+    # The training fails once the page has shown the evaluation waiting for it (the job runs as its team's
+    # uid, so the file it waits for is in a directory of the team's).
+    go = team_dir(cluster["vision"]) / "fail-now"
     submit_from_form(page, "train", f"while [ ! -e {go} ]; do sleep 0.2; done; exit 1")
     page.wait_for_url("**/jobs/*/")
     training = Job.objects.get(name="train")

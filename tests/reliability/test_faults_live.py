@@ -103,12 +103,12 @@ def test_a_worker_killed_mid_cycle_leaves_nothing_half_done_and_a_new_worker_res
 
 
 def test_a_frozen_node_goes_down_its_job_requeues_and_on_thaw_the_orphan_is_killed(
-    alice, cluster, start_agent, fast_nodes, tmp_path
+    alice, cluster, start_agent, fast_nodes, team_dir
 ):
     node = cluster["nodes"][0]
     agent = start_agent(node)
     wait_for(lambda: Node.objects.get(pk=node.pk).registered_at, what="the agent to register")
-    pids = tmp_path / "pids"
+    pids = team_dir(cluster["vision"]) / "pids"
     job_id = api_for(alice).post("/api/v1/jobs/", {
         "name": "long", "gpu_model": "h100-80gb", "gpus": 2, "command": f"echo $$ >> {pids}; exec sleep 300",
     }, format="json").json()["id"]
@@ -149,10 +149,10 @@ def test_a_frozen_node_goes_down_its_job_requeues_and_on_thaw_the_orphan_is_kill
 
 
 def test_a_job_that_ignores_sigterm_is_sigkilled_after_its_grace_period(alice, cluster, start_agent, fast_nodes,
-                                                                        tmp_path):
+                                                                        team_dir):
     node = cluster["nodes"][0]
     start_agent(node)
-    pidfile = tmp_path / "stubborn.pid"
+    pidfile = team_dir(cluster["vision"]) / "stubborn.pid"
     client = api_for(alice)
     job_id = client.post("/api/v1/jobs/", {
         "name": "stubborn", "gpu_model": "h100-80gb",

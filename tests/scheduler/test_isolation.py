@@ -5,6 +5,7 @@ with its executor, and one that does not isolate tenants is refused where isolat
 
 import pytest
 from django.core.exceptions import ValidationError
+from rest_framework.test import APIClient
 
 from portal.models import Team
 from scheduler.cycle import run_cycle
@@ -283,6 +284,20 @@ def test_the_job_page_says_how_it_runs_image_identity_limits_executor_and_failur
     event(node_api, job, type="exited", exit_code=137, signal=9, reason="OOMKilled", message="limit 2048 MiB")
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "OOMKilled</span> limit 2048 MiB" in page
+
+
+def test_the_job_api_says_how_it_runs_as_the_page_does(alice, cluster, node_client):
+    register(node_client(), executor=CONTAINER)
+    job = placed(alice, image="localhost/rota/torch:2.3", cpus=4, memory_gb=2)
+    api = APIClient()
+    api.force_authenticate(alice)
+    runs = api.get(f"/api/v1/jobs/{job.pk}/").json()["runs"]
+    uid = cluster["vision"].unix_id
+    assert runs["image"] == "localhost/rota/torch:2.3"
+    assert runs["run_as"] == {"uid": uid, "gid": uid, "team": "vision"}
+    assert runs["limits"] == {"cpus": 4, "memory_mb": 2048, "pids": 4096}
+    assert runs["executors"] == [{"node": "node-h100", "executor": "container", "isolates": True,
+                                  "runtime": "podman 4.3.1"}]
 
 
 def test_the_cluster_page_marks_a_node_that_does_not_isolate_tenants(alice, cluster, node_client, client):
