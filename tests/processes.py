@@ -89,8 +89,11 @@ def team_dir():
 
 @pytest.fixture
 def start_agent(live_server, tmp_path, worker_env):
-    """Start a real node-agent process for a node (fake GPU backend, given profile)."""
+    """Start a real node-agent process for a node (fake GPU backend, given profile). Its work dir is in /tmp,
+    as /var/lib/rota-agent would be on a node: jobs run as their team's uid and must traverse the path to
+    their own directory in it (pytest's tmp dirs are the owner's only)."""
     procs = []
+    work_dirs: dict[str, Path] = {}  # one per node: an agent started again adopts what it left
 
     def start(node, profile: str = "h100x8", executor: str = "process", extra: tuple[str, ...] = ()):
         _, raw = NodeToken.issue(node)
@@ -98,10 +101,14 @@ def start_agent(live_server, tmp_path, worker_env):
         token_file.write_text(raw)
         token_file.chmod(0o600)  # the agent refuses a token others could read
         log = open(tmp_path / f"agent-{node.name}.log", "w")
+        if node.name not in work_dirs:
+            work_dirs[node.name] = Path(tempfile.mkdtemp(prefix=f"rota-agent-{node.name}-", dir="/tmp"))
+            work_dirs[node.name].chmod(0o711)
+        work_dir = work_dirs[node.name]
         proc = subprocess.Popen(
             [sys.executable, "-m", "scheduler.agent", "--portal", live_server.url, "--token-file", str(token_file),
              "--gpu-backend", "fake", "--profile", profile, "--hostname", node.name,
-             "--work-dir", str(tmp_path / node.name), "--interval", "0.5",
+             "--work-dir", str(work_dir), "--interval", "0.5",
              "--executor", executor, *extra],
             cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -112,3 +119,5 @@ def start_agent(live_server, tmp_path, worker_env):
     for proc, log in procs:
         _stop(proc, timeout=15)
         log.close()
+    for work_dir in work_dirs.values():
+        shutil.rmtree(work_dir, ignore_errors=True)
