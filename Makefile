@@ -28,6 +28,7 @@ images:  # the local container images (localhost/rota/busybox:1, localhost/rota/
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m mypy scheduler/core
+	.venv/bin/lint-imports
 
 format: install
 	$(PY) -m ruff check --fix .

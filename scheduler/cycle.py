@@ -12,6 +12,7 @@ from django.db import transaction
 
 from portal import locks
 from scheduler import wake
+from scheduler.core import reasons as R
 from scheduler.core import schedule
 from scheduler.dispatch import end_never_satisfied, expire_time_limits, mark_held, persist_decisions, reclaim_idle
 from scheduler.holds import hold_back
@@ -34,6 +35,9 @@ class CycleReport:
     pending: int = 0
     timed_out: int = 0
     reclaimed: int = 0
+    # Seconds until the first borrower a job waits to reclaim from may be reclaimed (its minimum runtime or
+    # reclaim's hysteresis ends), when some job waits so; ``scheduler.tasks`` asks for a cycle then.
+    reclaim_in_s: float | None = None
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -67,9 +71,12 @@ def run_cycle() -> CycleReport:
         SchedulerBeat.record(SchedulerBeat.CYCLE, now)
         t3 = time.perf_counter()
     phases = {"snapshot": (t1 - t0) * 1000, "engine": (t2 - t1) * 1000, "persist": (t3 - t2) * 1000}
+    reclaim_at = [p.reason.details["reclaimable_at"] for p in decisions.pending
+                  if p.reason.code == R.WAITING_FOR_RECLAIM and "reclaimable_at" in p.reason.details]
     report = CycleReport(
         ran=True, started=result.started, refused=result.refused, preempted=result.preempted,
         pending=result.pending_updated, timed_out=len(timed_out), reclaimed=len(reclaimed), phases_ms=phases,
+        reclaim_in_s=max(min(reclaim_at) - snapshot.now, 0.0) if reclaim_at else None,
     )
     if result.started or result.preempted or result.refused:
         log.info("cycle: %s", report.as_dict())

@@ -253,6 +253,6 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     snapshot = Snapshot(
         now=now.timestamp(), nodes=node_infos, jobs=jobs, teams=team_infos(), quotas=quota_infos(),
         priority_classes=priority_class_infos(), usage=decayed_usage(now, policy.fair_share_half_life_s), policy=policy,
-        loans=loan_infos(now),
+        loans=loan_infos(now), cycle_interval_s=float(settings.ROTA_CYCLE_INTERVAL_S),
     )
     return snapshot, node_of_gpu

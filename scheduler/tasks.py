@@ -1,6 +1,7 @@
 """Celery tasks: thin, named, id-free wrappers over the cycle and node liveness. Safe to run twice."""
 
 from celery import shared_task
+from django.conf import settings
 
 from portal.celery import Task
 from scheduler import wake
@@ -27,6 +28,10 @@ def run_cycle(wanted: bool = False, **_ignored) -> dict:
     report = _run_cycle()
     if report.ran and wake.cycle_requested():
         run_cycle.delay()
+    elif report.ran and report.reclaim_in_s is not None and report.reclaim_in_s <= 2 * settings.ROTA_CYCLE_INTERVAL_S:
+        # A job waits for reclaim's hysteresis to end: run a cycle then, without waiting for beat's (a timed run,
+        # like beat's, always runs; longer waits, such as minimum runtimes, are beat's to answer).
+        run_cycle.apply_async(countdown=report.reclaim_in_s + 0.5)
     return report.as_dict()
 
 

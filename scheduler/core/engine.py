@@ -78,6 +78,7 @@ class Cycle(Preempting):
         self.snapshot = snapshot
         self.now = snapshot.now
         self.policy = snapshot.policy
+        self.cycle_interval_s = snapshot.cycle_interval_s
         if self.policy.preemption_scope not in ("team", "cluster"):
             raise ValueError(f"unknown preemption_scope {self.policy.preemption_scope!r}; allowed: cluster, team")
         self.classes = {c.name: c for c in snapshot.priority_classes}
@@ -110,6 +111,7 @@ class Cycle(Preempting):
         self.starts: list[Start] = []
         self.preemptions = []
         self.victims = set()
+        self.reclaim_open = True  # see Preempting.reclaim_open
         self._young = {}  # see Preempting._young_in
         self.waiting: list[tuple[JobInfo, Reason, Group | None, Request | None]] = []
         self.preempting_eta = {}
@@ -522,7 +524,8 @@ class Cycle(Preempting):
                 for order in res.slack:
                     self.reserved_nodes.setdefault(order, res)
                     self.cluster.touch(self.cluster.node_by_order[order])
-        if self.policy.preemption and self.policy.reclaim and self.policy.borrowing and self._may_preempt(job):
+        if self.reclaim_open and self.policy.reclaim and self.policy.borrowing and self.policy.preemption \
+                and self._may_preempt(job):
             waiting = self._reclaim_wait(job, req, group)
             if waiting is not None:
                 self.wait(job, waiting)
@@ -675,7 +678,11 @@ def _run(cycle: Cycle, snapshot: Snapshot, timer: Timer | None) -> Decisions:
                     while i < n and pairs[i][1] is look:  # its look-alikes right behind it: deferred too
                         deferred.append(pairs[i])
                         i += 1
+            # Deferred work is walked behind other teams' borrowing: it may not reclaim, or what it takes
+            # back would go to the borrowers walked before it, which it would reclaim from again next cycle.
+            cycle.reclaim_open = False
             cycle.try_in_order(deferred)
+            cycle.reclaim_open = True
     else:
         cycle.try_in_order(pairs)
     if timer:

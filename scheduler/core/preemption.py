@@ -5,7 +5,9 @@ Two rules decide who may be a victim (DESIGN: priority classes and quota):
     a lower priority (the preemptor's class must allow preempting);
   * reclaim: any job of a team holding more than its guarantee of the model, when the preemptor's team
     is within its own guarantee after the start; a lender is never pushed below its guarantee.
-Victims must be preemptible, not already terminating, and past their class's minimum runtime. The plan is
+Victims must be preemptible, not already terminating, and past their class's minimum runtime; a reclaim
+victim must also have run two cycle intervals (hysteresis: work admitted by borrowing is not taken back in
+the cycle after it starts, see ``reclaimable_at``). The plan is
 the smallest victim set on one node (or per gang member), preferring borrowed work, then lower priority,
 most recently started, least work since the last checkpoint. A plan looks at the first ``PLAN_LIMIT``
 candidates in that preference order, plus those on the nodes with the most free devices and the jobs
@@ -98,6 +100,16 @@ def eligible(rec: Running, classes: dict[str, PriorityClassInfo], now: float, ta
     if cls is not None and cls.min_runtime_s > 0 and job.started_at is not None:
         return now - job.started_at >= cls.min_runtime_s - EPS
     return True
+
+
+def reclaimable_at(job: JobInfo, classes: dict[str, PriorityClassInfo], interval: float) -> float | None:
+    """When a running job may first be reclaimed: after its class's minimum runtime and after two cycle
+    intervals (the hysteresis: not in the cycle after its start). None: at once (no start time known)."""
+    if job.started_at is None:
+        return None
+    cls = classes.get(job.priority_class)
+    min_runtime = cls.min_runtime_s if cls is not None else 0.0
+    return job.started_at + max(min_runtime, 2 * interval)
 
 
 def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iterable[tuple[tuple, Running, str]],
@@ -276,6 +288,7 @@ class Preempting:
     now: float
     policy: Policy
     classes: dict[str, PriorityClassInfo]
+    cycle_interval_s: float  # the snapshot's (see reclaimable_at)
     cluster: Cluster
     quota: QuotaBook
     free_of_model: dict[str, float]  # idle healthy capacity on schedulable nodes, per model
@@ -292,6 +305,11 @@ class Preempting:
     _stopping_nodes: dict[tuple, list]  # see _claimable
     _stopping_max: dict[int, int]  # see _stopping_most
     _no_plan: set[tuple]
+    # Reclaim serves only guaranteed work the walk admits ahead of borrowing (the first pass of
+    # ``guarantee_first``); the engine closes it for the deferred pass. A job deferred behind its team's
+    # borrowing head waits for that head: were it to reclaim, the devices it frees would be claimed or
+    # taken by the borrowers walked before it, and it would reclaim again next cycle (ping-pong).
+    reclaim_open: bool
 
     def wait(self, job: JobInfo, reason: Reason, group: Group | None = None, req: Request | None = None) -> None:
         raise NotImplementedError  # engine.Cycle records why a job waits
@@ -483,6 +501,7 @@ class Preempting:
         self.lenders: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.lender_ids: set[int] = set()
         team_key, model_key, lenders, lender_ids = self.team_key, self.model_key, self.lenders, self.lender_ids
+        interval = self.cycle_interval_s
         for model, recs in self.running_by_model.items():
             ok = []
             for r in recs:
@@ -493,9 +512,11 @@ class Preempting:
             by_team: dict[str | None, list] = defaultdict(list)
             for k, r in ok:
                 jid = r.job.id
-                model_key[jid] = k
-                lenders[(model, r.pool)][r.job.team] += 1
-                lender_ids.add(jid)
+                at = reclaimable_at(r.job, classes, interval)
+                if at is None or at <= now + EPS:  # a possible reclaim victim
+                    model_key[jid] = k
+                    lenders[(model, r.pool)][r.job.team] += 1
+                    lender_ids.add(jid)
                 by_team[None if cluster_scope else r.job.team].append((k, r))
             for team, items in by_team.items():
                 if team is None:  # cluster scope: each job with its own team's flag, in ascending
@@ -531,19 +552,19 @@ class Preempting:
         return None
 
     def _young_in(self, model: str, pool: str) -> list:
-        """Running preemptible jobs of the model in the pool still inside their class's minimum runtime,
-        by when they leave it (built once per cycle and group)."""
+        """Running preemptible jobs of the model in the pool not yet reclaimable (minimum runtime, hysteresis),
+        by when they become so (built once per cycle and group)."""
         out = self._young.get((model, pool))
         if out is not None:
             return out
         out = []
         for rec in self.running_by_model.get(model, ()):
             job = rec.job
-            if rec.pool != pool or not job.preemptible or job.terminating or job.started_at is None:
+            if rec.pool != pool or not job.preemptible or job.terminating:
                 continue
-            cls = self.classes.get(job.priority_class)
-            if cls is not None and cls.min_runtime_s > 0 and job.started_at + cls.min_runtime_s > self.now + EPS:
-                out.append(((job.started_at + cls.min_runtime_s, job.id), rec))
+            at = reclaimable_at(job, self.classes, self.cycle_interval_s)
+            if at is not None and at > self.now + EPS:
+                out.append(((at, job.id), rec))
         out.sort(key=_first)
         self._young[(model, pool)] = out
         return out
@@ -606,7 +627,7 @@ class Preempting:
             for i in range(start, len(order)):
                 key, rec = order[i]
                 if (rec.job.team in lenders and rec.pool == pool and rec.job.id not in taken
-                        and rec.job.id not in as_priority):
+                        and rec.job.id not in as_priority and rec.job.id in self.model_key):
                     reclaim_out.append((key, rec, RECLAIM))
                     if len(reclaim_out) >= limit:
                         break
@@ -678,7 +699,7 @@ class Preempting:
             self._prepare_victims()
         under_guarantee = quota.within_guarantee(job.team, model, amount)
         room: dict[str, float] = {}
-        reclaim = under_guarantee and self.policy.borrowing and self.policy.reclaim
+        reclaim = self.reclaim_open and under_guarantee and self.policy.borrowing and self.policy.reclaim
         if not self._has_candidates(job, group, reclaim):
             return None
         cands = self._candidates(job, group, reclaim, room)

@@ -211,6 +211,9 @@ class Snapshot:
     estimate_starts: bool = True
     # Quota loans; those running at ``now`` move guarantee between teams (``scheduler.core.loans``).
     loans: tuple[LoanInfo, ...] = ()
+    # Seconds between cycles. Reclaim's hysteresis: a job that started within two intervals (in the last
+    # cycle) is not reclaimed yet (``scheduler.core.preemption.reclaimable_at``). 0: no hysteresis.
+    cycle_interval_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,6 +326,7 @@ class Simulator:
             usage=self.ledger.usage_at(now),
             policy=self.policy,
             estimate_starts=False,
+            cycle_interval_s=self.config.cycle_interval_s,
         )
         began = time.perf_counter()
         decisions = self.schedule_fn(snapshot)

@@ -62,6 +62,8 @@ def test_a_loan_moves_four_gpus_of_guarantee_for_its_window_and_back_after(api, 
                                                 ends_at=db_now() - timedelta(seconds=1))
     assert loans_end() == [loan_id] and loans_end() == []
     assert QuotaLoan.objects.get(pk=loan_id).state == QuotaLoan.ENDED
+    # big has held them a while too (reclaim's hysteresis spares work admitted in the last two cycles).
+    Job.objects.filter(pk=big.pk).update(admitted_at=db_now() - timedelta(hours=1))
     run_cycle()
     assert Preemption.objects.filter(job=big, by_job=mine, reason="Reclaim").exists(), "reclaim returns them"
     entries = AuditEntry.objects.filter(object_type="quota_loan").order_by("id")
