@@ -77,6 +77,9 @@ def render_metrics() -> str:
     for name, at in SchedulerBeat.objects.order_by("name").values_list("name", "at"):
         lines.append(f"rota_scheduler_last_run_timestamp_seconds{_labels(task=name)} {at.timestamp():.3f}")
     lines += _service_lines()
+    from scheduler.metrics_kueue import kueue_lines  # it builds on this module's label quoting
+
+    lines += kueue_lines()
     return "\n".join(lines) + "\n"
 
 
