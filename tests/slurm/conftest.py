@@ -3,7 +3,10 @@ never skipped: a machine without Slurm fails these tests with the command that i
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +14,18 @@ from tests.slurm.cluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
-    """One node ``slurm-gpu-01`` (64 CPUs, 256000 MB, 8 × gpu:h100, features ib,nvme) in partition ``gpu``."""
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """One node ``slurm-gpu-01`` (64 CPUs, 256000 MB, 8 × gpu:h100, features ib,nvme) in partition ``gpu``.
+    Its directory is one that the teams' uids may pass through (0711; pytest's are 0700): slurmd starts a job
+    as its team's uid from the batch script in its spool directory."""
+    root = Path(tempfile.mkdtemp(prefix="rota-slurm-"))
+    root.chmod(0o711)
+    cluster = SlurmCluster(root)
     try:
         yield cluster.start()
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
