@@ -96,7 +96,8 @@ def run_as(assignment: dict) -> tuple[int, int]:
 def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], output: str,
                 partition: str | None, as_team: bool = False) -> list[str]:
     """``sbatch`` pinned to what Rota chose: the node, the GPUs' GRES type and count, CPUs, memory and time
-    limit, named by the attempt's comment. With ``as_team`` (a bridge running as root) the job runs as its
+    limit, named by the attempt's comment, never requeued by Slurm (a node failure ends the attempt; Rota
+    requeues it as a new attempt, whatever the site's ``JobRequeue``). With ``as_team`` (a bridge running as root) the job runs as its
     team's uid and gid (``--uid``/``--gid``; Slurm needs both to resolve on its hosts) in ``/tmp``. The script
     comes on stdin (``batch_script``)."""
     counts: dict[str, int] = {}
@@ -109,7 +110,8 @@ def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], outp
         counts[gres_type] = counts.get(gres_type, 0) + 1
     job_id, attempt = assignment["job_id"], assignment["attempt"]
     argv = ["sbatch", "--parsable", f"--job-name=rota-{job_id}", f"--nodelist={node}",
-            f"--comment={COMMENT.format(job_id=job_id, attempt=attempt)}", f"--output={output}", "--export=NONE"]
+            f"--comment={COMMENT.format(job_id=job_id, attempt=attempt)}", f"--output={output}", "--export=NONE",
+            "--no-requeue"]
     if as_team:
         uid, gid = run_as(assignment)
         argv += [f"--uid={uid}", f"--gid={gid}", "--chdir=/tmp"]

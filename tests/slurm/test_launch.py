@@ -16,7 +16,7 @@ from scheduler.models import Job, JobLog, Node
 from scheduler.models.jobs import StopReason
 from scheduler.services.jobs import job_cancel, job_submit
 from scheduler.slurm.bridge import Bridge
-from scheduler.slurm.commands import Slurm
+from scheduler.slurm.commands import Slurm, SlurmError
 from scheduler.slurm.inventory import GpuModelMap
 from scheduler.slurm.launcher import Launcher
 from tests.slurm.test_bridge import MODELS, enrolled  # noqa: F401  (the fixture)
@@ -53,9 +53,14 @@ def make_bridge(enrolled, live_server, slurm, output_dir, team_users):  # noqa: 
 
 
 def poll_until(bridge: Bridge, job: Job, states: tuple[str, ...], timeout: float = 40.0) -> Job:
+    """Poll as ``Bridge.run`` does (a pass that Slurm does not answer is skipped) until the job is in
+    ``states``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        bridge.poll()
+        try:
+            bridge.poll()
+        except SlurmError:
+            pass
         job.refresh_from_db()
         if job.state in states:
             return job
