@@ -7,16 +7,7 @@ import time
 from scheduler.cycle import run_cycle
 from scheduler.models import Node
 from tests.reliability.helpers import assert_sound
-from tests.slurm.test_bridge import enrolled  # noqa: F401  (the fixture)
-from tests.slurm.test_launch import (  # noqa: F401  (fixtures)
-    make_bridge,
-    output_dir,
-    poll_until,
-    poll_until_output,
-    slurm_jobs,
-    submitted,
-    team_users,
-)
+from tests.slurm.test_launch import poll_until, poll_until_output, slurm_jobs, submitted
 
 
 def test_slurmctld_restarted_mid_run_the_job_still_finishes_and_rota_follows(make_bridge, slurm, alice):
@@ -65,7 +56,7 @@ def test_a_bridge_killed_right_after_sbatch_never_submits_the_job_twice(make_bri
 
 
 def test_a_node_slurm_marks_down_under_a_running_job_requeues_it_and_slurm_ends_it(make_bridge, slurm, alice,
-                                                                                   enrolled):  # noqa: F811
+                                                                                   enrolled):
     node, _ = enrolled
     bridge = make_bridge()
     bridge.poll()

@@ -3,53 +3,14 @@ and output come back through the node API, and stops go through scancel with the
 
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from scheduler.cycle import run_cycle
 from scheduler.models import Job, JobLog, Node
 from scheduler.models.jobs import StopReason
 from scheduler.services.jobs import job_cancel, job_submit
 from scheduler.slurm.bridge import Bridge
-from scheduler.slurm.commands import Slurm, SlurmError
-from scheduler.slurm.inventory import GpuModelMap
-from scheduler.slurm.launcher import Launcher
-from tests.slurm.test_bridge import MODELS, enrolled  # noqa: F401  (the fixture)
-from tests.slurm.users import unix_users
-
-
-@pytest.fixture
-def output_dir() -> Iterator[Path]:
-    """The bridge's output directory: the teams' uids may pass through it (0711) to the files made for them."""
-    path = Path(tempfile.mkdtemp(prefix="rota-slurm-output-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def team_users(cluster):
-    """The teams' uids as users of the host, as Slurm needs (see tests/slurm/users.py)."""
-    with unix_users(sorted({cluster["vision"].unix_id, cluster["nlp"].unix_id})):
-        yield
-
-
-@pytest.fixture
-def make_bridge(enrolled, live_server, slurm, output_dir, team_users):  # noqa: F811
-    """A new bridge each call, as after a restart: nothing in memory, the same Slurm and token directory."""
-    _, tokens = enrolled
-    output = output_dir
-
-    def make() -> Bridge:
-        launcher = Launcher(Slurm(slurm.conf), output, partition=slurm.partition)
-        return Bridge(Slurm(slurm.conf), live_server.url, tokens, GpuModelMap.parse(MODELS), launcher=launcher)
-
-    return make
+from scheduler.slurm.commands import SlurmError
 
 
 def poll_until(bridge: Bridge, job: Job, states: tuple[str, ...], timeout: float = 40.0) -> Job:
