@@ -34,6 +34,6 @@ def unix_users(ids: list[int]) -> Iterator[None]:
                                 "-d", "/nonexistent", name], check=True, capture_output=True)
                 added.append(("userdel", name))
         yield
-    finally:
+    finally:  # --force: a job of the user that Slurm is still cleaning up does not keep the user
         for command, name in reversed(added):
-            subprocess.run([command, name], capture_output=True)
+            subprocess.run([command, *(["--force"] if command == "userdel" else []), name], capture_output=True)
