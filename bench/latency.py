@@ -13,6 +13,11 @@ submitted back to back from one client, and again from 8 concurrent clients: sub
 the first of them submitted to the last finished is printed (tuned Slurm drains 11.5-13 trivial jobs/s on 8
 GPUs).
 
+``--executor slurm`` runs the same jobs through the Slurm bridge instead of the node agent: a real Slurm 22.05
+test cluster (``tests/slurm/cluster.py``: munged, slurmctld, slurmd with 8 stand-in GPUs, run as root) and
+``python -m scheduler.slurm run`` polling every ``--bridge-interval`` s; each job runs as the team's uid
+(a user ``rota-test-<uid>`` is added to the host for the run and removed after).
+
 ``--no-long-poll`` makes the portal refuse node long-polls (``ROTA_NODE_WAITERS_PER_PROCESS=0``), so the agent
 hears of its work at its next heartbeat as before the long-poll existed: the figure to compare with.
 """
@@ -27,8 +32,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import requests
@@ -132,6 +139,9 @@ def main() -> int:
     parser.add_argument("--submits", type=int, default=400,
                         help="then this many submits from 1 client, and again from 8 (0: skip)")
     parser.add_argument("--no-long-poll", action="store_true", help="nodes hear of work at their heartbeat only")
+    parser.add_argument("--executor", choices=["agent", "slurm"], default="agent",
+                        help="the node side: one node agent (default) or the Slurm bridge over a test cluster")
+    parser.add_argument("--bridge-interval", type=float, default=2.0, help="the Slurm bridge's poll interval, s")
     parser.add_argument("--database", default="rota_latency")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -142,7 +152,8 @@ def main() -> int:
     import django
 
     django.setup()
-    node_name = "bench-h100-01"
+    slurm = args.executor == "slurm"
+    node_name = "slurm-gpu-01" if slurm else "bench-h100-01"
     seeded = seed(node_name)
 
     port = _free_port()
@@ -157,17 +168,65 @@ def main() -> int:
            "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_STATIC_ROOT": str(logs / "static")}
     if args.no_long_poll:
         env["ROTA_NODE_WAITERS_PER_PROCESS"] = "0"
-    bin_dir = Path(sys.executable).parent
     processes: list[subprocess.Popen] = []
+    with ExitStack() as stack:
+
+        def node_side() -> None:
+            if slurm:
+                start_slurm(stack, processes, seeded, base, env, logs, args.bridge_interval)
+            else:
+                start(processes, "agent", [sys.executable, "-m", "scheduler.agent", "--portal", base,
+                                           "--token-file", str(token_file), "--gpu-backend", "fake", "--profile",
+                                           "h100x8", "--hostname", node_name, "--work-dir", str(logs / "agent"),
+                                           "--log-level", "WARNING"], env, logs)
+
+        legs, throughput = measure(args, processes, node_side, seeded, base, env, logs, node_name)
+    figures = {"jobs": args.jobs, "executor": args.executor, "long_poll": not args.no_long_poll,
+               **({"bridge_interval_s": args.bridge_interval} if slurm else {}),
+               **{f"{leg}_p50_s": round(_pctl(v, .5), 3) for leg, v in legs.items()},
+               **{f"{leg}_p99_s": round(_pctl(v, .99), 3) for leg, v in legs.items()},
+               "submit_throughput": throughput, "slurm_tuned_reference": SLURM_TUNED}
+    report(args, figures, throughput)
+    return 0
+
+
+def start_slurm(stack: ExitStack, processes: list, seeded: dict, base: str, env: dict, logs: Path,
+                interval_s: float) -> None:
+    """A Slurm test cluster, the team's user on the host, and the Slurm bridge speaking for its node."""
+    from portal.models import Team
+    from tests.slurm.cluster import SlurmCluster
+    from tests.slurm.users import unix_users
+
+    root = Path(tempfile.mkdtemp(prefix="rota-bench-slurm-"))
+    root.chmod(0o711)  # the team's uid reaches its batch script and output file through it
+    stack.callback(shutil.rmtree, root, ignore_errors=True)
+    stack.enter_context(unix_users(list(Team.objects.values_list("unix_id", flat=True))))
+    cluster = SlurmCluster(root / "cluster")
+    stack.callback(cluster.stop)  # before the users go
+    cluster.start()
+    tokens, output = root / "tokens", root / "output"
+    tokens.mkdir(mode=0o700)
+    output.mkdir(mode=0o711)
+    output.chmod(0o711)
+    (tokens / f"{cluster.node}.token").write_text(seeded["node_token"])
+    (tokens / f"{cluster.node}.token").chmod(0o600)
+    start(processes, "bridge", [sys.executable, "-m", "scheduler.slurm", "run", "--portal", base, "--token-dir",
+                                str(tokens), "--gpu-model", "h100=h100-80gb:81559", "--output-dir", str(output),
+                                "--slurm-conf", str(cluster.conf), "--interval", str(interval_s),
+                                "--log-level", "WARNING"], env, logs)
+
+
+def measure(args, processes: list, node_side, seeded: dict, base: str, env: dict, logs: Path, node_name: str):
+    """Start the portal's processes and then the node side (``node_side()``); the legs of ``--jobs`` jobs one
+    at a time on an idle cluster, then the submit bursts."""
+    bin_dir = Path(sys.executable).parent
     try:
         start(processes, "web", [str(bin_dir / "gunicorn"), "-c", "deploy/gunicorn.conf.py"], env, logs)
         start(processes, "worker", [str(bin_dir / "celery"), "-A", "portal", "worker", "--loglevel=WARNING",
                                     "--without-gossip", "--without-mingle"], env, logs)
         start(processes, "beat", [str(bin_dir / "celery"), "-A", "portal", "beat", "--loglevel=WARNING",
                                   f"--schedule={logs / 'celerybeat-schedule'}"], env, logs)
-        start(processes, "agent", [sys.executable, "-m", "scheduler.agent", "--portal", base, "--token-file",
-                                   str(token_file), "--gpu-backend", "fake", "--profile", "h100x8", "--hostname",
-                                   node_name, "--work-dir", str(logs / "agent"), "--log-level", "WARNING"], env, logs)
+        node_side()
         from scheduler.models import Job, Node
 
         deadline = time.monotonic() + 90
@@ -206,14 +265,14 @@ def main() -> int:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+    return legs, throughput
 
-    figures = {"jobs": args.jobs, "long_poll": not args.no_long_poll,
-               **{f"{leg}_p50_s": round(_pctl(v, .5), 3) for leg, v in legs.items()},
-               **{f"{leg}_p99_s": round(_pctl(v, .99), 3) for leg, v in legs.items()},
-               "submit_throughput": throughput, "slurm_tuned_reference": SLURM_TUNED}
+
+def report(args, figures: dict, throughput: dict) -> None:
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
+        print(f"node side: {figures['executor']}")
         print(f"{'leg':<22} {'p50 s':>7} {'p99 s':>7}")
         for leg, _frm, _to in LEGS:
             print(f"{leg:<22} {figures[leg + '_p50_s']:>7} {figures[leg + '_p99_s']:>7}")
@@ -227,7 +286,6 @@ def main() -> int:
             row = throughput["drain"]
             print(f"drain: {row['succeeded']} of {row['jobs']} jobs succeeded, {row['jobs_per_s']} jobs/s "
                   f"from the first submit to the last end (tuned Slurm, 8 GPUs: 11.5-13 jobs/s)")
-    return 0
 
 
 if __name__ == "__main__":

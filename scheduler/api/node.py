@@ -123,9 +123,11 @@ MAX_LABELS = 64
 
 
 class ExecutorSerializer(serializers.Serializer):
-    """How the agent runs jobs. A process executor never isolates tenants, whatever it says."""
+    """How the node runs jobs: the agent's container or process executor, or the Slurm bridge's ``slurm`` (which
+    isolates when it runs each job as its team's uid). A process executor never isolates tenants, whatever it
+    says."""
 
-    name = serializers.ChoiceField(choices=["container", "process"])
+    name = serializers.ChoiceField(choices=["container", "process", "slurm"])
     isolates = serializers.BooleanField()
     runtime = serializers.CharField(max_length=80, required=False, allow_blank=True, default="")
     detail = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")

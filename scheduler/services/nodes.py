@@ -104,10 +104,11 @@ def isolation_refusal(node: Node, executor: dict) -> NodeProtocolError | None:
     if not settings.ROTA_REQUIRE_ISOLATION or executor.get("isolates"):
         return None
     name = executor.get("name") or "an unnamed executor"
+    fix = ("run the Slurm bridge as root so that sbatch runs each job as its team's uid" if name == "slurm" else
+           "install Podman on the node so that its agent uses the container executor")
     return NodeProtocolError(
         f"node {node.name} runs jobs with {name}, which does not isolate tenants, and this portal requires "
-        "isolation (ROTA_REQUIRE_ISOLATION): install Podman on the node so that its agent uses the container "
-        "executor", status=409, field="executor")
+        f"isolation (ROTA_REQUIRE_ISOLATION): {fix}", status=409, field="executor")
 
 
 def node_register(*, node: Node, report: dict) -> dict:

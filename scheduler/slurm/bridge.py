@@ -79,6 +79,8 @@ class Bridge:
             return "not enrolled"
         try:
             report = node.register_report(self.models)
+            report["executor"] = (self.launcher.executor() if self.launcher else
+                                  {"name": "slurm", "isolates": False, "detail": "the bridge launches no jobs"})
         except InventoryError as error:
             self._once(node.name, str(error))
             return f"unusable: {error}"

@@ -79,10 +79,27 @@ def parse_squeue(text: str) -> dict[Key, SlurmJob]:
     return found
 
 
+def run_as(assignment: dict) -> tuple[int, int]:
+    """The team's uid and gid the job must run as (the assignment's ``run_as``); root is refused."""
+    who = assignment.get("run_as")
+    if not isinstance(who, dict):
+        raise LaunchError("run_as: the portal sent no team identity to run the job as")
+    ids = []
+    for name in ("uid", "gid"):
+        value = who.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
+            raise LaunchError(f"run_as.{name}: must be an integer from 1 to {2**31 - 1}")
+        ids.append(value)
+    return ids[0], ids[1]
+
+
 def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], output: str,
-                partition: str | None) -> list[str]:
+                partition: str | None, as_team: bool = False) -> list[str]:
     """``sbatch`` pinned to what Rota chose: the node, the GPUs' GRES type and count, CPUs, memory and time
-    limit, named by the attempt's comment. The script comes on stdin (``batch_script``)."""
+    limit, named by the attempt's comment, never requeued by Slurm (a node failure ends the attempt; Rota
+    requeues it as a new attempt, whatever the site's ``JobRequeue``). With ``as_team`` (a bridge running as
+    root) the job runs as its team's uid and gid (``--uid``/``--gid``; Slurm needs both to resolve on its
+    hosts) in ``/tmp``. The script comes on stdin (``batch_script``)."""
     counts: dict[str, int] = {}
     for gpu in assignment.get("gpus") or []:
         if float(gpu.get("share", 1.0)) < 1.0:
@@ -93,7 +110,11 @@ def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], outp
         counts[gres_type] = counts.get(gres_type, 0) + 1
     job_id, attempt = assignment["job_id"], assignment["attempt"]
     argv = ["sbatch", "--parsable", f"--job-name=rota-{job_id}", f"--nodelist={node}",
-            f"--comment={COMMENT.format(job_id=job_id, attempt=attempt)}", f"--output={output}", "--export=NONE"]
+            f"--comment={COMMENT.format(job_id=job_id, attempt=attempt)}", f"--output={output}", "--export=NONE",
+            "--no-requeue"]
+    if as_team:
+        uid, gid = run_as(assignment)
+        argv += [f"--uid={uid}", f"--gid={gid}", "--chdir=/tmp"]
     if partition:
         argv.append(f"--partition={partition}")
     if counts:

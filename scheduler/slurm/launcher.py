@@ -7,6 +7,8 @@ first), reports starts and ends as the agent's job events, ships the output, sto
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 from scheduler.agent.client import PortalClient, PortalRejected, PortalUnavailable
 from scheduler.agent.logship import ship_log
 from scheduler.slurm.commands import Slurm, SlurmError
-from scheduler.slurm.jobs import Key, LaunchError, SlurmJob, batch_script, end_event, sbatch_argv
+from scheduler.slurm.jobs import Key, LaunchError, SlurmJob, batch_script, end_event, run_as, sbatch_argv
 
 log = logging.getLogger(__name__)
 RESEND_S = 5.0  # the shortest wait before a kill is sent again
@@ -39,12 +41,21 @@ class Launcher:
     """Runs the assignments of the bridge's Slurm nodes in Slurm; one per bridge."""
 
     def __init__(self, slurm: Slurm, output_dir: Path, *, partition: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, as_team: bool | None = None) -> None:
         self.slurm = slurm
         self.output_dir = output_dir
         self.partition = partition
         self.clock = clock
+        # Only root may submit as another user: a bridge that is not root runs jobs as its own user, and says
+        # so in its executor (the portal refuses it where isolation is required).
+        self.as_team = os.geteuid() == 0 if as_team is None else as_team
         self.attempts: dict[Key, Attempt] = {}
+
+    def executor(self) -> dict:
+        """The register body's ``executor``: Slurm isolates tenants only when jobs run as their teams' uids."""
+        how = ("each job runs as its team's uid (sbatch --uid); images are not used" if self.as_team else
+               "jobs run as the bridge's own user: run the bridge as root")
+        return {"name": "slurm", "isolates": self.as_team, "runtime": "slurm", "detail": how}
 
     def output(self, key: Key) -> Path:
         return self.output_dir / f"rota-{key[0]}-{key[1]}.out"
@@ -107,8 +118,10 @@ class Launcher:
                 gres_types: dict[str, str]) -> None:
         try:
             argv = sbatch_argv(assignment, node=node, gres_types=gres_types, output=str(self.output(key)),
-                               partition=self.partition)
+                               partition=self.partition, as_team=self.as_team)
             script = batch_script(assignment)
+            if self.as_team:
+                self._own_output(key, *run_as(assignment))
         except LaunchError as error:
             self._end(client, key, attempt, {"attempt": key[1], "type": "start_failed", "message": str(error)})
             return
@@ -118,6 +131,26 @@ class Launcher:
             log.warning("sbatch of job %s attempt %s failed (retried next poll): %s", key[0], key[1], error)
             return
         log.info("job %s attempt %s is Slurm job %s on %s", key[0], key[1], attempt.slurm_id, node)
+
+    def _own_output(self, key: Key, uid: int, gid: int) -> None:
+        """The job's output file, made before the job by the bridge and given to the team's uid (mode 0600), as
+        Slurm opens it as the job's user: the output directory stays the bridge's, and one team cannot read
+        another's output."""
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            raise LaunchError(f"uid {uid} of the job's team is not a user on the bridge host: Slurm runs a job "
+                              "only as a user its hosts know (add the team's user, e.g. through LDAP)") from None
+        path = self.output(key)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                os.fchown(fd, uid, gid)
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise LaunchError(f"cannot give the output file {path} to uid {uid}: {error}") from None
 
     def _stop(self, job: SlurmJob, attempt: Attempt, grace_s: float) -> None:
         """The grace signal first (SIGTERM to every step, the batch shell included), the kill once the grace

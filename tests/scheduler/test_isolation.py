@@ -339,3 +339,18 @@ def test_a_requeued_attempt_keeps_no_failure_reason_of_the_last_one(alice, clust
     event(second_api, job, type="stopped", exit_code=143, signal=15)
     assert job.state == "pending" and job.attempt == 2
     assert (job.failure_reason, job.failure_message) == ("", "")
+
+
+SLURM_AS_TEAMS = {"name": "slurm", "isolates": True, "runtime": "slurm 22.05", "detail": "sbatch --uid"}
+
+
+def test_where_isolation_is_required_a_slurm_node_registers_only_when_its_jobs_run_as_team_uids(
+        cluster, node_client, settings):
+    settings.ROTA_REQUIRE_ISOLATION = True
+    node = Node.objects.get(name="node-h100")
+    response = register(node_client(), executor={**SLURM_AS_TEAMS, "isolates": False})
+    assert response.status_code == 409 and response.json()["field"] == "executor"
+    assert "run the Slurm bridge as root so that sbatch runs each job as its team's uid" in response.json()["detail"]
+    assert register(node_client(), executor=SLURM_AS_TEAMS).status_code == 200
+    node.refresh_from_db()
+    assert (node.executor, node.isolates_tenants) == ("slurm", True)

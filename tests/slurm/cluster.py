@@ -121,6 +121,7 @@ class SlurmCluster:
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={self._path('log', 'jobcomp.log')}",
             "ReturnToService=2",
+            "JobRequeue=0",  # as docs/slurm.md asks: Rota requeues, with a new attempt
             "MaxArraySize=100001",
             "MinJobAge=300",
             "KillWait=5",
@@ -204,10 +205,11 @@ class SlurmCluster:
         for daemon in DAEMONS:
             self.stop_daemon(daemon)
 
-    def restart_controller(self) -> None:
-        """Stop and start slurmctld (its state survives in StateSaveLocation)."""
+    def restart_controller(self, *, clear_state: bool = False) -> None:
+        """Stop and start slurmctld: its state survives in StateSaveLocation, unless ``clear_state`` (``-c``:
+        every job is forgotten, as after a lost state directory)."""
         self.stop_daemon("slurmctld")
-        self._run("slurmctld", ["slurmctld", "-f", str(self.conf)])
+        self._run("slurmctld", ["slurmctld", *(["-c"] if clear_state else []), "-f", str(self.conf)])
 
     # -- queries -----------------------------------------------------------------------------------------------
     def client(self, *argv: str, check: bool = True) -> str:

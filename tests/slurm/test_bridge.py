@@ -8,36 +8,21 @@ from pathlib import Path
 import pytest
 
 from scheduler.cycle import run_cycle
-from scheduler.models import Gpu, Job, Node, NodeToken, Pool
+from scheduler.models import Gpu, Job, Node
 from scheduler.services.jobs import job_submit
 from scheduler.services.nodes import node_set_state
 from scheduler.slurm.bridge import Bridge
 from scheduler.slurm.commands import Slurm
 from scheduler.slurm.inventory import GpuModelMap
 from tests.slurm.cluster import SlurmCluster
+from tests.slurm.conftest import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["h100=h100-80gb:81559"]
 
 
 def sinfo(slurm: SlurmCluster) -> str:
     """The node's state and reason; Slurm's "*" (not responding until the next ping) left out."""
     return slurm.client("sinfo", "-h", "-N", "-o", "%T|%E").strip().replace("*", "")
-
-
-@pytest.fixture
-def enrolled(transactional_db, cluster, slurm: SlurmCluster, tmp_path):
-    """The Slurm node enrolled as ``manage.py node_token issue slurm-gpu-01 --pool gpu --output …`` does:
-    a node in pool ``gpu`` (open to vision) with its token in the bridge's token directory."""
-    pool = Pool.objects.create(name=slurm.partition)
-    pool.teams.add(cluster["vision"])
-    Node.objects.filter(pk__in=[n.pk for n in cluster["nodes"]]).update(state=Node.DOWN)  # work goes to Slurm
-    node = Node.objects.create(name=slurm.node, pool=pool)
-    _, raw = NodeToken.issue(node)
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    (tokens / f"{slurm.node}.token").write_text(raw + "\n")
-    return node, tokens
 
 
 @pytest.fixture

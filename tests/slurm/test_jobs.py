@@ -15,7 +15,7 @@ def test_sbatch_is_pinned_to_the_node_gpus_cpus_memory_and_time_rota_chose():
     argv = sbatch_argv(ASSIGNMENT, node="n1", gres_types={"U0": "h100", "U1": "h100"}, output="/o/x.out",
                        partition="rota")
     assert argv == ["sbatch", "--parsable", "--job-name=rota-12", "--nodelist=n1", "--comment=rota-job=12:2",
-                    "--output=/o/x.out", "--export=NONE", "--partition=rota", "--gres=gpu:h100:2",
+                    "--output=/o/x.out", "--export=NONE", "--no-requeue", "--partition=rota", "--gres=gpu:h100:2",
                     "--cpus-per-task=4", "--mem=8192M", "--time=61"]
 
 

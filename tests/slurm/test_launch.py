@@ -2,39 +2,26 @@
 and output come back through the node API, and stops go through scancel with the grace signal first."""
 
 import json
+import os
 import time
 
-import pytest
-
 from scheduler.cycle import run_cycle
-from scheduler.models import Job, JobLog
+from scheduler.models import Job, JobLog, Node
 from scheduler.models.jobs import StopReason
 from scheduler.services.jobs import job_cancel, job_submit
 from scheduler.slurm.bridge import Bridge
-from scheduler.slurm.commands import Slurm
-from scheduler.slurm.inventory import GpuModelMap
-from scheduler.slurm.launcher import Launcher
-from tests.slurm.test_bridge import MODELS, enrolled  # noqa: F401  (the fixture)
-
-
-@pytest.fixture
-def make_bridge(enrolled, live_server, slurm, tmp_path):  # noqa: F811
-    """A new bridge each call, as after a restart: nothing in memory, the same Slurm and token directory."""
-    _, tokens = enrolled
-    output = tmp_path / "output"
-    output.mkdir()
-
-    def make() -> Bridge:
-        launcher = Launcher(Slurm(slurm.conf), output, partition=slurm.partition)
-        return Bridge(Slurm(slurm.conf), live_server.url, tokens, GpuModelMap.parse(MODELS), launcher=launcher)
-
-    return make
+from scheduler.slurm.commands import SlurmError
 
 
 def poll_until(bridge: Bridge, job: Job, states: tuple[str, ...], timeout: float = 40.0) -> Job:
+    """Poll as ``Bridge.run`` does (a pass that Slurm does not answer is skipped) until the job is in
+    ``states``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        bridge.poll()
+        try:
+            bridge.poll()
+        except SlurmError:
+            pass
         job.refresh_from_db()
         if job.state in states:
             return job
@@ -83,6 +70,38 @@ def test_a_job_runs_to_success_through_slurm_with_its_output_in_the_portal(make_
     assert (ran["memory_per_node"], ran["time_limit"]) == (2048, 30)
     assert list(job.transitions.values_list("to_state", flat=True)) == [
         "pending", "admitted", "starting", "running", "succeeded"]
+
+
+def test_the_job_runs_as_its_teams_uid_and_only_that_uid_owns_its_output(make_bridge, slurm, alice, cluster,
+                                                                           output_dir):
+    bridge = make_bridge()
+    bridge.poll()
+    uid = cluster["vision"].unix_id
+    job = poll_until(bridge, submitted(alice, "echo $(id -u):$(id -g)", gpus=1), ("succeeded", "failed"))
+    assert JobLog.objects.get(job=job, attempt=1).content == f"{uid}:{uid}\n"
+    output = os.stat(output_dir / f"rota-{job.pk}-1.out")
+    assert (output.st_uid, output.st_gid, output.st_mode & 0o777) == (uid, uid, 0o600)
+    assert slurm_jobs(slurm, job.pk)[0]["user_id"] == uid
+
+
+def test_a_root_bridge_isolates_tenants_and_one_that_cannot_submit_as_teams_is_refused_where_required(
+        make_bridge, slurm, settings):
+    settings.ROTA_REQUIRE_ISOLATION = True
+    not_root = make_bridge()
+    not_root.launcher.as_team = False  # what a bridge that is not root finds
+    assert not_root.poll()[slurm.node].startswith("rejected: ")
+    assert make_bridge().poll() == {slurm.node: "registered"}
+    node = Node.objects.get(name=slurm.node)
+    assert (node.executor, node.isolates_tenants, node.state) == ("slurm", True, Node.READY)
+
+
+def test_a_team_whose_uid_slurm_does_not_know_gets_its_job_refused_with_the_reason(make_bridge, alice, cluster):
+    bridge = make_bridge()
+    bridge.poll()
+    Team = type(cluster["vision"])
+    Team.objects.filter(pk=cluster["vision"].pk).update(unix_id=29_876)  # no such user on the host
+    job = poll_until(bridge, submitted(alice, "true", gpus=1), ("pending", "failed"))
+    assert "uid 29876 of the job's team is not a user on the bridge host" in job.transitions.last().cause
 
 
 def test_a_bridge_restarted_after_submitting_never_submits_the_job_twice(make_bridge, slurm, alice):
