@@ -381,6 +381,22 @@ def rate_card_create(
     return card
 
 
+def rate_card_add_price(*, gpu_model: GpuModel, price: Decimal, effective_from: datetime) -> RateCard:
+    """A new rate card version from ``effective_from``: the newest card's prices (and currency) and
+    ``gpu_model`` at ``price`` per GPU-hour. Earlier versions are never edited, so past charges stand."""
+    with transaction.atomic():
+        newest = RateCard.objects.select_for_update().order_by("-version").first()
+        card = RateCard.objects.create(
+            version=(newest.version + 1) if newest else 1, effective_from=effective_from,
+            currency=newest.currency if newest else "USD", name=newest.name if newest else "",
+            notes=f"adds {gpu_model.name}"[:300])
+        entries = [RateCardEntry(rate_card=card, gpu_model_id=e.gpu_model_id, price_per_gpu_hour=e.price_per_gpu_hour)
+                   for e in (newest.entries.exclude(gpu_model=gpu_model) if newest else [])]
+        entries.append(RateCardEntry(rate_card=card, gpu_model=gpu_model, price_per_gpu_hour=price))
+        RateCardEntry.objects.bulk_create(entries)
+    return card
+
+
 def rate_card_seed(*, effective_from: datetime, currency: str = "USD") -> tuple[RateCard, bool]:
     """Ensure a rate card exists pricing every GPU model (idempotent). Missing models are added to the
     newest card; returns (card, created)."""

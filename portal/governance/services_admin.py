@@ -5,10 +5,12 @@ deletes: a team, pool or model keeps its history and accounting."""
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from accounting.services import rate_card_add_price
 from portal.audit import audit_record
 from portal.governance.services import _require_admin, _require_reason, _wake_cycle, parent_guarantee_errors
 from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel, Pool
+from scheduler.services.common import db_now
 
 TEAM_FIELDS = ("name", "display_name", "parent")
 
@@ -60,17 +62,27 @@ def pool_create(*, user, name: str, description: str, teams: list[Team], reason:
 GPU_MODEL_FIELDS = ("name", "display_name", "vendor", "memory_mb", "is_mig_profile")
 
 
-def gpu_model_create(*, user, values: dict, reason: str) -> GpuModel:
-    """A new GPU model (quotas and prices attach to it; nodes report GPUs of it by name)."""
+def gpu_model_create(*, user, values: dict, reason: str, price=None) -> GpuModel:
+    """A new GPU model (quotas and prices attach to it; nodes report GPUs of it by name). With ``price`` (per
+    GPU-hour) a new rate card version prices it from now on, keeping every other model's price."""
     _require_admin(user)
     model = GpuModel(**{f: values[f] for f in GPU_MODEL_FIELDS if f in values})
     model.full_clean()
+    if price is not None and price < 0:
+        raise ValidationError({"price_per_gpu_hour": "must be 0 or more"})
     _require_reason(reason)
     with transaction.atomic():
         model.save()
         audit_record(actor=user, action="gpu_model.create", object_type="gpu_model", object_id=model.pk,
                      object_name=model.name, before=None, after={f: getattr(model, f) for f in GPU_MODEL_FIELDS},
                      reason=reason)
+        if price is not None:
+            card = rate_card_add_price(gpu_model=model, price=price, effective_from=db_now())
+            audit_record(actor=user, action="rate_card.create", object_type="rate_card", object_id=card.pk,
+                         object_name=f"v{card.version}", before=None,
+                         after={"version": card.version, "effective_from": card.effective_from.isoformat(),
+                                "gpu_model": model.name, "price_per_gpu_hour": str(price),
+                                "currency": card.currency}, reason=reason)
     return model
 
 

@@ -8,11 +8,14 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from accounting.rating import RateBook
+from accounting.selectors import rate_cards
 from portal.governance import services_admin, services_import
 from portal.governance.forms import ReasonMixin
 from portal.governance.views import _errors_onto, staff_only
 from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel
+from scheduler.services.common import db_now
 
 
 class TeamForm(ReasonMixin):
@@ -35,6 +38,10 @@ class GpuModelForm(ReasonMixin):
     vendor = forms.CharField(max_length=40, initial="nvidia")
     memory_mb = forms.IntegerField(min_value=1, max_value=10_000_000, label="Memory (MiB)")
     is_mig_profile = forms.BooleanField(required=False, label="A MIG profile (a slice of a GPU)")
+    price_per_gpu_hour = forms.DecimalField(
+        min_value=0, max_value=10**7, max_digits=12, decimal_places=4, required=False, label="Price per GPU-hour",
+        help_text="in the rate card's currency; a new rate card version prices it from now on (others keep "
+                  "their price). Left empty: the model is not charged until a rate card prices it.")
 
 
 def _save(request, form, call, done: str, target: str):
@@ -101,11 +108,14 @@ def gpu_models(request):
     form = GpuModelForm(request.POST or None)
     if request.method == "POST":
         done = _save(request, form, lambda d: services_admin.gpu_model_create(
-            user=request.user, values=d, reason=d["reason"]), "GPU model {name} created.", "govern-gpu-models")
+            user=request.user, values=d, reason=d["reason"], price=d.get("price_per_gpu_hour")),
+            "GPU model {name} created.", "govern-gpu-models")
         if done:
             return done
+    card = RateBook(rate_cards()).card_at(db_now())  # the prices in force now
+    rows = [(m, card.prices.get(m.name) if card else None) for m in GpuModel.objects.order_by("name")]
     return render(request, "governance/gpu_models.html",
-                  {"models": GpuModel.objects.order_by("name"), "form": form, "section": "gpu-models"},
+                  {"rows": rows, "currency": card.currency if card else "", "form": form, "section": "gpu-models"},
                   status=400 if form.errors else 200)
 
 

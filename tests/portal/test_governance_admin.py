@@ -2,13 +2,20 @@
 and a GPU model, adds a member, and the member submits to the new pool; every change is in the audit log.
 Team-admins manage their own team's members only; everyone else gets 404."""
 
+from datetime import timedelta
+from decimal import Decimal
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from accounting.models import RateCard
+from accounting.services import rate_card_create
 from portal.models import AuditEntry, Membership, Team
 from scheduler.cycle import run_cycle
 from scheduler.models import GpuModel, Pool, Quota
 from scheduler.services.jobs import job_submit
+from scheduler.services.quote import job_quote
 from tests.factories import GpuFactory, NodeFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,8 +35,16 @@ def test_a_platform_admin_builds_a_team_pool_model_and_member_in_the_portal(staf
     assert made.status_code == 302, made.content.decode()[:2000]
     speech = Team.objects.get(name="speech")
     assert speech.parent == research and "speech" in admin.get("/govern/teams/").content.decode()
+    rate_card_create(version=1, effective_from=timezone.now() - timedelta(days=1), currency="EUR",
+                     prices={"h100-80gb": Decimal("4.10"), "a100-40gb": Decimal("2.00")})
+    old_prices = {"h100-80gb": Decimal("4.10"), "a100-40gb": Decimal("2.00")}
     assert admin.post("/govern/gpu-models/", {"name": "l40s-48gb", "vendor": "nvidia", "memory_mb": "49152",
-                                              "reason": "new nodes"}).status_code == 302
+                                              "price_per_gpu_hour": "2.75", "reason": "new nodes"}).status_code == 302
+    # Its price is a new rate card version from now, every other model keeping its price.
+    card = RateCard.objects.order_by("-version").first()
+    prices = dict(card.entries.values_list("gpu_model__name", "price_per_gpu_hour"))
+    assert prices == {**old_prices, "l40s-48gb": Decimal("2.75")} and (card.version, card.currency) == (2, "EUR")
+    assert "2.7500" in admin.get("/govern/gpu-models/").content.decode()
     assert admin.post("/govern/pools/new/", {"name": "infer", "description": "L40S", "teams": [speech.pk],
                                              "reason": "for speech"}).status_code == 302
     pool, l40s = Pool.objects.get(name="infer"), GpuModel.objects.get(name="l40s-48gb")
@@ -45,7 +60,9 @@ def test_a_platform_admin_builds_a_team_pool_model_and_member_in_the_portal(staf
     job.refresh_from_db()
     assert job.state == "admitted" and job.allocations.get().node == node
     actions = set(AuditEntry.objects.values_list("action", flat=True))
-    assert {"team.create", "gpu_model.create", "pool.create", "membership.create"} <= actions
+    assert {"team.create", "gpu_model.create", "rate_card.create", "pool.create", "membership.create"} <= actions
+    assert job_quote(user=dana, name="next", command="true", pool="infer", gpu_model="l40s-48gb")["hourly_cost"] \
+        == Decimal("2.75")
     entry = AuditEntry.objects.get(action="team.create")
     assert entry.after == {"name": "speech", "display_name": "Speech", "parent": "research"}
     assert entry.actor_name == "root" and entry.reason == "new group"
@@ -78,3 +95,11 @@ def test_only_platform_admins_administer_and_team_admins_manage_their_own_member
     assert client.post("/teams/vision/members/", {"username": "erin", "role": "member"}).status_code == 302
     assert client.post("/teams/nlp/members/", {"username": "erin", "role": "member"}).status_code == 404
     assert list(Membership.objects.filter(user__username="erin").values_list("team__name", flat=True)) == ["vision"]
+
+
+def test_a_gpu_model_with_a_bad_price_is_refused_and_nothing_is_saved(staff, cluster):
+    answer = client_for(staff).post("/govern/gpu-models/", {"name": "l4-24gb", "vendor": "nvidia",
+                                                            "memory_mb": "24576", "price_per_gpu_hour": "-1",
+                                                            "reason": "new nodes"})
+    assert answer.status_code == 400 and "greater than or equal to 0" in answer.content.decode()
+    assert not GpuModel.objects.filter(name="l4-24gb").exists() and not RateCard.objects.exists()
