@@ -54,6 +54,20 @@ def _errors_onto(form, exc: ValidationError) -> None:
         form.add_error(field if field in form.fields else None, errors)
 
 
+def _save(request, form, call, done: str, target: str):
+    """Run ``call(cleaned)`` for a valid bound ``form``; redirect to ``target`` with ``done`` (formatted with
+    the cleaned fields), or return None (the errors are on the form)."""
+    if not form.is_valid():
+        return None
+    try:
+        call(form.cleaned_data)
+    except ValidationError as exc:
+        _errors_onto(form, exc)
+        return None
+    messages.success(request, done.format(**form.cleaned_data))
+    return redirect(target)
+
+
 @staff_only
 def index(request):
     return redirect("govern-quotas")

@@ -12,7 +12,7 @@ from accounting.rating import RateBook
 from accounting.selectors import rate_cards
 from portal.governance import services_admin, services_import
 from portal.governance.forms import ReasonMixin
-from portal.governance.views import _errors_onto, staff_only
+from portal.governance.views import _errors_onto, _save, staff_only
 from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel
 from scheduler.services.common import db_now
@@ -42,19 +42,6 @@ class GpuModelForm(ReasonMixin):
         min_value=0, max_value=10**7, max_digits=12, decimal_places=4, required=False, label="Price per GPU-hour",
         help_text="in the rate card's currency; a new rate card version prices it from now on (others keep "
                   "their price). Left empty: the model is not charged until a rate card prices it.")
-
-
-def _save(request, form, call, done: str, target: str):
-    """Run ``call(**cleaned)`` for a valid bound ``form``; redirect to ``target`` or return None (errors on it)."""
-    if not form.is_valid():
-        return None
-    try:
-        call(form.cleaned_data)
-    except ValidationError as exc:
-        _errors_onto(form, exc)
-        return None
-    messages.success(request, done.format(**form.cleaned_data))
-    return redirect(target)
 
 
 @staff_only

@@ -2,14 +2,12 @@
 ``scheduler.images``). Thin: parse, call one service, render."""
 
 from django.conf import settings
-from django.contrib import messages
-from django.core.exceptions import ValidationError
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
 from portal.governance import images as services
 from portal.governance.forms import KindImageForm, PoolImagesForm
-from portal.governance.views import _errors_onto, staff_only
+from portal.governance.views import _save, staff_only
 from scheduler.kinds import KINDS
 from scheduler.models import Pool
 from scheduler.services.runtime import kind_images
@@ -42,16 +40,10 @@ def kind_image(request, kind: str):
     if kind not in KINDS:
         return _page(request)
     form = KindImageForm(request.POST, prefix=f"kind-{kind}")
-    if not form.is_valid():
-        return _page(request, bound=form)
-    try:
-        services.kind_image_set(user=request.user, kind=kind, image=form.cleaned_data["image"],
-                                reason=form.cleaned_data["reason"])
-    except ValidationError as exc:
-        _errors_onto(form, exc)
-        return _page(request, bound=form)
-    messages.success(request, f"Default image of {kind} saved.")
-    return redirect("govern-images")
+    done = _save(request, form, lambda d: services.kind_image_set(
+        user=request.user, kind=kind, image=d["image"], reason=d["reason"]),
+        f"Default image of {kind} saved.", "govern-images")
+    return done if done is not None else _page(request, bound=form)
 
 
 @staff_only
@@ -59,13 +51,7 @@ def kind_image(request, kind: str):
 def pool_images(request, name: str):
     pool = get_object_or_404(Pool, name=name)
     form = PoolImagesForm(request.POST, prefix=f"pool-{pool.name}")
-    if not form.is_valid():
-        return _page(request, bound=form)
-    try:
-        services.pool_images_set(user=request.user, pool=pool, patterns=form.cleaned_data["allowed_images"],
-                                 reason=form.cleaned_data["reason"])
-    except ValidationError as exc:
-        _errors_onto(form, exc)
-        return _page(request, bound=form)
-    messages.success(request, f"Images allowed in pool {pool.name} saved.")
-    return redirect("govern-images")
+    done = _save(request, form, lambda d: services.pool_images_set(
+        user=request.user, pool=pool, patterns=d["allowed_images"], reason=d["reason"]),
+        f"Images allowed in pool {pool.name} saved.", "govern-images")
+    return done if done is not None else _page(request, bound=form)
