@@ -5,10 +5,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from portal.audit import audit_record
-from portal.governance.services import _require_admin, _require_reason, _wake_cycle
+from portal.governance.services import _require_admin, _require_reason
 from scheduler.images import MAX_PATTERNS, ImageError, image_allowed, image_parse, pattern_check
 from scheduler.kinds import KINDS
 from scheduler.models import KindImage, Pool
+from scheduler.services.jobs import wake_cycle
 
 
 def patterns_parse(text: str) -> list[str]:
@@ -47,7 +48,7 @@ def pool_images_set(*, user, pool: Pool, patterns: list[str], reason: str = "") 
         pool.save(update_fields=["allowed_images"])
         audit_record(actor=user, action="pool.images", object_type="pool", object_id=pool.pk, object_name=pool.name,
                      before={"allowed_images": before}, after={"allowed_images": patterns}, reason=reason)
-        _wake_cycle()
+        wake_cycle()
     return pool
 
 

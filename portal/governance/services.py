@@ -19,7 +19,7 @@ from scheduler.kinds import KINDS
 from scheduler.models import GpuModel, Job, Node, Pool, PriorityClass, Quota
 from scheduler.models.jobs import WAITING_STATES
 from scheduler.services.common import db_now
-from scheduler.services.jobs import job_hold, job_release
+from scheduler.services.jobs import job_hold, job_release, wake_cycle
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
 # The bounds keep every value inside its column: guaranteed and limit are numeric(9, 3) (below 10^6), weight is
@@ -392,13 +392,6 @@ def node_change_state(*, user, node: Node, state: str, reason: str) -> Node:
     return node
 
 
-def _wake_cycle() -> None:
-    """A scheduling cycle once the transaction commits (a hint: beat runs it anyway)."""
-    from scheduler.tasks import run_cycle
-
-    run_cycle.delay_on_commit()
-
-
 def _not_waiting(state: str) -> dict[str, str]:
     return {"state": f"only a pending or held job changes priority class; this one is {state}"}
 
@@ -423,7 +416,7 @@ def job_priority_class_set(*, user, job, priority_class: PriorityClass, reason: 
         audit_record(actor=user, action="job.priority-class", object_type="job", object_id=job.pk,
                      object_name=f"#{job.pk} {job.name}", before={"priority_class": before[0]},
                      after={"priority_class": priority_class.name}, reason=reason)
-        _wake_cycle()
+        wake_cycle()
     job.refresh_from_db()
     return job
 
@@ -481,7 +474,7 @@ def budget_set(*, user, team: Team, unit: str, values: dict, reason: str = "", i
         audit_record(actor=user, action="budget.create" if before is None else "budget.update",
                      object_type="budget", object_id=budget.pk, object_name=f"{team.name} {unit}", before=before,
                      after=after, reason=reason)
-    _wake_cycle()
+    wake_cycle()
     budget.refresh_from_db()
     return budget
 
@@ -497,7 +490,7 @@ def budget_delete(*, user, budget: Budget, reason: str) -> None:
         budget.delete()
         audit_record(actor=user, action="budget.delete", object_type="budget", object_id=pk,
                      object_name=f"{before['team']} {before['unit']}", before=before, after=None, reason=reason)
-    _wake_cycle()
+    wake_cycle()
 
 
 def parent_guarantee_errors(team: Team, parent: Team, *, name: str = "") -> list[str]:

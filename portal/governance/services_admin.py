@@ -7,10 +7,11 @@ from django.db import transaction
 
 from accounting.services import rate_card_add_price
 from portal.audit import audit_record
-from portal.governance.services import _require_admin, _require_reason, _wake_cycle, parent_guarantee_errors
+from portal.governance.services import _require_admin, _require_reason, parent_guarantee_errors
 from portal.models import SsoGroupRule, Team
 from scheduler.models import GpuModel, Pool
 from scheduler.services.common import db_now
+from scheduler.services.jobs import wake_cycle
 
 TEAM_FIELDS = ("name", "display_name", "parent")
 
@@ -40,7 +41,7 @@ def team_save(*, user, values: dict, reason: str, instance: Team | None = None) 
         team.save()
         audit_record(actor=user, action="team.create" if before is None else "team.update", object_type="team",
                      object_id=team.pk, object_name=team.name, before=before, after=after, reason=reason)
-    _wake_cycle()  # the tree is part of every snapshot
+    wake_cycle()  # the tree is part of every snapshot
     return team
 
 
