@@ -32,19 +32,29 @@ def budget_notify(now: datetime) -> list[int]:
     month = now.strftime("%Y-%m")
     prefs = [p for p in NotificationPreference.objects.filter(events__contains=[BUDGET_THRESHOLD])
              .select_related("user") if p.user.is_active]
+    members: dict[int, set[int]] = {}  # team -> its members, one query for every budget's team
+    for team_id, user_id in Membership.objects.filter(team_id__in=[b.team_id for b in budgets]).values_list(
+            "team_id", "user_id"):
+        members.setdefault(team_id, set()).add(user_id)
+    cost_teams: dict[int, set[int]] = {}  # person -> the teams whose costs they may see, read once each
+
+    def sees_costs(pref, team_id: int) -> bool:
+        if pref.user_id not in cost_teams:
+            cost_teams[pref.user_id] = set(cost_teams_for(pref.user).values_list("pk", flat=True))
+        return team_id in cost_teams[pref.user_id]
+
     made = []
     for budget in budgets:
         used = budget_used(budget, usage)
         threshold = passed_threshold(used, budget.amount, budget_thresholds(budget))
         if threshold is None:
             continue
-        members = set(Membership.objects.filter(team_id=budget.team_id).values_list("user_id", flat=True))
         unit = "GPU-hours" if budget.unit == Budget.GPU_HOURS else "in cost"
         message = (f"team {budget.team.name} has used {used:.2f} of its {budget.amount} {unit} budget this month "
                    f"({threshold} % or more)")
         prefix = f"budget:{budget.pk}:{month}:"
         for pref in prefs:
-            if pref.user_id not in members or not cost_teams_for(pref.user).filter(pk=budget.team_id).exists():
+            if pref.user_id not in members.get(budget.team_id, ()) or not sees_costs(pref, budget.team_id):
                 continue
             told = [int(k.rsplit(":", 1)[1]) for k in Notification.objects.filter(
                 user=pref.user, key__startswith=prefix).values_list("key", flat=True)]
