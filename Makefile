@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: dev serve test install lint format migrations-check check bench sim clean images
+.PHONY: dev serve test install system-packages lint format migrations-check check bench sim clean images
 
 $(VENV_STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv .venv
@@ -12,6 +12,11 @@ $(VENV_STAMP): requirements.txt requirements-dev.txt
 
 install: $(VENV_STAMP)
 
+# The Debian packages the suite starts for real (podman, runc, Slurm, MUNGE, chromium); installs only what is
+# missing (as root, or through sudo), so `make test` on a fresh machine needs nothing else but PostgreSQL and Redis.
+system-packages:
+	./scripts/system-packages.sh
+
 dev: install
 	./scripts/dev.sh
 
@@ -19,7 +24,7 @@ dev: install
 serve: install
 	./scripts/serve.sh
 
-test: install
+test: install system-packages
 	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
 
 images:  # the local container images (localhost/rota/busybox:1, localhost/rota/python:3.11)
