@@ -253,12 +253,19 @@ class Cluster:
 
     def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
         """Hold ``placements`` for ``job`` in the working copy, keeping the indexes in step."""
+        self._move(job, placements, -1.0)
+
+    def give_back(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
+        """Undo ``take(job, placements)`` (a discarded statement)."""
+        self._move(job, placements, 1.0)
+
+    def _move(self, job: JobInfo, placements: tuple[Placement, ...], sign: float) -> None:
         touched: dict[str, Node] = {}
         changed: list[tuple[Device, float]] = []
         for p in placements:
             dev = self.devices[p.gpu_id]
             changed.append((dev, dev.free))
-            dev.free -= p.share
+            dev.free += sign * p.share
             touched[dev.node.name] = dev.node
         for dev, old in changed:
             group = self.groups[(dev.node.pool, dev.model)]
@@ -272,7 +279,7 @@ class Cluster:
             for model in node.by_model:
                 self.rebucket(node, model)
             self.touch(node)
-        _charge_host(self, job, set(touched), sign=-1.0)
+        _charge_host(self, job, set(touched), sign=sign)
 
     def touch(self, node: Node) -> None:
         """Mark every group that holds ``node`` as changed (its ``version`` moves on)."""

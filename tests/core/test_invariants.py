@@ -240,7 +240,7 @@ def test_it_decides_the_same_whatever_the_input_order(world, salt):
 @given(worlds(), st.integers(10, 60))
 def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     """The walk's shortcut for look-alike waiting jobs is an optimisation only: same decisions, stats too."""
-    from scheduler.core.engine import Cycle
+    from scheduler.core.session import Session
 
     nodes, quotas, teams, policy, seed = world
     rng = random.Random(seed)
@@ -248,11 +248,11 @@ def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     snapshot = Snapshot(now=100.0, nodes=nodes, jobs=tuple(jobs), teams=teams, quotas=quotas,
                         priority_classes=CLASSES, policy=policy)
     fast = schedule(snapshot)
-    Cycle.reuse_waits = False
+    Session.reuse_waits = False
     try:
         slow = schedule(snapshot)
     finally:
-        Cycle.reuse_waits = True
+        Session.reuse_waits = True
     assert fast == slow
 
 
@@ -262,7 +262,7 @@ def test_reused_waits_change_no_decision_on_a_large_busy_cluster(policy, seed):
     devices, plans are made and reservations kept): decisions are those of the walk without any reuse of
     look-alike waits."""
     from scheduler.bench import build
-    from scheduler.core.engine import Cycle
+    from scheduler.core.session import Session
 
     snapshot = build(2000, 200, seed=seed, policy=policy)
     started = preempted = 0
@@ -270,11 +270,11 @@ def test_reused_waits_change_no_decision_on_a_large_busy_cluster(policy, seed):
         decisions = schedule(snapshot)
         started, preempted = started + len(decisions.starts), preempted + len(decisions.preemptions)
         assert check_invariants(snapshot, decisions) == []
-        Cycle.reuse_waits = False
+        Session.reuse_waits = False
         try:
             assert schedule(snapshot) == decisions
         finally:
-            Cycle.reuse_waits = True
+            Session.reuse_waits = True
         jobs = {j.id: j for j in snapshot.jobs}
         for job in snapshot.jobs:
             if job.terminating:  # gone from its node: requeued
