@@ -38,18 +38,15 @@ def schedule(snapshot: Snapshot, timer: Timer | None = None) -> Decisions:
     tick = timer or _no_timer
     snapshot = ranked(with_loans(snapshot))
     s = Session(snapshot)
-    try:
-        tick("index")
-        queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=sort_key(snapshot))
-        pairs = [(job, None if job.state == HELD else s.look_of(job)) for job in queue]
-        quota_plugin.plan_borrowing(s, (look for look in dict.fromkeys(look for _job, look in pairs) if look))
-        tick("order")
-        admit.run(s, pairs)  # admit, and for what waits: reclaim, preempt, backfill
-        tick("place")
-        pending = estimate.run(s)
-        tick("estimate")
-    finally:
-        s.close()
+    tick("index")
+    queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=sort_key(snapshot))
+    pairs = [(job, None if job.state == HELD else s.look_of(job)) for job in queue]
+    quota_plugin.plan_borrowing(s, (look for look in dict.fromkeys(look for _job, look in pairs) if look))
+    tick("order")
+    admit.run(s, pairs)  # admit, and for what waits: reclaim, preempt, backfill
+    tick("place")
+    pending = estimate.run(s)
+    tick("estimate")
     st = s.statement
     stats = dict(s.stats)
     stats["started"] = len(st.starts)

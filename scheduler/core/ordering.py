@@ -73,30 +73,16 @@ def ranked(snapshot: Snapshot) -> Snapshot:
         return snapshot
     if list(thresholds) != sorted(thresholds):
         raise ValueError(f"las_thresholds_gpu_s must ascend, got {thresholds}")
-    global _last_ranked
     levels = len(thresholds) + 1
-    key, previous = _last_ranked
-    if key != thresholds:
-        previous = {}
-    seen: dict[int, tuple[JobInfo, JobInfo]] = {}
     jobs = []
     for j in snapshot.jobs:
-        hit = previous.get(id(j))
-        if hit is None or hit[0] is not j:
-            rank = j.priority * levels + levels - 1 - las_level(j.attained_gpu_s, thresholds)
-            values = list(_job_values(j))
-            values[_PRIORITY_AT] = rank
-            hit = (j, JobInfo(*values))
-        seen[id(j)] = hit
-        jobs.append(hit[1])
-    # Job infos are immutable, so the ranked copy of the same object stays right: the invariant check of
-    # the same snapshot, and the simulator's next cycle (it keeps waiting jobs' infos), reuse them.
-    _last_ranked = (thresholds, seen)
+        rank = j.priority * levels + levels - 1 - las_level(j.attained_gpu_s, thresholds)
+        values = list(_job_values(j))
+        values[_PRIORITY_AT] = rank
+        jobs.append(JobInfo(*values))
     return replace(snapshot, jobs=tuple(jobs))
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(JobInfo))
 _job_values = attrgetter(*_JOB_FIELDS)
 _PRIORITY_AT = _JOB_FIELDS.index("priority")
-# The last call's ranked jobs, by id() of the original (kept alive by the entry, so ids are not reused).
-_last_ranked: tuple[tuple[float, ...], dict[int, tuple[JobInfo, JobInfo]]] = ((), {})

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Held
-from scheduler.core.kept import KeptForNext
 from scheduler.core.types import QuotaInfo, Reason, Snapshot
 
 QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "any pool")
@@ -24,10 +23,9 @@ class QuotaBook:
     """Rows, usage and limit checks. ``used`` counts running jobs plus this cycle's starts."""
 
     def __init__(self, snapshot: Snapshot, held: Iterable[Held]):
-        # Rows, the team tree and per (team, model) sums of guarantees, never-lent parts and weights: the
-        # same for every cycle over the same quotas and teams, so shared with the last such cycle (read only).
+        # Rows, the team tree and per (team, model) sums of guarantees, never-lent parts and weights.
         (self.rows, self.ancestors, self.models_of_team, self.guaranteed, self.non_lendable,
-         self.weight) = _static(snapshot.quotas, snapshot.teams)
+         self.weight) = _rows_and_sums(snapshot.quotas, snapshot.teams)
         self.used: dict[QuotaKey, float] = defaultdict(float)
         self.version: dict[str, int] = defaultdict(int)  # per model: bumped on every charge of it
         self.charges = 0  # bumped on every charge (of any model)
@@ -225,12 +223,9 @@ class QuotaBook:
         return self.row(team, model, pool) is not None, tuple(rows)
 
 
-def _static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
-    """``QuotaBook``'s read-only part for these quotas and teams (kept for the next call with the same)."""
-    return _KEPT.get((quotas, teams), lambda: _build_static(quotas, teams))
-
-
-def _build_static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
+def _rows_and_sums(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
+    """``QuotaBook``'s read-only part: rows by (team, model, pool), ancestors, and per (team, model) the
+    models of each team, guarantees, never-lent parts and weights."""
     rows: dict[QuotaKey, QuotaInfo] = {}
     for q in quotas:
         rows[(q.team, q.gpu_model, q.pool)] = q
@@ -245,11 +240,8 @@ def _build_static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
         guaranteed[(team, model)] += max(q.guaranteed, 0.0)
         non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
         weight[(team, model)] = max(weight.get((team, model), 0.0), q.weight)
-    # Plain dicts from here on: readers use .get, and nothing may add keys to a shared part.
+    # Plain dicts from here on: readers use .get, and a look-up of a missing key must not add it.
     return rows, ancestors, dict(models_of_team), dict(guaranteed), dict(non_lendable), weight
-
-
-_KEPT: KeptForNext[tuple] = KeptForNext()
 
 
 def _ancestors(name: str, parent: dict[str, str | None]) -> tuple[str, ...]:

@@ -110,10 +110,6 @@ class Session:
         self.victim_index: VictimIndex | None = None  # actions.preempt builds it on first use (victims.VictimIndex)
         self.statement = Statement(self)
 
-    def close(self) -> None:
-        """The cycle is over (see ``Cluster.close``)."""
-        self.cluster.close()
-
     # -- per-job look-ups ----------------------------------------------------------------------------
 
     def request(self, job: JobInfo) -> Request:

@@ -9,6 +9,9 @@ use released devices (else it fits now, or not at all).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Group, Node
 from scheduler.core.feasibility import shape_text
@@ -16,7 +19,7 @@ from scheduler.core.placement import Request, best_node, fits_host, part_sizes
 from scheduler.core.session import Session
 from scheduler.core.types import JobInfo, Placement
 
-_NO_SHARES: dict[int, float] = {}  # read only: a node without stopping jobs
+_NO_SHARES: Mapping[int, float] = MappingProxyType({})  # a node without stopping jobs
 
 
 def claim(s: Session, job: JobInfo, req: Request, group: Group) -> bool:
