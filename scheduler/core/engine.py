@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from scheduler.core.actions import admit, estimate
 from scheduler.core.loans import with_loans
-from scheduler.core.ordering import ranked, sort_key
+from scheduler.core.plugins import priority
 from scheduler.core.plugins import quota as quota_plugin
 from scheduler.core.session import Session
 from scheduler.core.types import HELD, PENDING, Decisions, Snapshot
@@ -36,10 +36,10 @@ def schedule(snapshot: Snapshot, timer: Timer | None = None) -> Decisions:
     with a phase name as each phase ends (the core reads no clock; callers measure).
     """
     tick = timer or _no_timer
-    snapshot = ranked(with_loans(snapshot))
+    snapshot = priority.ranked(with_loans(snapshot))
     s = Session(snapshot)
     tick("index")
-    queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=sort_key(snapshot))
+    queue = sorted((j for j in snapshot.jobs if j.state == PENDING or j.state == HELD), key=priority.order(snapshot))
     pairs = [(job, None if job.state == HELD else s.look_of(job)) for job in queue]
     quota_plugin.plan_borrowing(s, (look for look in dict.fromkeys(look for _job, look in pairs) if look))
     tick("order")

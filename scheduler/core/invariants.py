@@ -13,7 +13,7 @@ from operator import attrgetter
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
 from scheduler.core.loans import with_loans
-from scheduler.core.ordering import ranked
+from scheduler.core.plugins.priority import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
 EPS = 1e-6

@@ -16,6 +16,8 @@ from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Held
 from scheduler.core.types import QuotaInfo, Reason, Snapshot
 
+_reason = R.reasoner("quota")  # reasons of the quota plugin
+
 QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "any pool")
 
 
@@ -135,7 +137,7 @@ class QuotaBook:
             np_used = self.non_preemptible.get((team, model), 0.0)
             if np_used + amount > g + EPS:
                 never = amount > g + EPS  # larger than the whole guarantee: waiting cannot help
-                return R.reason(
+                return _reason(
                     R.NON_PREEMPTIBLE_OVER_QUOTA,
                     f"team {team} runs {R.fmt_gpus(np_used)} non-preemptible {model} of its "
                     f"{R.fmt_gpus(g)} guaranteed; job needs {R.fmt_gpus(amount)} (non-preemptible work must "
@@ -148,7 +150,7 @@ class QuotaBook:
         if after <= EPS:
             return None
         if not borrowing:
-            return R.reason(
+            return _reason(
                 R.QUOTA_EXCEEDED,
                 f"team {team} holds {R.fmt_gpus(used)}/{R.fmt_gpus(g)} {model} (guaranteed {R.fmt_gpus(g)}, "
                 f"borrowing off); job needs {R.fmt_gpus(amount)}",
@@ -156,7 +158,7 @@ class QuotaBook:
         if nl_teams:
             reserved = self.reserved_for_others(team, model, nl_teams)
             if reserved > 0 and free_of_model - amount < reserved - EPS:
-                return R.reason(
+                return _reason(
                     R.RESOURCES,
                     f"{R.fmt_gpus(free_of_model)} {model} are idle but {R.fmt_gpus(reserved)} are kept for "
                     f"their owners (never lent); job needs {R.fmt_gpus(amount)} above team {team}'s guarantee",
@@ -167,7 +169,7 @@ class QuotaBook:
             # it must leave idle what they lack to reach their own (whole-GPU) shares.
             unmet = self.unmet_total[model] - self.unmet_term.get((team, model), 0.0)
             if free_of_model - amount < unmet - EPS:
-                return R.reason(
+                return _reason(
                     R.OVER_LIMIT,
                     f"team {team} would borrow {R.fmt_gpus(after)} {model} above its guarantee; its weighted "
                     f"share of {R.fmt_gpus(self.borrowable.get(model, 0.0))} borrowable is {R.fmt_gpus(cap)} "
@@ -187,7 +189,7 @@ class QuotaBook:
         if limits is None:
             limits = self._limits[(team, model, pool)] = self._limit_rows(team, model, pool)
         if not limits[0]:
-            return R.reason(
+            return _reason(
                 R.QUOTA_EXCEEDED,
                 f"team {team} has no quota for {model} (limit 0); job needs {R.fmt_gpus(amount)}",
                 team=team, gpu_model=model, in_use=0, limit=0, requested=R.num(amount),
@@ -201,7 +203,7 @@ class QuotaBook:
                 who = f"team {t}" if t == team else f"parent team {t} of {team}"
                 where = f" in pool {scope}" if scope else ""
                 never = "; more than the limit: it cannot start unless the limit is raised" if amount > cap else ""
-                return R.reason(
+                return _reason(
                     code,
                     f"{who} holds {R.fmt_gpus(in_use)}/{R.fmt_gpus(row.limit)} {model}{where} "
                     f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}{never}",

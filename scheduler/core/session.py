@@ -26,6 +26,8 @@ from scheduler.core.timeline import Timeline
 from scheduler.core.types import JobInfo, Snapshot
 from scheduler.core.victim_index import VictimIndex
 
+_reason = R.reasoner("placement")  # reasons of the placement plugin
+
 
 class Look:
     """What every waiting job that looks alike to the walk (see ``LOOK``) shares: its team, request,
@@ -104,7 +106,6 @@ class Session:
                     self.quota.release(h.job.team, model, amount)
         # Reclaim serves only guaranteed work the walk admits ahead of borrowing (see actions.reclaim).
         self.reclaim_open = True
-        self.spread = self.policy.placement == "spread"
         self.stats: dict[str, int] = defaultdict(int)
         self.memo = Memo()
         self.victim_index: VictimIndex | None = None  # actions.preempt builds it on first use (victims.VictimIndex)
@@ -137,7 +138,7 @@ class Session:
     def _look(self, job: JobInfo) -> Look:
         req = self.request(job)
         if req.gpus <= 0:
-            return Look(job, req, Feasibility((), R.reason(R.UNSATISFIABLE, "the job requests no GPUs",
+            return Look(job, req, Feasibility((), _reason(R.UNSATISFIABLE, "the job requests no GPUs",
                                                            constraint="gpus", requested=job.gpus)), 0.0)
         return Look(job, req, self.feasibility(job, req), req.amount)
 
@@ -149,12 +150,12 @@ class Session:
         pools: tuple[str, ...] | None
         if job.pool is not None:
             if allowed is not None and job.pool not in allowed:
-                return Feasibility((), R.reason(
+                return Feasibility((), _reason(
                     R.NO_MATCHING_POOL,
                     f"team {job.team} may not use pool {job.pool} (allowed: {', '.join(sorted(allowed))})",
                     team=job.team, pool=job.pool, allowed=sorted(allowed)))
             if job.pool not in self.pools:
-                return Feasibility((), R.reason(R.NO_MATCHING_POOL, f"no pool named {job.pool} has nodes",
+                return Feasibility((), _reason(R.NO_MATCHING_POOL, f"no pool named {job.pool} has nodes",
                                                 pool=job.pool))
             pools = (job.pool,)
         else:
@@ -162,13 +163,13 @@ class Session:
             if pools is None:
                 pools = memo.pools_of[job.team] = tuple(p for p in self.pools if allowed is None or p in allowed)
             if not pools:
-                return Feasibility((), R.reason(
+                return Feasibility((), _reason(
                     R.NO_MATCHING_POOL, f"team {job.team} may not use any pool that has nodes",
                     team=job.team, allowed=sorted(allowed or ())))
         if job.image_pools is not None:  # only pools whose allow-list admits the job's image
             admitting = tuple(p for p in pools if p in job.image_pools)
             if not admitting:
-                return Feasibility((), R.reason(
+                return Feasibility((), _reason(
                     R.IMAGE_NOT_ALLOWED, f"image {job.image} is not allowed in pool(s) {', '.join(pools)}: a "
                     "platform admin sets the images each pool allows", image=job.image, pools=list(pools)))
             pools = admitting

@@ -19,6 +19,8 @@ from scheduler.core.placement import Request, best_node, fits_host, part_sizes
 from scheduler.core.session import Session
 from scheduler.core.types import JobInfo, Placement
 
+_reason = R.reasoner("preempt")  # reasons of the preempt action
+
 _NO_SHARES: Mapping[int, float] = MappingProxyType({})  # a node without stopping jobs
 
 
@@ -98,7 +100,7 @@ def _claim(s: Session, job: JobInfo, req: Request, group: Group) -> bool:
         st.claim(name, ok)
     st.hold(job, group, req, tuple(idle), s.now)
     names = ", ".join(name for name, _ok in chosen)
-    st.wait(job, R.reason(
+    st.wait(job, _reason(
         R.PREEMPTING, f"waits for stopping jobs to release {shape_text(req)} of {group.model} on {names}",
         node=chosen[0][0], nodes=[name for name, _ok in chosen], gpu_model=group.model), group, req)
     return True

@@ -22,12 +22,13 @@ from scheduler.core.actions import backfill, preempt, reclaim
 from scheduler.core.cluster import Group
 from scheduler.core.feasibility import Feasibility
 from scheduler.core.placement import Request
+from scheduler.core.plugins import kinds, priority
 from scheduler.core.plugins import quota as quota_plugin
 from scheduler.core.session import Look, Session
 from scheduler.core.types import HELD, JobInfo, Reason
 
 Pairs = list[tuple[JobInfo, "Look | None"]]
-HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released")
+HELD_REASON = R.reason(R.HELD, "held: the scheduler skips this job until it is released", plugin="admit")
 
 
 def run(s: Session, pairs: Pairs) -> None:
@@ -105,7 +106,7 @@ def try_job(s: Session, job: JobInfo, look: Look | None = None) -> tuple | None:
     stats = s.stats
     searches, full = stats.get("placement_searches", 0), len(s.memo.full)
     waits, starts = len(st.waiting), len(st.starts)
-    walk(s, job, look.req, look.feas, look.amount, s.spread or job.kind == "inference", end)
+    walk(s, job, look.req, look.feas, look.amount, kinds.spreads(s.policy, job), end)
     st.commit()
     if (s.reuse_waits and len(st.waiting) == waits + 1 and len(st.starts) == starts
             and s.state(groups) == state):
@@ -174,7 +175,7 @@ def walk(s: Session, job: JobInfo, req: Request, feas: Feasibility, amount: floa
             continue
         st.start(job, group, placements, amount, end)
         return
-    if s.policy.preemption and preempt.may_preempt(s, job) and preempt.run(s, job, req, feas.groups, allowed):
+    if s.policy.preemption and priority.may_preempt(job, s.classes) and preempt.run(s, job, req, feas.groups, allowed):
         return
     if first_ok is None:
         st.wait(job, refused_everywhere(refusals))

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from scheduler.core import reasons as R
 from scheduler.core.actions import reclaim
-from scheduler.core.actions.preempt import may_preempt
 from scheduler.core.cluster import EPS, Group, Node
-from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request
-from scheduler.core.placement import place as find_devices
+from scheduler.core.plugins import placement, priority
 from scheduler.core.session import Look, Session
 from scheduler.core.timeline import Reservation
 from scheduler.core.types import JobInfo, Placement, Reason
+
+_reason = R.reasoner("priority")  # reasons of the priority plugin
 
 
 def block(s: Session, job: JobInfo, req: Request, group: Group) -> None:
@@ -33,7 +33,8 @@ def block(s: Session, job: JobInfo, req: Request, group: Group) -> None:
         if res is not None:
             res.borrowing = not s.quota.within_guarantee(job.team, group.model, req.amount)
             st.reserve(gkey, res)
-    if s.reclaim_open and s.policy.reclaim and s.policy.borrowing and s.policy.preemption and may_preempt(s, job):
+    if s.reclaim_open and s.policy.reclaim and s.policy.borrowing and s.policy.preemption \
+            and priority.may_preempt(job, s.classes):
         waiting = reclaim.wait_reason(s, job, req, group)
         if waiting is not None:
             st.wait(job, waiting)
@@ -41,7 +42,7 @@ def block(s: Session, job: JobInfo, req: Request, group: Group) -> None:
     key = (id(group), id(req))
     hit = s.memo.waits.get(key)
     if hit is None or hit[0] != group.version:
-        hit = s.memo.waits[key] = (group.version, wait_reason(req, group))
+        hit = s.memo.waits[key] = (group.version, placement.waiting(req, group))
     st.wait(job, hit[1], group, req)
 
 
@@ -82,7 +83,7 @@ def place(s: Session, group: Group, req: Request, spread: bool, vetoed: bool) ->
     hit = s.memo.placed.get(key)
     if hit is not None and hit[0] == group.version:
         return hit[1]
-    placements = find_devices(s.cluster, group, req, spread, (lambda node, taken: _veto(s, node, taken))
+    placements = placement.place(s.cluster, group, req, spread, (lambda node, taken: _veto(s, node, taken))
                               if vetoed else None)
     s.memo.placed[key] = (group.version, placements)
     return placements
@@ -99,7 +100,7 @@ def behind_reason(s: Session, group: Group, gkey: tuple[str, str]) -> Reason:
     reason = s.memo.priority_reasons.get(gkey)
     if reason is None:
         first = s.statement.blocked_by[gkey]
-        reason = s.memo.priority_reasons[gkey] = R.reason(
+        reason = s.memo.priority_reasons[gkey] = _reason(
             R.PRIORITY, f"waits behind job {first} for {group.model} in pool {group.pool} "
             "(strict queue order, no backfill)", blocked_by=first, gpu_model=group.model)
     return reason
@@ -109,38 +110,9 @@ def reserved_reason(s: Session, group: Group, res: Reservation) -> Reason:
     """Backfill: the free devices are reserved for the group's first blocked job."""
     reason = s.memo.priority_reasons.get(id(res))
     if reason is None:
-        reason = s.memo.priority_reasons[id(res)] = R.reason(
+        reason = s.memo.priority_reasons[id(res)] = _reason(
             R.PRIORITY,
             f"free {group.model} GPUs in pool {group.pool} are reserved for job {res.job_id}, "
             f"which starts in {R.fmt_duration(res.start - s.now)}; this job would run past that",
             reserved_for=res.job_id, reserved_start=res.start, gpu_model=group.model)
     return reason
-
-
-def wait_reason(req: Request, group: Group) -> Reason:
-    """Why a job that fits nowhere waits: an incomplete gang, or not enough free devices."""
-    if req.nodes and req.nodes > 1:
-        ready = sum(len(b) for k, b in enumerate(group.buckets) if k >= req.gpus // req.nodes)
-        if ready:
-            return R.reason(
-                R.GANG_INCOMPLETE,
-                f"gang of {shape_text(req)} of {group.model}: only {ready} of {req.nodes} nodes have "
-                f"{req.gpus // req.nodes} free GPUs in pool {group.pool}",
-                gpu_model=group.model, pool=group.pool, nodes_ready=ready, nodes=req.nodes)
-    if req.fraction is not None:  # what counts is the largest free share of one device
-        largest = 1.0 if group.max_free() else max((free for free, _gpu in group.partial), default=0.0)
-        return R.reason(
-            R.RESOURCES,
-            f"needs {shape_text(req)} of {group.model} in pool {group.pool}; the largest free share of a "
-            f"device is {R.fmt_gpus(largest)}",
-            gpu_model=group.model, pool=group.pool, requested=R.num(req.amount),
-            largest_free_share=R.num(largest))
-    most = group.max_free()
-    total = group.total_free()
-    return R.reason(
-        R.RESOURCES,
-        f"needs {shape_text(req)} of {group.model} in pool {group.pool}; "
-        f"the freest node has {most} free ({total} free in the pool)",
-        gpu_model=group.model, pool=group.pool, requested=R.num(req.amount), most_free_on_a_node=most,
-        free_in_pool=total,
-    )

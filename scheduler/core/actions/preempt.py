@@ -23,14 +23,6 @@ from scheduler.core.types import JobInfo, Placement, Preemption
 from scheduler.core.victim_index import VictimIndex
 
 
-def may_preempt(s: Session, job: JobInfo) -> bool:
-    """Whether ``job`` may preempt at all (its own flag and its priority class's)."""
-    if not job.may_preempt:
-        return False
-    cls = s.classes.get(job.priority_class)
-    return cls is None or cls.may_preempt
-
-
 def run(s: Session, job: JobInfo, req: Request, groups: tuple[Group, ...], allowed: list[Group]) -> bool:
     """Claim devices of stopping jobs, or plan new preemptions; True when the job now waits for them.
 
@@ -140,4 +132,6 @@ def _commit(s: Session, job: JobInfo, req: Request, group: Group, plan: Plan) ->
         R.PREEMPTING,
         f"preempting {len(ids)} job(s) ({whose}) to free {shape_text(req)} of "
         f"{group.model}; starts after their grace period ({grace:g} s)",
-        victims=own, victims_of_other_teams=others, gpu_model=group.model, grace_period_s=grace), group, req)
+        victims=own, victims_of_other_teams=others, gpu_model=group.model, grace_period_s=grace,
+        plugin="+".join(sorted({"quota" if rule == RECLAIM else "priority" for _rec, rule in plan.victims}))),
+        group, req)

@@ -23,6 +23,8 @@ from scheduler.core.preemption import reclaimable_at
 from scheduler.core.session import Session
 from scheduler.core.types import JobInfo, Reason
 
+_reason = R.reasoner("quota")  # reasons of the quota plugin
+
 
 @contextmanager
 def closed(s: Session) -> Iterator[None]:
@@ -47,7 +49,7 @@ def wait_reason(s: Session, job: JobInfo, req: Request, group: Group) -> Reason 
     for (at, _jid), rec in _young_in(s, model, group.pool):
         team = rec.job.team
         if team != job.team and rec.job.id not in taken and quota.lendable(team, model) > EPS:
-            return R.reason(
+            return _reason(
                 R.WAITING_FOR_RECLAIM,
                 f"team {job.team} holds {R.fmt_gpus(used)} of its {R.fmt_gpus(guaranteed)} guaranteed {model}; "
                 f"borrowed GPUs in pool {group.pool} can be reclaimed in {R.fmt_duration(at - s.now)}, "

@@ -1,6 +1,15 @@
-"""Queue order: priority first (higher ``priority`` value first), then the policy's order inside a
-priority: arrival (fifo), the team's decayed usage relative to its entitlement, then arrival (fairshare),
-or least attained service, then arrival (las). Job id breaks every remaining tie, so order is total.
+"""Priority plugin: the queue's order, and who may preempt whom by priority.
+
+Order: higher ``priority`` first, then the policy's order inside a priority: arrival (fifo), the team's
+decayed usage relative to its entitlement, then arrival (fairshare, see ``plugins.fairshare``), or least
+attained service, then arrival (las). Job id breaks every remaining tie, so order is total. With
+discretized LAS (the policy's ``las_thresholds_gpu_s``) each job's priority becomes its rank: priority
+first, then service level (fewer passed thresholds rank higher), so order, victim choice and the
+preemption rules compare ranks.
+
+Victims: a job may preempt when it and its priority class allow it; its victims by priority are
+preemptible jobs of lower priority of its own team (of any team when the policy's preemption scope is the
+cluster), past their class's minimum runtime (``victim_index`` keeps them in preference order).
 """
 
 from __future__ import annotations
@@ -10,40 +19,14 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from operator import attrgetter
 
-from scheduler.core.types import JobInfo, Snapshot
+from scheduler.core.plugins.fairshare import fair_share_factors
+from scheduler.core.types import JobInfo, PriorityClassInfo, Snapshot
 
+NAME = "priority"
 SortKey = Callable[[JobInfo], tuple]
 
 
-def entitlements(snapshot: Snapshot) -> dict[str, float]:
-    """Each team's entitlement: the sum of its guaranteed GPUs, else the sum of its quota weights."""
-    guaranteed: dict[str, float] = {}
-    weight: dict[str, float] = {}
-    for q in snapshot.quotas:
-        guaranteed[q.team] = guaranteed.get(q.team, 0.0) + max(q.guaranteed, 0.0)
-        weight[q.team] = weight.get(q.team, 0.0) + max(q.weight, 0.0)
-    out = {}
-    for team in set(guaranteed) | set(weight):
-        out[team] = guaranteed.get(team, 0.0) or weight.get(team, 0.0)
-    return out
-
-
-def fair_share_factors(snapshot: Snapshot) -> dict[str, float]:
-    """Decayed usage (GPU-seconds, from ``snapshot.usage``) divided by entitlement; lower runs first.
-
-    A team without entitlement but with usage sorts after every entitled team of equal usage. Teams with
-    neither are left out: their factor is 0, the sort key's default.
-    """
-    ent = entitlements(snapshot)
-    out = {}
-    for team in set(ent) | set(snapshot.usage):
-        usage = max(float(snapshot.usage.get(team, 0.0)), 0.0)
-        e = ent.get(team, 0.0)
-        out[team] = usage / e if e > 0 else (usage * 1e6 if usage else 0.0)
-    return out
-
-
-def sort_key(snapshot: Snapshot) -> SortKey:
+def order(snapshot: Snapshot) -> SortKey:
     """The queue-order key for ``snapshot.policy``."""
     ordering = snapshot.policy.ordering
     if ordering == "fairshare":
@@ -64,9 +47,8 @@ def las_level(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
 
 
 def ranked(snapshot: Snapshot) -> Snapshot:
-    """The snapshot the engine schedules: with discretized LAS, each job's ``priority`` becomes its rank,
-    priority first, then service level (fewer passed thresholds rank higher), so queue order, victim
-    choice and the preemption rules compare ranks. Otherwise ``snapshot`` itself."""
+    """The snapshot the engine schedules: with discretized LAS, each job's ``priority`` becomes its rank
+    (see the module docstring). Otherwise ``snapshot`` itself."""
     policy = snapshot.policy
     thresholds = policy.las_thresholds_gpu_s
     if policy.ordering != "las" or not thresholds:
@@ -81,6 +63,14 @@ def ranked(snapshot: Snapshot) -> Snapshot:
         values[_PRIORITY_AT] = rank
         jobs.append(JobInfo(*values))
     return replace(snapshot, jobs=tuple(jobs))
+
+
+def may_preempt(job: JobInfo, classes: dict[str, PriorityClassInfo]) -> bool:
+    """Whether ``job`` may preempt at all (its own flag and its priority class's)."""
+    if not job.may_preempt:
+        return False
+    cls = classes.get(job.priority_class)
+    return cls is None or cls.may_preempt
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(JobInfo))
