@@ -3,7 +3,7 @@
 Like Volcano's ``framework/statement.go``: an action does not change the cluster or the quota itself; it
 asks the statement to ``start`` a job on devices, ``evict`` a victim, ``hold`` devices for a job that waits
 for its victims, ``claim`` devices of stopping jobs, ``reserve`` a group for a blocked job (backfill) or
-``block`` a group (strict order), and records why a job ``wait``\\ s. Each operation applies at once (the
+``block`` a group (strict order), and records why a job waits (``wait``). Each operation applies at once (the
 next job sees it) and notes how to undo itself; ``commit`` makes what was done since the last commit final,
 ``discard`` undoes it in reverse order. What the cycle decided is read from here at the end: ``starts``,
 ``preemptions``, ``waiting`` (in walk order) and the estimates' inputs.
