@@ -55,6 +55,6 @@ def test_a_preemption_by_priority_names_the_priority_plugin_and_the_priorities()
     high = JobInfo(2, "a", gpus=2, priority=800, priority_class="interactive")
     d = schedule(snap([n], [low, high], [quota("a", guaranteed=2, limit=2)]))
     (pre,) = d.preemptions
-    assert pre.reason == "Priority" and "priority 800 > 100" in pre.message
+    assert pre.reason == "Priority" and "(priority 800 > 100; priority plugin)" in pre.message
     (info,) = d.pending
     assert info.reason.code == R.PREEMPTING and info.reason.details["plugin"] == "priority"

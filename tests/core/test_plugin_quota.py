@@ -71,5 +71,6 @@ def test_a_reclaim_names_the_quota_plugin_and_the_borrowed_gpus():
                       now=5000.0))
     (pre,) = d.preemptions
     assert pre.reason == "Reclaim" and "borrows 4 above its guarantee" in pre.message
+    assert "(quota plugin: team a holds 0 of its 4 guaranteed and needs 4)" in pre.message
     (info,) = d.pending
     assert info.reason.details["plugin"] == "quota"

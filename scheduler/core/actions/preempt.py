@@ -99,6 +99,8 @@ def _commit(s: Session, job: JobInfo, req: Request, group: Group, plan: Plan) ->
     grace = 0.0
     ids: list[int] = []
     own: list[int] = []  # victims of the waiting job's own team
+    used = s.quota.team_used(job.team, group.model)  # what the job's team holds before the job
+    guaranteed = s.quota.guaranteed.get((job.team, group.model), 0.0)
     for rec, rule in plan.victims:
         victim = rec.job
         cls = s.classes.get(victim.priority_class)
@@ -109,12 +111,14 @@ def _commit(s: Session, job: JobInfo, req: Request, group: Group, plan: Plan) ->
         if rule == RECLAIM:
             msg = (f"reclaim: team {job.team} takes back guaranteed {group.model} for job {job.id}; "
                    f"team {victim.team} borrows {R.fmt_gpus(s.quota.borrowed(victim.team, group.model))} "
-                   "above its guarantee")
+                   f"above its guarantee (quota plugin: team {job.team} holds {R.fmt_gpus(used)} of its "
+                   f"{R.fmt_gpus(guaranteed)} guaranteed and needs {R.fmt_gpus(req.amount)})")
         elif s.policy.ordering == "las" and s.policy.las_thresholds_gpu_s:
             msg = (f"preempted by job {job.id} of team {job.team}, which has received less GPU time "
-                   f"(least-attained-service rank {job.priority} > {victim.priority})")
+                   f"(least-attained-service rank {job.priority} > {victim.priority}; priority plugin)")
         else:
-            msg = f"preempted by job {job.id} of team {job.team} (priority {job.priority} > {victim.priority})"
+            msg = (f"preempted by job {job.id} of team {job.team} (priority {job.priority} > {victim.priority}; "
+                   "priority plugin)")
         st.evict(rec, group.model, Preemption(victim.id, job.id, rule, msg, gpu_seconds_lost=lost,
                                               grace_period_s=g))
         ids.append(victim.id)
