@@ -11,6 +11,7 @@ holding the most devices (where small victim sets are).
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from scheduler.core.cluster import EPS, Group
 from scheduler.core.preemption import (
@@ -27,6 +28,9 @@ from scheduler.core.preemption import (
 )
 from scheduler.core.types import JobInfo
 
+if TYPE_CHECKING:
+    from scheduler.core.session import Session
+
 Candidate = tuple[tuple, Running, str]  # (preference key, running job, rule)
 
 
@@ -37,7 +41,7 @@ def _first(item: tuple) -> tuple:
 class VictimIndex:
     """Eligible running jobs per model (reclaim) and per (team or None, model) (priority), best first."""
 
-    def __init__(self, s) -> None:
+    def __init__(self, s: Session) -> None:
         quota, now, classes, taken = s.quota, s.now, s.classes, s.statement.victims
         self.session = s
         self.cluster_scope = s.policy.preemption_scope == "cluster"
