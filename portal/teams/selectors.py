@@ -11,7 +11,7 @@ from django.http import Http404
 
 from portal.access import User, is_platform_admin, jobs_for, role_in, teams_for
 from portal.models import Membership, Team
-from scheduler.core.ordering import entitlements, fair_share_factors
+from scheduler.core.plugins.fairshare import entitlements, fair_share_factors
 from scheduler.core.types import Policy, QuotaInfo, Snapshot
 from scheduler.models import Allocation, JobTemplate, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, WAITING_STATES, JobState

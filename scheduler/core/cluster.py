@@ -9,10 +9,7 @@ processes are gone, so nothing is freed mid-cycle.
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, insort
-from dataclasses import fields
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from scheduler.core.types import JobInfo, NodeInfo, Placement, Snapshot
@@ -21,7 +18,6 @@ if TYPE_CHECKING:
     from scheduler.core.preemption import Running
 
 EPS = 1e-9
-_job_values = attrgetter(*(f.name for f in fields(JobInfo)))  # every field, to find an equal copy of a job
 
 
 class Device:
@@ -96,12 +92,10 @@ class Group:
 
 
 class Held:
-    """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle (and
-    reused by the next cycle over the same static index for a job equal in every field: the same immutable
-    object, as the simulator hands in, or an equal copy, as the live cycle reads from the database).
-    Never changed once built; ``rec`` caches what preemption derives from it."""
+    """A running (or terminating) job's hold on devices the snapshot knows, resolved once per cycle.
+    Never changed once built; ``rec`` is what preemption derives from it (built on first use)."""
 
-    __slots__ = ("amounts", "job", "nodes", "rec", "shares", "values")
+    __slots__ = ("amounts", "job", "nodes", "rec", "shares")
 
     def __init__(self, job: JobInfo):
         self.job = job
@@ -109,25 +103,10 @@ class Held:
         self.nodes: list[Node] = []  # in placement order, each once
         self.amounts: dict[tuple[str, str], float] = {}  # (pool, model) -> GPUs held there
         self.rec: Running | None = None  # built on first use
-        self.values: tuple | None = None  # every field of ``job``, read when an equal copy is looked for
-
-    def holds_for(self, job: JobInfo) -> bool:
-        """Whether this hold is ``job``'s: built for the same object or for one equal in every field."""
-        if self.job is job:
-            return True
-        if self.values is None:
-            self.values = _job_values(self.job)
-        return self.values == _job_values(job)
 
 
 class Cluster:
-    """Devices, nodes and groups of one snapshot, with running jobs' placements already applied.
-
-    The static part (nodes, devices, groups and what never changes during a cycle) is kept between
-    cycles while the snapshot's nodes are the same (the simulator and a steady cluster); each cycle resets
-    the live state (free shares, host room, buckets) and applies its running jobs. Call :meth:`close` when
-    the cycle is over, so the next one may reuse it.
-    """
+    """Devices, nodes and groups of one snapshot, with running jobs' placements already applied."""
 
     nodes: dict[str, Node]
     devices: dict[int, Device]
@@ -137,39 +116,12 @@ class Cluster:
     sched: dict[tuple[str, str], list[tuple[int, list[Device]]]]
 
     def __init__(self, snapshot: Snapshot):
-        static = _borrow_static(snapshot.nodes)
-        self._lease = snapshot.nodes if REUSE_STATIC else None
-        if static is None:
-            self._build_static(snapshot.nodes)
-            last_held: dict[int, Held] = {}
-        else:
-            self.nodes, self.devices, self.groups, self.node_by_order, self.sched, last_held = static
-            for dev in self.devices.values():
-                dev.free = 1.0
-            for node in self.node_by_order:
-                info = node.info
-                node.cpus_free = float(info.cpus) if info.cpus else None
-                node.mem_free = float(info.memory_mb) if info.memory_mb else None
+        self._build_static(snapshot.nodes)
         self.held: list[Held] = []
-        self._held_by_id: dict[int, Held] = {}  # job id -> its Held, for the next cycle (see Held)
-        devices = self.devices
         for job in snapshot.jobs:
             if job.placements:
-                held = last_held.get(job.id)
-                if held is not None and held.holds_for(job):
-                    for gpu_id, share in held.shares.items():
-                        devices[gpu_id].free -= share
-                    self._keep(held)
-                else:
-                    self._hold_running(job)
+                self._hold_running(job)
         self._index_live()
-
-    def close(self) -> None:
-        """The cycle is over: hand the static part back for the next cycle (see the class docstring)."""
-        if self._lease is not None:
-            _return_static(self._lease, (self.nodes, self.devices, self.groups, self.node_by_order, self.sched,
-                                         self._held_by_id))
-            self._lease = None
 
     def _build_static(self, node_infos: tuple[NodeInfo, ...]) -> None:
         self.nodes = {}
@@ -243,22 +195,27 @@ class Cluster:
             self._keep(held)
 
     def _keep(self, held: Held) -> None:
-        """Count a running job's hold (its devices already taken): the list, the next cycle's reuse, and
-        its CPU/RAM share."""
+        """Count a running job's hold (its devices already taken): the list and its CPU/RAM share."""
         job = held.job
         self.held.append(held)
-        self._held_by_id[job.id] = held
         if job.cpus or job.memory_mb:
             _charge_host(self, job, {n.name for n in held.nodes}, sign=-1.0)
 
     def take(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
         """Hold ``placements`` for ``job`` in the working copy, keeping the indexes in step."""
+        self._move(job, placements, -1.0)
+
+    def give_back(self, job: JobInfo, placements: tuple[Placement, ...]) -> None:
+        """Undo ``take(job, placements)`` (a discarded statement)."""
+        self._move(job, placements, 1.0)
+
+    def _move(self, job: JobInfo, placements: tuple[Placement, ...], sign: float) -> None:
         touched: dict[str, Node] = {}
         changed: list[tuple[Device, float]] = []
         for p in placements:
             dev = self.devices[p.gpu_id]
             changed.append((dev, dev.free))
-            dev.free -= p.share
+            dev.free += sign * p.share
             touched[dev.node.name] = dev.node
         for dev, old in changed:
             group = self.groups[(dev.node.pool, dev.model)]
@@ -272,7 +229,7 @@ class Cluster:
             for model in node.by_model:
                 self.rebucket(node, model)
             self.touch(node)
-        _charge_host(self, job, set(touched), sign=-1.0)
+        _charge_host(self, job, set(touched), sign=sign)
 
     def touch(self, node: Node) -> None:
         """Mark every group that holds ``node`` as changed (its ``version`` moves on)."""
@@ -294,33 +251,6 @@ class Cluster:
         bucket.pop(bisect_left(bucket, node.order))
         insort(group.buckets[new], node.order)
         group.count[node.order] = new
-
-
-# The static part of the last cycle's cluster, for the next cycle over the same nodes. One entry; a cycle
-# takes it out while it runs (so two cycles at once, e.g. a quote during a cycle, never share it) and puts
-# it back when it is done. Tests set ``REUSE_STATIC = False`` to check that reuse never changes a decision.
-REUSE_STATIC = True
-_static_lock = threading.Lock()
-_static: list[tuple[tuple[NodeInfo, ...], tuple]] = []  # at most one (nodes, parts)
-
-
-def _borrow_static(nodes: tuple[NodeInfo, ...]) -> tuple | None:
-    """Take the cached static part if it was built for these nodes (the same tuple, or an equal one)."""
-    if not REUSE_STATIC:
-        return None
-    with _static_lock:
-        if not _static:
-            return None
-        key, parts = _static[0]
-        if not (key is nodes or key == nodes):
-            return None
-        _static.clear()
-        return parts
-
-
-def _return_static(nodes: tuple[NodeInfo, ...], parts: tuple) -> None:
-    with _static_lock:
-        _static[:] = [(nodes, parts)]
 
 
 def _charge_host(cluster: Cluster, job: JobInfo, node_names: set[str], sign: float) -> None:

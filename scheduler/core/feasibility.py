@@ -16,6 +16,8 @@ from scheduler.core.cluster import Cluster, Group, Node
 from scheduler.core.placement import Request
 from scheduler.core.types import JobInfo, Reason
 
+_reason = R.reasoner("placement")  # reasons of the placement plugin
+
 
 @dataclass(frozen=True, slots=True)
 class Feasibility:
@@ -57,14 +59,14 @@ def analyse(cluster: Cluster, job: JobInfo, req: Request, pools: Sequence[str], 
     groups = [cluster.groups[(p, m)] for m in models for p in pools if (p, m) in cluster.groups]
     if not groups:
         accepted = ", ".join(models) or "any model"
-        return Feasibility((), R.reason(
+        return Feasibility((), _reason(
             R.NO_MATCHING_GPU_MODEL,
             f"no node in pool(s) {', '.join(pools)} carries an accepted GPU model ({accepted})",
             gpu_models=list(models), pools=list(pools),
         ))
     n_parts = req.nodes if req.nodes and req.nodes > 1 else 1
     if req.nodes and req.nodes > 1 and req.gpus % req.nodes:
-        return Feasibility((), R.reason(
+        return Feasibility((), _reason(
             R.UNSATISFIABLE, f"{req.gpus} GPUs do not split evenly over {req.nodes} nodes",
             requested=req.gpus, nodes=req.nodes,
         ))
@@ -129,7 +131,7 @@ def _healthy_or_reason(healthy: list[Group], passing: Sequence[Group], req: Requ
     names = sorted(out - usable)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     rest = f"; {len(usable)} usable node(s) are not enough" if usable else ""
-    return Feasibility((), R.reason(
+    return Feasibility((), _reason(
         R.NODES_UNHEALTHY,
         f"the nodes that could hold {shape_text(req)} are down, draining or have unhealthy GPUs: {shown}{rest}",
         nodes=names, usable_nodes=len(usable),
@@ -147,23 +149,23 @@ def _unsatisfiable(constraint: str, job: JobInfo, req: Request, groups: Sequence
         else:
             total = sum(len(n.by_model.get(g.model, ())) for g in groups for n in g.nodes)
             msg = f"needs {shape_text(req)} of {models}; the allowed pools have {total} in all"
-        return R.reason(R.UNSATISFIABLE, msg, constraint="gpus_per_node", requested=req.gpus,
+        return _reason(R.UNSATISFIABLE, msg, constraint="gpus_per_node", requested=req.gpus,
                         largest_node=max_one, gpu_models=sorted({g.model for g in groups}))
     if constraint == "memory":
         most = max((d.memory_mb for g in groups for n in g.nodes for d in n.by_model.get(g.model, ())), default=0)
         wanted = f"GPUs with {req.min_memory_mb} MiB memory"
         if req.fraction is not None:
             wanted = f"{job.gpu_memory_mb} MiB in a {req.fraction:g} share, i.e. {wanted}"
-        return R.reason(R.UNSATISFIABLE, f"needs {wanted}; the largest {models} has {most} MiB",
+        return _reason(R.UNSATISFIABLE, f"needs {wanted}; the largest {models} has {most} MiB",
                         constraint="gpu_memory", requested_mb=req.min_memory_mb, largest_mb=most)
     if constraint == "labels":
         wanted = ", ".join(f"{k}={v}" for k, v in req.labels)
-        return R.reason(R.UNSATISFIABLE, f"no node with {models} has the labels {wanted}",
+        return _reason(R.UNSATISFIABLE, f"no node with {models} has the labels {wanted}",
                         constraint="node_labels", labels=dict(req.labels))
     if constraint == "driver":
-        return R.reason(R.UNSATISFIABLE,
+        return _reason(R.UNSATISFIABLE,
                         f"no node with {models} has driver >= {job.min_driver_version}",
                         constraint="driver_version", min_driver_version=job.min_driver_version)
-    return R.reason(R.UNSATISFIABLE,
+    return _reason(R.UNSATISFIABLE,
                     f"no node with {models} has {req.cpus} CPUs and {req.memory_mb} MiB RAM for the job",
                     constraint="host_resources", cpus=req.cpus, memory_mb=req.memory_mb)

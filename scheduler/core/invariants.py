@@ -12,9 +12,8 @@ from operator import attrgetter
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import version_tuple
-from scheduler.core.kept import KeptForNext
 from scheduler.core.loans import with_loans
-from scheduler.core.ordering import ranked
+from scheduler.core.plugins.priority import ranked
 from scheduler.core.types import HELD, PENDING, RUNNING, Decisions, JobInfo, Snapshot
 
 EPS = 1e-6
@@ -37,7 +36,7 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     """
     snapshot = ranked(with_loans(snapshot))
     out: list[str] = []
-    devices, team_pools, parent, rows = _static(snapshot)
+    devices, team_pools, parent, rows = _indexed(snapshot)
     jobs: dict[int, JobInfo] = {}
     waiting: list[JobInfo] = []  # pending and held
     held_jobs: list[JobInfo] = []
@@ -46,18 +45,10 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     held_np: dict[tuple, float] = defaultdict(float)  # the same, of non-preemptible jobs
     whole: list[int] = []  # devices held whole (share 1), once per holder
     shared = False  # some placement holds a share other than 1
-    global _last_holdings
-    last = _last_holdings  # never changed once published: each check publishes a new one
-    if last.get(None) is not devices:
-        last = {}
-    holdings: dict = {None: devices}
     for job in snapshot.jobs:  # one pass: the snapshot may hold tens of thousands of jobs
         jobs[job.id] = job
         if job.placements:
-            hit = last.get(id(job))
-            if hit is None or hit[0] is not job:
-                hit = _holding(job, devices)
-            holdings[id(job)] = hit
+            hit = _holding(job, devices)
             whole.extend(hit[1])
             shared = shared or hit[2]
             for key, amount in hit[3]:
@@ -69,7 +60,6 @@ def check_invariants(snapshot: Snapshot, decisions: Decisions) -> list[str]:
         elif job.state == HELD:
             waiting.append(job)
             held_jobs.append(job)
-    _last_holdings = holdings
     for (team, model, pool), amount in held.items():
         _charge(used_before, team, model, pool, amount, parent)
     used_after = defaultdict(float, used_before)
@@ -136,21 +126,14 @@ def _holding(job: JobInfo, devices: dict) -> tuple:
     return job, tuple(whole), shared, tuple(amounts.items())
 
 
-def _static(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
-    """Devices by id (with their node), team pools, parents and quota rows of ``snapshot``; kept for the
-    next check over the same nodes, teams and quotas (the simulator checks every cycle)."""
-    return _KEPT.get((snapshot.nodes, snapshot.teams, snapshot.quotas), lambda: (
+def _indexed(snapshot: Snapshot) -> tuple[dict, dict, dict, dict]:
+    """Devices by id (with their node), team pools, parents and quota rows of ``snapshot``."""
+    return (
         {g.id: (n, g) for n in snapshot.nodes for g in n.gpus},
         {t.name: t.pools for t in snapshot.teams if t.pools is not None},
         {t.name: t.parent for t in snapshot.teams},
         {(q.team, q.gpu_model, q.pool): q for q in snapshot.quotas},
-    ))
-
-
-_KEPT: KeptForNext[tuple] = KeptForNext()  # the last check's static parts (read only)
-# The last check's holdings by id() of the job (None: the devices map they were derived from). Entries
-# keep their jobs alive, so an id seen here is never a new object's.
-_last_holdings: dict = {}
+    )
 
 
 def _charge(used, team, model, pool, amount, parent) -> list[tuple]:

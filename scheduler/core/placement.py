@@ -124,24 +124,6 @@ def free_devices(node: Node, model: str, req: Request, count: int) -> list[Devic
     return None
 
 
-def place(
-    cluster: Cluster, group: Group, req: Request, spread: bool, veto: Veto | None = None
-) -> tuple[Placement, ...] | None:
-    """Find devices for ``req`` in ``group`` without touching the working copy; None when it can't fit."""
-    if req.fraction is not None:
-        return _place_fraction(cluster, group, req, veto)
-    if req.nodes is not None and req.nodes > 1:
-        if req.gpus % req.nodes:
-            return None
-        return _place_gang(cluster, group, req, req.gpus // req.nodes, req.nodes, veto)
-    if req.nodes == 1 or req.gpus <= group.max_devices:
-        found = best_node(cluster, group, req, req.gpus, 1, spread, veto, exclude=())
-        if found is None:
-            return None
-        return tuple(Placement(d.id) for d in found[1])
-    return _place_fewest(cluster, group, req, veto)
-
-
 def _candidates(group: Group, need: int, spread: bool) -> Iterator[int]:
     """Yield node orders with at least ``need`` free devices: smallest bucket first (best fit), or
     largest first (spread)."""
@@ -169,21 +151,7 @@ def best_node(cluster: Cluster, group: Group, req: Request, need: int, n_parts: 
     return None
 
 
-def _place_gang(cluster: Cluster, group: Group, req: Request, per: int, n: int,
-                veto: Veto | None) -> tuple[Placement, ...] | None:
-    """Exactly ``n`` distinct nodes with ``per`` devices each (best fit), or None."""
-    chosen: list[int] = []
-    out: list[Placement] = []
-    for _ in range(n):
-        found = best_node(cluster, group, req, per, n, False, veto, exclude=chosen)
-        if found is None:
-            return None
-        chosen.append(found[0].order)
-        out.extend(Placement(d.id) for d in found[1])
-    return tuple(out)
-
-
-def _place_fewest(cluster: Cluster, group: Group, req: Request, veto: Veto | None) -> tuple[Placement, ...] | None:
+def place_fewest(cluster: Cluster, group: Group, req: Request, veto: Veto | None) -> tuple[Placement, ...] | None:
     """A job larger than any node: fill the emptiest nodes first (fewest nodes), best-fit the rest."""
     remaining = req.gpus
     chosen: list[int] = []
@@ -212,33 +180,3 @@ def _place_fewest(cluster: Cluster, group: Group, req: Request, veto: Veto | Non
             return None
         out.extend(Placement(d.id) for d in devs)
     return tuple(out)
-
-
-def _place_fraction(cluster: Cluster, group: Group, req: Request, veto: Veto | None) -> tuple[Placement, ...] | None:
-    """A share of one device: the partly used device with the least room that still fits, else an
-    idle device on the best-fitting node."""
-    f = req.fraction
-    if f is None:
-        raise ValueError("a whole-device request has no fraction to place")
-    partial = group.partial
-    lo, hi = 0, len(partial)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if partial[mid][0] < f - EPS:
-            lo = mid + 1
-        else:
-            hi = mid
-    for i in range(lo, len(partial)):
-        dev = cluster.devices[partial[i][1]]
-        node = dev.node
-        if dev.memory_mb < req.min_memory_mb or not dev.healthy:
-            continue
-        if not fits_host(node, req, 1):
-            continue
-        if veto is not None and veto(node, 0.0):
-            continue
-        return (Placement(dev.id, f),)
-    found = best_node(cluster, group, req, 1, 1, False, veto, exclude=())
-    if found is None:
-        return None
-    return (Placement(found[1][0].id, f),)

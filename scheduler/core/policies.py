@@ -1,5 +1,8 @@
 """Named policy presets: the same engine configured four ways (the simulator compares them)."""
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from scheduler.core.types import Policy, PriorityClassInfo
 
 # The priority ladder Rota ships (DESIGN.md): production inference > interactive > training > batch >
@@ -12,7 +15,7 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClassInfo, ...] = (
     PriorityClassInfo("best-effort", 100, may_preempt=False, min_runtime_s=0, grace_period_s=10),
 )
 
-PRESETS: dict[str, Policy] = {
+PRESETS: Mapping[str, Policy] = MappingProxyType({
     # First come, first served: strict arrival order, no backfill, no preemption.
     "fifo": Policy(name="fifo", ordering="fifo", backfill=False, preemption=False,
                    guarantee_first=False),
@@ -26,7 +29,7 @@ PRESETS: dict[str, Policy] = {
                        las_thresholds_gpu_s=(3600.0, 36000.0), preemption_scope="cluster", reclaim=False),
     # Rota's default: fair share within priority, borrowing with reclaim, preemption, backfill.
     "rota": Policy(name="rota"),
-}
+})
 
 
 def policy_by_name(name: str) -> Policy:

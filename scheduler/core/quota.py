@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS, Held
-from scheduler.core.kept import KeptForNext
 from scheduler.core.types import QuotaInfo, Reason, Snapshot
+
+_reason = R.reasoner("quota")  # reasons of the quota plugin
 
 QuotaKey = tuple[str, str, str | None]  # (team, gpu model, pool or None for "any pool")
 
@@ -24,10 +25,9 @@ class QuotaBook:
     """Rows, usage and limit checks. ``used`` counts running jobs plus this cycle's starts."""
 
     def __init__(self, snapshot: Snapshot, held: Iterable[Held]):
-        # Rows, the team tree and per (team, model) sums of guarantees, never-lent parts and weights: the
-        # same for every cycle over the same quotas and teams, so shared with the last such cycle (read only).
+        # Rows, the team tree and per (team, model) sums of guarantees, never-lent parts and weights.
         (self.rows, self.ancestors, self.models_of_team, self.guaranteed, self.non_lendable,
-         self.weight) = _static(snapshot.quotas, snapshot.teams)
+         self.weight) = _rows_and_sums(snapshot.quotas, snapshot.teams)
         self.used: dict[QuotaKey, float] = defaultdict(float)
         self.version: dict[str, int] = defaultdict(int)  # per model: bumped on every charge of it
         self.charges = 0  # bumped on every charge (of any model)
@@ -137,7 +137,7 @@ class QuotaBook:
             np_used = self.non_preemptible.get((team, model), 0.0)
             if np_used + amount > g + EPS:
                 never = amount > g + EPS  # larger than the whole guarantee: waiting cannot help
-                return R.reason(
+                return _reason(
                     R.NON_PREEMPTIBLE_OVER_QUOTA,
                     f"team {team} runs {R.fmt_gpus(np_used)} non-preemptible {model} of its "
                     f"{R.fmt_gpus(g)} guaranteed; job needs {R.fmt_gpus(amount)} (non-preemptible work must "
@@ -150,7 +150,7 @@ class QuotaBook:
         if after <= EPS:
             return None
         if not borrowing:
-            return R.reason(
+            return _reason(
                 R.QUOTA_EXCEEDED,
                 f"team {team} holds {R.fmt_gpus(used)}/{R.fmt_gpus(g)} {model} (guaranteed {R.fmt_gpus(g)}, "
                 f"borrowing off); job needs {R.fmt_gpus(amount)}",
@@ -158,7 +158,7 @@ class QuotaBook:
         if nl_teams:
             reserved = self.reserved_for_others(team, model, nl_teams)
             if reserved > 0 and free_of_model - amount < reserved - EPS:
-                return R.reason(
+                return _reason(
                     R.RESOURCES,
                     f"{R.fmt_gpus(free_of_model)} {model} are idle but {R.fmt_gpus(reserved)} are kept for "
                     f"their owners (never lent); job needs {R.fmt_gpus(amount)} above team {team}'s guarantee",
@@ -169,7 +169,7 @@ class QuotaBook:
             # it must leave idle what they lack to reach their own (whole-GPU) shares.
             unmet = self.unmet_total[model] - self.unmet_term.get((team, model), 0.0)
             if free_of_model - amount < unmet - EPS:
-                return R.reason(
+                return _reason(
                     R.OVER_LIMIT,
                     f"team {team} would borrow {R.fmt_gpus(after)} {model} above its guarantee; its weighted "
                     f"share of {R.fmt_gpus(self.borrowable.get(model, 0.0))} borrowable is {R.fmt_gpus(cap)} "
@@ -189,7 +189,7 @@ class QuotaBook:
         if limits is None:
             limits = self._limits[(team, model, pool)] = self._limit_rows(team, model, pool)
         if not limits[0]:
-            return R.reason(
+            return _reason(
                 R.QUOTA_EXCEEDED,
                 f"team {team} has no quota for {model} (limit 0); job needs {R.fmt_gpus(amount)}",
                 team=team, gpu_model=model, in_use=0, limit=0, requested=R.num(amount),
@@ -203,7 +203,7 @@ class QuotaBook:
                 who = f"team {t}" if t == team else f"parent team {t} of {team}"
                 where = f" in pool {scope}" if scope else ""
                 never = "; more than the limit: it cannot start unless the limit is raised" if amount > cap else ""
-                return R.reason(
+                return _reason(
                     code,
                     f"{who} holds {R.fmt_gpus(in_use)}/{R.fmt_gpus(row.limit)} {model}{where} "
                     f"(limit {R.fmt_gpus(row.limit)}); job needs {R.fmt_gpus(amount)}{never}",
@@ -225,12 +225,9 @@ class QuotaBook:
         return self.row(team, model, pool) is not None, tuple(rows)
 
 
-def _static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
-    """``QuotaBook``'s read-only part for these quotas and teams (kept for the next call with the same)."""
-    return _KEPT.get((quotas, teams), lambda: _build_static(quotas, teams))
-
-
-def _build_static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
+def _rows_and_sums(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
+    """``QuotaBook``'s read-only part: rows by (team, model, pool), ancestors, and per (team, model) the
+    models of each team, guarantees, never-lent parts and weights."""
     rows: dict[QuotaKey, QuotaInfo] = {}
     for q in quotas:
         rows[(q.team, q.gpu_model, q.pool)] = q
@@ -245,11 +242,8 @@ def _build_static(quotas: tuple[QuotaInfo, ...], teams: tuple) -> tuple:
         guaranteed[(team, model)] += max(q.guaranteed, 0.0)
         non_lendable[(team, model)] += min(max(q.non_lendable, 0.0), max(q.guaranteed, 0.0))
         weight[(team, model)] = max(weight.get((team, model), 0.0), q.weight)
-    # Plain dicts from here on: readers use .get, and nothing may add keys to a shared part.
+    # Plain dicts from here on: readers use .get, and a look-up of a missing key must not add it.
     return rows, ancestors, dict(models_of_team), dict(guaranteed), dict(non_lendable), weight
-
-
-_KEPT: KeptForNext[tuple] = KeptForNext()
 
 
 def _ancestors(name: str, parent: dict[str, str | None]) -> tuple[str, ...]:

@@ -1,8 +1,12 @@
 """Pending-reason codes: stable words (after Slurm and Kueue) that the portal, API and users rely on.
 
 A reason is ``Reason(code, message, details)``; the message is for people and always carries the numbers,
-the details carry the same numbers for machines. Never rename a code: clients match on them.
+the details carry the same numbers for machines, and ``details["plugin"]`` names the plugin (or action)
+whose rule made the decision (quota, priority, placement, gang, sharing, preempt, admit). Never rename a
+code: clients match on them.
 """
+
+from collections.abc import Callable
 
 from scheduler.core.types import Reason
 
@@ -43,8 +47,19 @@ PERMANENT_CODES = frozenset({NO_MATCHING_POOL, NO_MATCHING_GPU_MODEL, IMAGE_NOT_
 
 
 def reason(code: str, message: str, **details: object) -> Reason:
-    """Build a Reason; ``details`` are the message's numbers and names, keyed for machines."""
+    """Build a Reason; ``details`` are the message's numbers and names, keyed for machines, and
+    ``plugin``: the plugin (or action) whose rule made the decision."""
     return Reason(code=code, message=message, details=details)
+
+
+def reasoner(plugin: str) -> Callable[..., Reason]:
+    """``reason`` for the rules of ``plugin``: every Reason it builds names the plugin in its details."""
+
+    def make(code: str, message: str, **details: object) -> Reason:
+        details["plugin"] = plugin
+        return Reason(code=code, message=message, details=details)
+
+    return make
 
 
 def fmt_gpus(value: float) -> str:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.core.ordering import las_level
+from scheduler.core.plugins.priority import las_level
 from scheduler.core.policies import DEFAULT_PRIORITY_CLASSES
 from scheduler.core.types import (
     Decisions,

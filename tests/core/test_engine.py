@@ -48,7 +48,8 @@ def test_it_never_starts_a_job_over_its_team_limit():
     reason = pending[2].reason
     assert reason.code == R.QUOTA_EXCEEDED
     assert reason.message == "team vision holds 4/6 h100-80gb (limit 6); job needs 4"
-    assert dict(reason.details) == {"team": "vision", "gpu_model": H100, "in_use": 4, "limit": 6, "requested": 4}
+    assert dict(reason.details) == {"team": "vision", "gpu_model": H100, "in_use": 4, "limit": 6, "requested": 4,
+                                    "plugin": "quota"}
     assert check_invariants(s, d) == []
 
 

@@ -30,7 +30,7 @@ def test_it_keeps_a_job_whose_image_no_usable_pool_allows_pending_with_image_not
     reason = pending[1].reason
     assert reason.code == R.IMAGE_NOT_ALLOWED and reason.code in R.PERMANENT_CODES
     assert reason.message.startswith("image registry.example.com/v/train:1 is not allowed in pool(s) train")
-    assert reason.details == {"image": "registry.example.com/v/train:1", "pools": ["train"]}
+    assert reason.details == {"image": "registry.example.com/v/train:1", "pools": ["train"], "plugin": "placement"}
 
 
 def test_a_job_that_names_a_pool_its_image_is_not_allowed_in_waits_with_image_not_allowed():

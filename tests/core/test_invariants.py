@@ -108,15 +108,6 @@ def random_job(rng: random.Random, job_id: int, now: float) -> JobInfo:
         attained_gpu_s=rng.choice((0.0, 50.0, 500.0, 5000.0)), **kw)
 
 
-def schedule_fresh(snapshot: Snapshot):
-    """``schedule`` with the cluster's static part built from scratch instead of reused."""
-    from scheduler.core import cluster
-
-    cluster.REUSE_STATIC = False
-    try:
-        return schedule(snapshot)
-    finally:
-        cluster.REUSE_STATIC = True
 
 
 def run_cycles(world, cycles: int = 8, check_reach: bool = True) -> None:
@@ -133,9 +124,8 @@ def run_cycles(world, cycles: int = 8, check_reach: bool = True) -> None:
                             quotas=quotas, priority_classes=CLASSES, usage={"alpha": 10.0 * now}, policy=policy)
         decisions = schedule(snapshot)
         assert check_invariants(snapshot, decisions) == []
-        assert schedule_fresh(snapshot) == decisions  # reusing the last cycle's static index changes nothing
-        # The live cycle reads new, equal objects every time: reusing what was derived from the old ones
-        # changes nothing either.
+        assert schedule(snapshot) == decisions  # nothing carries over from one cycle to the next
+        # The live cycle reads new, equal objects every time: the same decisions.
         assert schedule(replace(snapshot, jobs=tuple(replace(j) for j in snapshot.jobs))) == decisions
         shuffled = list(snapshot.jobs)
         random.Random(now).shuffle(shuffled)  # the same state in another input order decides the same
@@ -240,7 +230,7 @@ def test_it_decides_the_same_whatever_the_input_order(world, salt):
 @given(worlds(), st.integers(10, 60))
 def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     """The walk's shortcut for look-alike waiting jobs is an optimisation only: same decisions, stats too."""
-    from scheduler.core.engine import Cycle
+    from scheduler.core.session import Session
 
     nodes, quotas, teams, policy, seed = world
     rng = random.Random(seed)
@@ -248,11 +238,11 @@ def test_it_decides_the_same_without_reusing_look_alike_waits(world, count):
     snapshot = Snapshot(now=100.0, nodes=nodes, jobs=tuple(jobs), teams=teams, quotas=quotas,
                         priority_classes=CLASSES, policy=policy)
     fast = schedule(snapshot)
-    Cycle.reuse_waits = False
+    Session.reuse_waits = False
     try:
         slow = schedule(snapshot)
     finally:
-        Cycle.reuse_waits = True
+        Session.reuse_waits = True
     assert fast == slow
 
 
@@ -262,7 +252,7 @@ def test_reused_waits_change_no_decision_on_a_large_busy_cluster(policy, seed):
     devices, plans are made and reservations kept): decisions are those of the walk without any reuse of
     look-alike waits."""
     from scheduler.bench import build
-    from scheduler.core.engine import Cycle
+    from scheduler.core.session import Session
 
     snapshot = build(2000, 200, seed=seed, policy=policy)
     started = preempted = 0
@@ -270,11 +260,11 @@ def test_reused_waits_change_no_decision_on_a_large_busy_cluster(policy, seed):
         decisions = schedule(snapshot)
         started, preempted = started + len(decisions.starts), preempted + len(decisions.preemptions)
         assert check_invariants(snapshot, decisions) == []
-        Cycle.reuse_waits = False
+        Session.reuse_waits = False
         try:
             assert schedule(snapshot) == decisions
         finally:
-            Cycle.reuse_waits = True
+            Session.reuse_waits = True
         jobs = {j.id: j for j in snapshot.jobs}
         for job in snapshot.jobs:
             if job.terminating:  # gone from its node: requeued

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core import schedule
-from scheduler.core.ordering import las_level, ranked
+from scheduler.core.plugins.priority import las_level, ranked
 from scheduler.core.policies import PRESETS
 from scheduler.core.types import JobInfo
 from tests.core.builders import node, quota, snap

@@ -72,7 +72,8 @@ def test_it_keeps_non_preemptible_work_inside_the_guarantee():
     assert started == {1, 3}
     assert pending[2].reason.code == R.NON_PREEMPTIBLE_OVER_QUOTA
     assert pending[2].reason.details == {"team": "serving", "gpu_model": "h100-80gb", "in_use": 2,
-                                         "guaranteed": 3, "requested": 2, "never": False}
+                                         "guaranteed": 3, "requested": 2, "never": False,
+                                         "plugin": "quota"}
     assert "cannot start" not in pending[2].reason.message  # it starts once job 1 ends
     assert check_invariants(s, d) == []
 

@@ -1,4 +1,4 @@
-"""Estimates for the jobs that wait after a cycle's walk: queue position, and when each may start.
+"""Estimate: for the jobs that wait after the walk, their queue position and when each may start.
 
 Jobs waiting for preemption victims start after the victims' grace period; jobs waiting for room in a
 group consume that group's free-capacity profile in queue order (``backfill.Profile``), or start at their
@@ -8,21 +8,19 @@ reservation; jobs over a quota limit start when enough of their team's running j
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from scheduler.core import reasons as R
 from scheduler.core.cluster import EPS
+from scheduler.core.session import Session
 from scheduler.core.types import HELD, PendingInfo, Reason
 
-if TYPE_CHECKING:
-    from scheduler.core.engine import Cycle
 
-
-def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
+def run(s: Session) -> tuple[PendingInfo, ...]:
     """Queue positions and estimated starts for every waiting job, in queue order. A held job has neither:
     the walk skips it, so it stands nowhere in the queue until it is released."""
-    waiting = cycle.waiting
-    if not cycle.snapshot.estimate_starts:
+    st = s.statement
+    waiting = st.waiting
+    if not s.snapshot.estimate_starts:
         new = tuple.__new__  # PendingInfo(job.id, reason, pos, None), without the keyword-argument layer
         plain = []
         pos = 0
@@ -33,11 +31,11 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
         return tuple(plain)
     out: list[PendingInfo] = []
     append = out.append
-    timeline = cycle.timeline
-    res_by_job = {r.job_id: r for r in cycle.reservations.values()}
+    timeline = s.timeline
+    res_by_job = {r.job_id: r for r in st.reservations.values()}
     quota_eta: dict[tuple, float | None] = {}
     profiles: dict[int, Callable] = {}  # id(group) -> its profile's estimate
-    preempting, preempting_eta = R.PREEMPTING, cycle.preempting_eta
+    preempting, preempting_eta = R.PREEMPTING, st.preempting_eta
     pos = 0
     for job, reason, group, req in waiting:
         if job.state == HELD:
@@ -65,13 +63,13 @@ def pending_infos(cycle: Cycle) -> tuple[PendingInfo, ...]:
         elif code in (R.QUOTA_EXCEEDED, R.OVER_LIMIT):
             key = (job.team, reason.details.get("gpu_model"), reason.details.get("requested"))
             if key not in quota_eta:
-                quota_eta[key] = _quota_eta(cycle, job.team, key[1], reason)
+                quota_eta[key] = _quota_eta(s, job.team, key[1], reason)
             est = quota_eta[key]
         append(PendingInfo(job.id, reason, pos, est))
     return tuple(out)
 
 
-def _quota_eta(cycle: Cycle, team: str, model, reason: Reason) -> float | None:
+def _quota_eta(s: Session, team: str, model, reason: Reason) -> float | None:
     """When enough of the team's running jobs end for its limit to admit the job; None if unknown."""
     details = reason.details
     limit, in_use, need = details.get("limit"), details.get("in_use"), details.get("requested")
@@ -82,11 +80,11 @@ def _quota_eta(cycle: Cycle, team: str, model, reason: Reason) -> float | None:
     if excess > limit + EPS and limit < need:
         return None
     ends = []
-    for rec in cycle.running_by_team.get((team, model), ()):
+    for rec in s.running_by_team.get((team, model), ()):
         job = rec.job
         if job.time_limit_s is None or job.started_at is None:
             continue
-        ends.append((max(job.started_at + job.time_limit_s, cycle.now), sum(rec.shares.values())))
+        ends.append((max(job.started_at + job.time_limit_s, s.now), sum(rec.shares.values())))
     ends.sort()
     freed = 0.0
     for t, share in ends:

@@ -1,4 +1,4 @@
-"""Backfill and estimated starts, from running jobs' start times and time limits.
+"""The release timeline: when running jobs free their devices, for backfill reservations and estimates.
 
 EASY backfill: the first job in a group's queue that cannot start gets a *reservation*: the earliest
 time ``T`` at which enough of the group's nodes free up, and on each reserved node the ``slack`` (free
@@ -29,7 +29,7 @@ class Reservation:
     job_id: int
     start: float
     slack: dict[int, float] = field(default_factory=dict)  # node order -> devices spare at ``start``
-    borrowing: bool = False  # the job would hold more than its team's guarantee (see Cycle._vetoed)
+    borrowing: bool = False  # the job would hold more than its team's guarantee (see actions.backfill.vetoed)
 
 
 def end_time(job: JobInfo, now: float, classes: dict[str, PriorityClassInfo]) -> float | None:
