@@ -1,0 +1,77 @@
+"""Reading scheduling policies: the active one (what the live cycle, quotes and explanations schedule with), the
+version that was active at given moments (which version made a decision), and the list Govern shows."""
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Prefetch
+
+from scheduler.core.types import Policy
+from scheduler.models import PolicyActivation, PolicyVersion, SchedulingPolicy
+
+BUILT_IN = "built-in default"
+
+
+@dataclass(frozen=True)
+class ActivePolicy:
+    """The engine's policy and the stored version it comes from (None: no version was ever activated, e.g. a
+    database emptied by hand; the engine's built-in ``Policy()`` is used)."""
+
+    policy: Policy
+    version: PolicyVersion | None
+
+    @property
+    def label(self) -> str:
+        return self.version.label if self.version is not None else BUILT_IN
+
+
+def policy_active() -> ActivePolicy:
+    """The version activated last, as the engine's ``Policy`` (one query)."""
+    activation = PolicyActivation.objects.select_related("version__policy").order_by("-at", "-id").first()
+    if activation is None:
+        return ActivePolicy(policy=Policy(), version=None)
+    return ActivePolicy(policy=activation.version.to_policy(), version=activation.version)
+
+
+def policy_versions_at(times: list[datetime | None]) -> list[PolicyVersion | None]:
+    """For each moment, the version the live cycle scheduled with then (None: before any activation, or no
+    moment). Exact for the cycle's decisions: an activation holds the cycle's lock (``services.policies``)."""
+    if not any(times):
+        return [None] * len(times)
+    activations = list(PolicyActivation.objects.select_related("version__policy").order_by("at", "id"))
+    moments = [a.at for a in activations]
+    out: list[PolicyVersion | None] = []
+    for t in times:
+        i = bisect_right(moments, t) if t is not None else 0
+        out.append(activations[i - 1].version if i else None)
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    policy: SchedulingPolicy
+    current: PolicyVersion
+    versions: list[PolicyVersion]
+    active: bool
+
+
+def policy_list() -> list[PolicyRow]:
+    """Every policy with its versions (newest first) and whether it holds the active version (two queries)."""
+    active = policy_active().version
+    rows = []
+    for policy in SchedulingPolicy.objects.prefetch_related(
+            Prefetch("versions", queryset=PolicyVersion.objects.select_related("created_by").order_by("-number"))):
+        versions = list(policy.versions.all())
+        if versions:
+            rows.append(PolicyRow(policy=policy, current=versions[0], versions=versions,
+                                  active=active is not None and active.policy_id == policy.pk))
+    return rows
+
+
+def policy_version_choices() -> list[tuple[int, str]]:
+    """(version id, label) of every stored version, the active one first and marked: what a what-if compares."""
+    active = policy_active().version
+    versions = list(PolicyVersion.objects.select_related("policy").order_by("policy__name", "-number"))
+    versions.sort(key=lambda v: active is None or v.pk != active.pk)
+    return [(v.pk, f"{v.label} (active)" if active is not None and v.pk == active.pk else v.label) for v in versions]
