@@ -21,6 +21,7 @@ HALF_LIFE_MIN_S = 60.0  # a minute: shorter forgets usage between two cycles
 HALF_LIFE_MAX_S = 365 * 24 * 3600.0  # a year
 MAX_LAS_THRESHOLDS = 8
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+RESERVED_NAMES = ("active",)  # /api/v1/policies/active/ is the active policy
 BOOLEAN_KNOBS = ("backfill", "preemption", "borrowing", "guarantee_first", "reclaim")
 
 
@@ -114,8 +115,9 @@ def policy_create(*, user, name: str, description: str = "", values: dict, reaso
     _require_admin(user)
     name = (name or "").strip()
     errors = {}
-    if not NAME_RE.match(name):
-        errors["name"] = "must be 1 to 40 lower-case letters, digits or hyphens, starting with a letter or digit"
+    if not NAME_RE.match(name) or name in RESERVED_NAMES:
+        errors["name"] = ("must be 1 to 40 lower-case letters, digits or hyphens, starting with a letter or digit, "
+                          f"and not {', '.join(RESERVED_NAMES)}")
     elif SchedulingPolicy.objects.filter(name=name).exists():
         errors["name"] = f"a policy named {name} already exists: edit it to record a new version"
     try:
