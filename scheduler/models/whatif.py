@@ -44,3 +44,11 @@ class WhatIfRun(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def policies_shown(self) -> str:
+        """The policies of the two replays: "rota v1", "rota v1 → spread v2", or a preset's name."""
+        if self.baseline_policy_id is None:
+            return self.policy
+        first, second = self.baseline_policy.label, self.changed_policy.label
+        return first if first == second else f"{first} → {second}"
