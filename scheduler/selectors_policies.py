@@ -75,3 +75,19 @@ def policy_version_choices() -> list[tuple[int, str]]:
     versions = list(PolicyVersion.objects.select_related("policy").order_by("policy__name", "-number"))
     versions.sort(key=lambda v: active is None or v.pk != active.pk)
     return [(v.pk, f"{v.label} (active)" if active is not None and v.pk == active.pk else v.label) for v in versions]
+
+
+def job_decision_policies(*, transitions: list, preemptions: list, waiting: bool) -> str | None:
+    """Name on each of a job's scheduler decisions the policy version that made it (``policy_label`` on its
+    admissions, in ``transitions``, and on its ``preemptions``); return, for a waiting job, the version of the
+    last cycle, which judged its pending reason (two queries at most)."""
+    from scheduler.models import SchedulerBeat
+
+    decided = [t for t in transitions if t.to_state == "admitted" and t.actor_id is None]
+    last_cycle = (SchedulerBeat.objects.filter(name=SchedulerBeat.CYCLE).values_list("at", flat=True).first()
+                  if waiting else None)
+    items = [*decided, *preemptions]
+    versions = policy_versions_at([i.at for i in items] + [last_cycle])
+    for item, version in zip(items, versions, strict=False):
+        item.policy_label = version.label if version is not None else BUILT_IN
+    return (versions[-1].label if versions[-1] is not None else BUILT_IN) if last_cycle is not None else None

@@ -202,3 +202,20 @@ def test_without_any_activation_the_engine_falls_back_to_its_built_in_policy(clu
     assert policy_active().label == BUILT_IN and policy_active().policy == Policy()
     job_submit(user=alice, name="a", command="true", gpu_model="h100-80gb")
     assert run_cycle().policy == BUILT_IN
+
+
+def test_the_job_page_names_the_policy_version_of_each_decision(cluster, alice, staff):
+    from django.test import Client
+
+    admitted = job_submit(user=alice, name="a", command="true", gpu_model="h100-80gb", gpus=4)
+    run_cycle()
+    policy_version_create(user=staff, policy=SchedulingPolicy.objects.get(name="rota"),
+                          values=knobs(placement="spread"), reason="spread")
+    waiting = job_submit(user=alice, name="b", command="true", gpu_model="h100-80gb")  # over vision's limit of 4
+    run_cycle()
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{admitted.pk}/").content.decode()
+    assert "admitted by the scheduler" in page and "· policy rota v1</small>" in page
+    page = client.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "QuotaExceeded" in page and "judged by the last cycle under policy rota v2" in page
