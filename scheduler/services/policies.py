@@ -158,6 +158,7 @@ def policy_version_create(*, user, policy: SchedulingPolicy, values: dict, reaso
         audit_record(actor=user, action="policy.version", object_type="policy", object_id=policy.pk,
                      object_name=policy.name, before={"version": current.number, **{k: before[k] for k in changed}},
                      after={"version": version.number, **{k: after[k] for k in changed}}, reason=reason)
+        locks.xact_lock(locks.SCHEDULING_CYCLE)  # see _activate; read the active version under the lock
         active = _active_version()
         if active is not None and active.policy_id == policy.pk:
             _activate(user=user, version=version, previous=active, reason=reason)
@@ -169,6 +170,7 @@ def policy_activate(*, user, version: PolicyVersion, reason: str) -> PolicyActiv
     _require_admin(user)
     reason = _require_reason(reason)
     with transaction.atomic():
+        locks.xact_lock(locks.SCHEDULING_CYCLE)  # see _activate; read the active version under the lock
         previous = _active_version()
         if previous is not None and previous.pk == version.pk:
             return None
@@ -181,9 +183,9 @@ def _active_version() -> PolicyVersion | None:
 
 
 def _activate(*, user, version: PolicyVersion, previous: PolicyVersion | None, reason: str) -> PolicyActivation:
-    # Wait for a running cycle and keep the next one out until this commits: the version active at a decision's
-    # time is then exactly the version that made it (``scheduler.selectors_policies.policy_versions_at``).
-    locks.xact_lock(locks.SCHEDULING_CYCLE)
+    """Record the activation; the caller holds the scheduling cycle's lock (``locks.xact_lock``): it waits for a
+    running cycle and keeps the next one out until this commits, so the version active at a decision's time
+    (taken after the lock) is exactly the version that made it (``selectors_policies.policy_versions_at``)."""
     activation = PolicyActivation.objects.create(version=version, at=db_now(), actor=user, reason=reason)
     audit_record(actor=user, action="policy.activate", object_type="policy", object_id=version.policy_id,
                  object_name=version.policy.name, before={"active": previous.label if previous else None},

@@ -219,3 +219,41 @@ def test_the_job_page_names_the_policy_version_of_each_decision(cluster, alice, 
     assert "admitted by the scheduler" in page and "· policy rota v1</small>" in page
     page = client.get(f"/jobs/{waiting.pk}/").content.decode()
     assert "QuotaExceeded" in page and "judged by the last cycle under policy rota v2" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_activation_waits_for_a_running_cycle_so_it_never_lands_inside_one(staff):
+    """The version active at a decision's time is the one that made it: an activation is stamped only after the
+    cycle holding the lock has ended, never between a cycle's start and its commit."""
+    import threading
+
+    from django.db import transaction
+
+    from portal import locks
+
+    draft = policy_create(user=staff, name="spread", values=knobs(placement="spread"), reason="draft")
+    done = []
+
+    def activate():
+        try:
+            done.append(policy_activate(user=staff, version=draft, reason="go"))
+        finally:
+            connection.close()
+
+    with transaction.atomic():  # a cycle in progress
+        assert locks.try_xact_lock(locks.SCHEDULING_CYCLE)
+        activator = threading.Thread(target=activate)
+        activator.start()
+        with connection.cursor() as cursor:
+            for _ in range(200):  # until the activation waits on the cycle's lock
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                               "AND objid = %s", [locks.SCHEDULING_CYCLE])
+                if cursor.fetchone()[0]:
+                    break
+                activator.join(0.05)
+            else:
+                pytest.fail("the activation did not wait for the cycle's lock")
+        assert not PolicyActivation.objects.filter(version=draft).exists() and not done
+        cycle_end = db_now()
+    activator.join(10)
+    assert done and done[0].at > cycle_end and policy_active().version == draft
