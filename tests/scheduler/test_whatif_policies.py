@@ -19,7 +19,7 @@ def period(t0):
     return {"period_start": t0 - timedelta(hours=1), "period_end": t0 + timedelta(hours=4)}
 
 
-def test_a_replay_compares_the_active_policy_with_a_draft(admin_user, quota_bound_history):  # noqa: F811
+def test_a_replay_compares_the_active_policy_with_a_draft(admin_user, admin_client, quota_bound_history):  # noqa: F811
     draft = policy_create(user=admin_user, name="no-borrowing", values=knobs(borrowing=False),
                           reason="what if nobody borrowed")
     run = whatif_create(user=admin_user, name="borrowing or not", changed_policy=draft.pk,
@@ -32,6 +32,9 @@ def test_a_replay_compares_the_active_policy_with_a_draft(admin_user, quota_boun
     # Vision is guaranteed 2 of the node's 4 GPUs with a limit of 4: borrowing runs four at once, not two.
     assert changed["avg_wait_s"] > baseline["avg_wait_s"] + 1800
     assert run.result["summary"]["changed"]["quota_violations"] == 0
+    page = admin_client.get(f"/whatif/{run.pk}/").content.decode()
+    assert '<small id="baseline-policy">rota v1</small>' in page
+    assert '<small id="changed-policy">no-borrowing v1</small>' in page
 
 
 def test_by_default_both_replays_run_under_the_active_version(admin_user, quota_bound_history):  # noqa: F811
