@@ -57,6 +57,22 @@ def test_versions_and_activations_are_immutable():
     assert PolicyVersion.objects.get(pk=version.pk).placement == "binpack"
 
 
+def test_the_database_refuses_to_rewrite_or_delete_policy_history_whoever_asks(staff):
+    from django.db import IntegrityError, transaction
+
+    version = PolicyVersion.objects.get(policy__name="rota", number=1)
+    for sql in ("UPDATE scheduler_policyversion SET placement = 'spread'",
+                "UPDATE scheduler_policyversion SET las_thresholds_gpu_s = '[1]'::jsonb",
+                "DELETE FROM scheduler_policyversion",
+                "UPDATE scheduler_policyactivation SET at = now() - interval '1 day'",
+                "DELETE FROM scheduler_policyactivation"):
+        with pytest.raises(IntegrityError, match="immutable"), transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql)
+    with connection.cursor() as cursor:  # the people references may be cleared (a user deleted)
+        cursor.execute("UPDATE scheduler_policyversion SET created_by_id = %s", [staff.pk])
+    assert PolicyVersion.objects.get(pk=version.pk).created_by == staff
+
+
 @pytest.mark.parametrize("changes, field, words", [
     ({"ordering": "random"}, "ordering", "must be one of fairshare, fifo, las; got 'random'"),
     ({"placement": "scatter"}, "placement", "must be one of binpack, spread"),
@@ -198,7 +214,7 @@ def test_the_fair_share_standing_decays_with_the_active_half_life(cluster, staff
 
 def test_without_any_activation_the_engine_falls_back_to_its_built_in_policy(cluster, alice):
     with connection.cursor() as cursor:  # as a database emptied by hand would be
-        cursor.execute("DELETE FROM scheduler_policyactivation")
+        cursor.execute("TRUNCATE scheduler_policyactivation")  # a DELETE is refused (the history is immutable)
     assert policy_active().label == BUILT_IN and policy_active().policy == Policy()
     job_submit(user=alice, name="a", command="true", gpu_model="h100-80gb")
     assert run_cycle().policy == BUILT_IN
