@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db.models import Prefetch
 
 from scheduler.core.types import Policy
-from scheduler.models import PolicyActivation, PolicyVersion, SchedulingPolicy
+from scheduler.models import PolicyActivation, PolicyVersion, SchedulerBeat, SchedulingPolicy
 
 BUILT_IN = "built-in default"
 
@@ -81,8 +81,6 @@ def job_decision_policies(*, transitions: list, preemptions: list, waiting: bool
     """Name on each of a job's scheduler decisions the policy version that made it (``policy_label`` on its
     admissions, in ``transitions``, and on its ``preemptions``); return, for a waiting job, the version of the
     last cycle, which judged its pending reason (two queries at most)."""
-    from scheduler.models import SchedulerBeat
-
     decided = [t for t in transitions if t.to_state == "admitted" and t.actor_id is None]
     last_cycle = (SchedulerBeat.objects.filter(name=SchedulerBeat.CYCLE).values_list("at", flat=True).first()
                   if waiting else None)
@@ -91,3 +89,12 @@ def job_decision_policies(*, transitions: list, preemptions: list, waiting: bool
     for item, version in zip(items, versions, strict=False):
         item.policy_label = version.label if version is not None else BUILT_IN
     return (versions[-1].label if versions[-1] is not None else BUILT_IN) if last_cycle is not None else None
+
+
+def last_cycle_policy() -> tuple[datetime, str] | None:
+    """When the last scheduling cycle ran and the policy version it scheduled with (None: no cycle yet)."""
+    at = SchedulerBeat.objects.filter(name=SchedulerBeat.CYCLE).values_list("at", flat=True).first()
+    if at is None:
+        return None
+    version = policy_versions_at([at])[0]
+    return at, version.label if version is not None else BUILT_IN

@@ -10,7 +10,7 @@ from portal.governance.forms_policies import ActivateForm, NewPolicyForm, Policy
 from portal.governance.views import _save, staff_only
 from scheduler.models import PolicyVersion, SchedulingPolicy
 from scheduler.models.policies import KNOBS
-from scheduler.selectors_policies import policy_active, policy_list
+from scheduler.selectors_policies import last_cycle_policy, policy_active, policy_list
 from scheduler.services import policies as services
 
 
@@ -28,6 +28,7 @@ def policies(request):
             return done
     return render(request, "governance/policies.html", {
         "rows": policy_list(), "active": active, "form": form, "knobs": KNOBS, "section": "policies",
+        "last_cycle": last_cycle_policy(),
     }, status=400 if form.errors else 200)
 
 

@@ -5,6 +5,7 @@ import pytest
 from django.test import Client
 
 from portal.models import AuditEntry
+from scheduler.cycle import run_cycle
 from scheduler.models import PolicyVersion, SchedulingPolicy
 from scheduler.selectors_policies import policy_active
 
@@ -75,11 +76,16 @@ def test_an_admin_activates_another_version_with_a_reason(staff):
     client.post("/govern/policies/", {**FORM, "name": "spread", "placement": "spread", "reason": "draft"})
     refused = client.post("/govern/policies/spread/versions/1/activate/", {"reason": ""})
     assert refused.status_code == 400 and policy_active().label == "rota v1"
+    run_cycle()
+    assert "under rota v1." in client.get("/govern/policies/").content.decode()  # the last cycle's version
     response = client.post("/govern/policies/spread/versions/1/activate/", {"reason": "balance the nodes"})
     assert response.status_code == 302 and policy_active().label == "spread v1"
     entry = AuditEntry.objects.get(action="policy.activate")
     assert (entry.before, entry.after, entry.actor_name) == ({"active": "rota v1"}, {"active": "spread v1"}, "root")
-    assert '<strong id="active-policy">spread v1</strong>' in client.get("/govern/policies/").content.decode()
+    page = client.get("/govern/policies/").content.decode()
+    assert '<strong id="active-policy">spread v1</strong>' in page and "under rota v1." in page
+    run_cycle()
+    assert "under spread v1." in client.get("/govern/policies/").content.decode()
 
 
 @pytest.mark.parametrize("method, path", [
