@@ -17,6 +17,7 @@ from scheduler.core import schedule
 from scheduler.dispatch import end_never_satisfied, expire_time_limits, mark_held, persist_decisions, reclaim_idle
 from scheduler.holds import hold_back
 from scheduler.models import SchedulerBeat
+from scheduler.selectors_policies import policy_active
 from scheduler.services.common import db_now
 from scheduler.services.jobs import wake_cycle
 from scheduler.snapshot import build_snapshot
@@ -38,6 +39,8 @@ class CycleReport:
     # Seconds until the first borrower a job waits to reclaim from may be reclaimed (its minimum runtime or
     # reclaim's hysteresis ends), when some job waits so; ``scheduler.tasks`` asks for a cycle then.
     reclaim_in_s: float | None = None
+    # The stored policy version the cycle scheduled with (``scheduler.selectors_policies.policy_active``).
+    policy: str = ""
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -55,7 +58,8 @@ def run_cycle() -> CycleReport:
         now = db_now()
         timed_out = expire_time_limits(now)
         reclaimed = reclaim_idle(now)
-        snapshot, gpu_nodes = build_snapshot(now)
+        active = policy_active()
+        snapshot, gpu_nodes = build_snapshot(now, active.policy)
         snapshot, held = hold_back(snapshot)  # budgets, dependencies, array caps: never given to the engine
         t1 = time.perf_counter()
         decisions = schedule(snapshot)
@@ -76,7 +80,7 @@ def run_cycle() -> CycleReport:
     report = CycleReport(
         ran=True, started=result.started, refused=result.refused, preempted=result.preempted,
         pending=result.pending_updated, timed_out=len(timed_out), reclaimed=len(reclaimed), phases_ms=phases,
-        reclaim_in_s=max(min(reclaim_at) - snapshot.now, 0.0) if reclaim_at else None,
+        reclaim_in_s=max(min(reclaim_at) - snapshot.now, 0.0) if reclaim_at else None, policy=active.label,
     )
     if result.started or result.preempted or result.refused:
         log.info("cycle: %s", report.as_dict())

@@ -1,13 +1,14 @@
-"""The what-if form: a period, a policy, and changes to quotas, priority values and pool sizes, each
-pre-filled with today's configuration so an admin edits only what they want to try."""
+"""The what-if form: a period, the two stored policy versions to compare (both the active one by default), and
+changes to quotas, priority values and pool sizes, each pre-filled with today's configuration so an admin edits
+only what they want to try."""
 
 from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
 
-from scheduler.core.policies import PRESETS
 from scheduler.models import Pool, PriorityClass, Quota
+from scheduler.selectors_policies import policy_active, policy_version_choices
 from scheduler.whatif import MAX_SCALE, PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -17,13 +18,24 @@ class WhatIfForm(forms.Form):
                                        label="Period start (UTC)")
     period_end = forms.DateTimeField(widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
                                      label="Period end (UTC)")
-    policy = forms.ChoiceField(choices=[(p, p) for p in PRESETS], initial="rota")
+    # Left out: the active version, and the baseline's for the changed replay (``whatif.whatif_create``).
+    baseline_policy = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
+                                             label="Policy as configured", help_text=(
+                                                 "the stored policy version the replay as configured runs under"))
+    changed_policy = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
+                                            label="Policy with the changes", help_text=(
+                                                "pick another version (a draft policy, an older version) to "
+                                                "compare two policies"))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         now = timezone.now().replace(second=0, microsecond=0)
         self.fields["period_start"].initial = now - timedelta(days=7)
         self.fields["period_end"].initial = now
+        choices, active = policy_version_choices(), policy_active().version
+        for key in ("baseline_policy", "changed_policy"):
+            self.fields[key].choices = choices
+            self.fields[key].initial = active.pk if active is not None else None
         self.quota_rows = list(Quota.objects.filter(pool__isnull=True).select_related("team", "gpu_model"))
         for q in self.quota_rows:
             for key in ("guaranteed", "limit", "weight"):

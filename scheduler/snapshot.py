@@ -25,6 +25,7 @@ from scheduler.core.types import (
 from scheduler.images import ImageError, image_parse, image_resolve, pools_allowing
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.selectors_policies import policy_active
 from scheduler.services import runtime
 
 _CORE_STATE = {
@@ -213,8 +214,8 @@ def priority_class_infos(values: dict[str, int] | None = None) -> tuple[Priority
 
 def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapshot, dict[int, int]]:
     """The engine's view of the cluster at ``now`` (database time). Also returns each GPU's node id by GPU id,
-    which the dispatcher needs to turn placements into allocations."""
-    policy = policy or Policy()
+    which the dispatcher needs to turn placements into allocations. ``policy``: the active one unless given."""
+    policy = policy or policy_active().policy
     nodes = list(Node.objects.order_by("name").values_list(
         "id", "name", "pool__name", "cpus", "memory_mb", "state", "labels", "driver_version", "cuda_version"))
     node_names = {row[0]: row[1] for row in nodes}

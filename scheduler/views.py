@@ -38,6 +38,7 @@ from scheduler.selectors import (
     job_attempts,
     job_table,
 )
+from scheduler.selectors_policies import job_decision_policies
 from scheduler.services import arrays as array_services
 from scheduler.services import jobs as job_services
 from scheduler.services.runtime import job_how_it_runs
@@ -256,11 +257,14 @@ def _job_context(request, job_id):
     if (log is None or not log.content) and job.attempt > 1:
         earlier = job.logs.filter(attempt__lt=job.attempt).exclude(content="").order_by("-attempt").first()
     transitions = list(job.transitions.select_related("actor"))
+    preemptions = list(job.preemptions.select_related("by_job"))
+    pending_policy = job_decision_policies(transitions=transitions, preemptions=preemptions,
+                                           waiting=bool(job.pending_reason_code))
     return {
         "job": job, "allocations": allocations, "log": log, "earlier_log": earlier,
         "transitions": transitions,
         "attempts": job_attempts(job, transitions, list(job.allocations.select_related("node"))),
-        "preemptions": list(job.preemptions.select_related("by_job")),
+        "preemptions": preemptions, "pending_policy": pending_policy,
         "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),
         "can_release": job_services.can_release(request.user, job),

@@ -27,15 +27,16 @@ def whatif_list(request):
         try:
             run = whatif_create(user=request.user, name=form.cleaned_data["name"],
                                 period_start=form.cleaned_data["period_start"],
-                                period_end=form.cleaned_data["period_end"], policy=form.cleaned_data["policy"],
-                                changes=form.changes())
+                                period_end=form.cleaned_data["period_end"],
+                                baseline_policy=form.cleaned_data["baseline_policy"],
+                                changed_policy=form.cleaned_data["changed_policy"], changes=form.changes())
         except ValidationError as exc:
             for key, errors in exc.message_dict.items():
                 field = _form_field(key)
                 form.add_error(field if field in form.fields else None, errors)
         else:
             return redirect("whatif-detail", run_id=run.pk)
-    runs = WhatIfRun.objects.select_related("created_by")[:50]
+    runs = WhatIfRun.objects.select_related("created_by", "baseline_policy__policy", "changed_policy__policy")[:50]
     return render(request, "whatif/list.html", {"form": form, "runs": runs})
 
 

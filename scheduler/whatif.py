@@ -1,8 +1,9 @@
 """What-if from Rota's own history: take the jobs submitted in a past period, the cluster, quotas and
 priority classes as they are now, apply an admin's changes (quotas, weights, priorities, pool sizes),
 replay the period twice through the simulator (which calls the real engine) — as configured and as
-changed — and compare both with what actually happened. Every figure covers the period only: GPU time
-held after its end counts neither in the history nor in the replays.
+changed, each under a stored scheduling policy version (by default the active one for both; an admin may pick
+any two, e.g. the active policy against a draft) — and compare both with what actually happened. Every
+figure covers the period only: GPU time held after its end counts neither in the history nor in the replays.
 
 How history becomes a trace: a job's duration is how long its last attempt ran (to its end, or to now
 while it runs); a job that never started is replayed with its time limit as its duration when it has
@@ -21,7 +22,9 @@ from portal.models import Team
 from scheduler.core.policies import PRESETS, policy_by_name
 from scheduler.core.types import GpuDevice, NodeInfo, QuotaInfo
 from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, Pool, Preemption, PriorityClass, Quota
+from scheduler.models.policies import PolicyVersion
 from scheduler.models.whatif import WhatIfRun
+from scheduler.selectors_policies import policy_active
 from scheduler.services.common import db_now
 from scheduler.sim.cluster import Cluster
 from scheduler.sim.compare import team_outcomes
@@ -110,9 +113,26 @@ def _quota_rules(quotas: list[dict]) -> dict[str, str]:
     return {f"changes.quotas.{key}": message for key, message in quota_validate(wanted).items()}
 
 
-def whatif_create(*, user, name: str, period_start: datetime, period_end: datetime, policy: str = "rota",
+def _policy_versions(baseline: int | None, changed: int | None, errors: dict) -> tuple:
+    """The stored versions both replays run under: ``baseline`` (default: the active version) and ``changed``
+    (default: the baseline's), by id; (None, None) when no version is stored (the preset ``rota`` then)."""
+    found = {v.pk: v for v in PolicyVersion.objects.select_related("policy").filter(
+        pk__in=[pk for pk in (baseline, changed) if pk is not None])}
+    for key, pk in (("baseline_policy", baseline), ("changed_policy", changed)):
+        if pk is not None and pk not in found:
+            errors[key] = f"no stored policy version has id {pk!r}"
+    first = found.get(baseline) if baseline is not None else policy_active().version
+    return first, found.get(changed) if changed is not None else first
+
+
+def whatif_create(*, user, name: str, period_start: datetime, period_end: datetime, policy: str | None = None,
+                  baseline_policy: int | None = None, changed_policy: int | None = None,
                   changes: dict | None = None) -> WhatIfRun:
-    """Validate and queue a what-if (platform admins only). The replay runs in a Celery task."""
+    """Validate and queue a what-if (platform admins only). The replay runs in a Celery task.
+
+    ``baseline_policy`` / ``changed_policy``: ids of the stored policy versions the replays "as configured" and
+    "with the changes" run under (defaults: the active version, and the baseline's). ``policy``: a preset of
+    ``scheduler.core.policies`` for both replays instead of stored versions."""
     if not user.is_staff:
         raise ValidationError({"user": "only platform admins run what-if replays"})
     errors = {}
@@ -126,14 +146,18 @@ def whatif_create(*, user, name: str, period_start: datetime, period_end: dateti
         errors["period_end"] = "the period must end after it starts"
     elif period_end - period_start > MAX_PERIOD:
         errors["period_end"] = f"the period may be at most {MAX_PERIOD.days} days"
-    if policy not in PRESETS:
+    if policy is not None and policy not in PRESETS:
         errors["policy"] = f"must be one of {', '.join(PRESETS)}"
+    if policy is not None and (baseline_policy is not None or changed_policy is not None):
+        errors["policy"] = "give a preset or stored policy versions, not both"
+    versions = (None, None) if policy is not None else _policy_versions(baseline_policy, changed_policy, errors)
     if errors:
         raise ValidationError(errors)
     clean = _clean_changes(changes or {})
     with transaction.atomic():
         run = WhatIfRun.objects.create(name=name.strip()[:120], created_by=user, period_start=period_start,
-                                       period_end=period_end, policy=policy, changes=clean)
+                                       period_end=period_end, policy=policy or ("" if versions[0] else "rota"),
+                                       baseline_policy=versions[0], changed_policy=versions[1], changes=clean)
         from scheduler.tasks import whatif_run
 
         whatif_run.delay_on_commit(run_id=run.pk)
@@ -246,7 +270,8 @@ def whatif_execute(run_id: int, *, cycle_interval_s: float = 30.0) -> WhatIfRun:
     try:
         now = db_now()
         trace, actual, skipped = history(run.period_start, run.period_end, now)
-        policy = policy_by_name(run.policy)
+        policies = {label: version.to_policy() if version else policy_by_name(run.policy)
+                    for label, version in (("baseline", run.baseline_policy), ("changed", run.changed_policy))}
         # The replay stops at the end of the period, like the history it is compared with.
         config = SimConfig(cycle_interval_s=cycle_interval_s, restart_cost_s=60.0,
                            until=(run.period_end - run.period_start).total_seconds())
@@ -259,7 +284,7 @@ def whatif_execute(run_id: int, *, cycle_interval_s: float = 30.0) -> WhatIfRun:
             def progress(fraction: float, step=step) -> None:
                 WhatIfRun.objects.filter(pk=run_id).update(progress=round((step + fraction) / 2, 3))
 
-            result = Simulator(trace, cluster_now(scale), setup_now(quota_changes), policy, config,
+            result = Simulator(trace, cluster_now(scale), setup_now(quota_changes), policies[label], config,
                                priority_classes=priority_class_infos(priorities), progress=progress).run()
             summary = summarize(result)
             outputs[label] = {"teams": team_outcomes(result),
@@ -268,6 +293,7 @@ def whatif_execute(run_id: int, *, cycle_interval_s: float = 30.0) -> WhatIfRun:
                       "changed": outputs["changed"]["teams"],
                       "summary": {"baseline": outputs["baseline"]["summary"],
                                   "changed": outputs["changed"]["summary"]},
+                      "policies": {label: p.name for label, p in policies.items()},
                       "jobs_replayed": len(trace.jobs), "skipped": skipped}
         run.state, run.progress, run.finished_at = WhatIfRun.DONE, 1.0, db_now()
         run.save(update_fields=["result", "state", "progress", "finished_at"])

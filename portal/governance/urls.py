@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.governance import views, views_admin, views_images
+from portal.governance import views, views_admin, views_images, views_policies
 
 urlpatterns = [
     path("", views.index, name="govern"),
@@ -22,6 +22,10 @@ urlpatterns = [
     path("images/", views_images.images, name="govern-images"),
     path("images/kinds/<slug:kind>/", views_images.kind_image, name="govern-kind-image"),
     path("images/pools/<slug:name>/", views_images.pool_images, name="govern-pool-images"),
+    path("policies/", views_policies.policies, name="govern-policies"),
+    path("policies/<slug:name>/", views_policies.policy_edit, name="govern-policy"),
+    path("policies/<slug:name>/versions/<int:number>/activate/", views_policies.policy_activate,
+         name="govern-policy-activate"),
     path("nodes/", views.nodes, name="govern-nodes"),
     path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
     path("nodes/<slug:name>/resume/", views.node_state, {"target": "resume"}, name="govern-node-resume"),

@@ -15,6 +15,7 @@ from scheduler.core.plugins.fairshare import entitlements, fair_share_factors
 from scheduler.core.types import Policy, QuotaInfo, Snapshot
 from scheduler.models import Allocation, JobTemplate, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, HOLDING_STATES, WAITING_STATES, JobState
+from scheduler.selectors_policies import policy_active
 from scheduler.snapshot import decayed_usage
 
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
@@ -140,7 +141,7 @@ class ShareStanding:
 def share_standing(*, team: Team, now: datetime, policy: Policy | None = None) -> ShareStanding:
     """``team``'s fair-share standing against every team, computed with the engine's own entitlement and
     ordering functions over ``decayed_usage`` (two queries and the usage scan)."""
-    policy = policy or Policy()
+    policy = policy or policy_active().policy
     usage = decayed_usage(now, policy.fair_share_half_life_s)
     quotas = tuple(
         QuotaInfo(team=t, gpu_model=m, guaranteed=float(g), limit=None, weight=float(w))

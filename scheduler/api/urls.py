@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, service_keys, views
+from scheduler.api import loans, node, policies, service_keys, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -21,6 +21,9 @@ urlpatterns = [
     path("quota-loans/<int:loan_id>/", loans.LoanDetailAPI.as_view(), name="api-quota-loan"),
     *[path(f"quota-loans/<int:loan_id>/{action}/", loans.LoanDecisionAPI.as_view(action_name=action),
            name=f"api-quota-loan-{action}") for action in ("approve", "decline", "cancel")],
+    path("policies/", policies.PolicyListAPI.as_view(), name="api-policies"),
+    path("policies/active/", policies.ActivePolicyAPI.as_view(), name="api-policy-active"),
+    path("policies/<slug:name>/", policies.PolicyDetailAPI.as_view(), name="api-policy"),
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
     path("services/<slug:team>/<slug:service>/keys/", service_keys.ServiceKeyListAPI.as_view(),
          name="api-service-keys"),

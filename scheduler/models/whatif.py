@@ -22,7 +22,12 @@ class WhatIfRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
-    policy = models.CharField(max_length=20, default="rota")
+    policy = models.CharField(max_length=20, default="rota")  # a preset, for runs that name no stored version
+    # The stored policy versions the two replays run under (as configured, with the changes); unset: ``policy``.
+    baseline_policy = models.ForeignKey("scheduler.PolicyVersion", null=True, blank=True, on_delete=models.PROTECT,
+                                        related_name="+")
+    changed_policy = models.ForeignKey("scheduler.PolicyVersion", null=True, blank=True, on_delete=models.PROTECT,
+                                       related_name="+")
     changes = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=10, choices=STATES, default=QUEUED)
     progress = models.FloatField(default=0.0)  # 0..1 over both replays
@@ -39,3 +44,11 @@ class WhatIfRun(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def policies_shown(self) -> str:
+        """The policies of the two replays: "rota v1", "rota v1 → spread v2", or a preset's name."""
+        if self.baseline_policy_id is None:
+            return self.policy
+        first, second = self.baseline_policy.label, self.changed_policy.label
+        return first if first == second else f"{first} → {second}"

@@ -41,11 +41,14 @@ def fill(route: str, world, whatif_id: int) -> str:
         "<str:action>": "hold", "<int:pk>": world["budget"].pk, "<slug:kind>": "training",
         "<int:loan_id>": world["loan"].pk, "<slug:action>": "approve", "<int:array_id>": world["array"].pk,
         "<slug:team>": "vision", "<slug:service>": "llm", "<int:key_id>": 1, "<path:path>": "v1/generate",
+        "<int:number>": 1,
     }
     if route.startswith(("govern/nodes/", "api/v1/nodes/")):
         values["<slug:name>"] = "node-h100"
     elif route.startswith("govern/priority-classes/"):
         values["<slug:name>"] = "training"
+    elif route.startswith(("govern/policies/", "api/v1/policies/")):
+        values["<slug:name>"] = "rota"
     elif route.startswith(("govern/pools/", "govern/images/pools/")):
         values["<slug:name>"] = "train"
     else:
