@@ -15,9 +15,9 @@ from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES
 from scheduler.services import jobs as job_services
 from scheduler.services.arrays import MAX_ARRAY_SPEC, array_spec_parse
 from scheduler.services.dependencies import MAX_DEPENDENCY
+from scheduler.services.inference import MAX_REPLICAS
 from scheduler.services.runtime import kind_images
 
-MAX_REPLICAS = 16
 # Which kinds show a kind-specific field (the others hide it; the server ignores it for them).
 KIND_FIELDS = {"nodes": ("training",), "idle_timeout_minutes": ("notebook",), "replicas": ("inference",),
                "health_path": ("inference",)}

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, service_keys, views
+from scheduler.api import loans, node, service_keys, services, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -22,6 +22,10 @@ urlpatterns = [
     *[path(f"quota-loans/<int:loan_id>/{action}/", loans.LoanDecisionAPI.as_view(action_name=action),
            name=f"api-quota-loan-{action}") for action in ("approve", "decline", "cancel")],
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
+    path("services/<slug:team>/<slug:service>/", services.ServiceDetailAPI.as_view(), name="api-service"),
+    path("services/<slug:team>/<slug:service>/scale/", services.ServiceScaleAPI.as_view(), name="api-service-scale"),
+    path("services/<slug:team>/<slug:service>/autoscale/", services.ServiceAutoscaleAPI.as_view(),
+         name="api-service-autoscale"),
     path("services/<slug:team>/<slug:service>/keys/", service_keys.ServiceKeyListAPI.as_view(),
          name="api-service-keys"),
     path("services/<slug:team>/<slug:service>/keys/<int:key_id>/", service_keys.ServiceKeyRevokeAPI.as_view(),

@@ -5,7 +5,7 @@ from scheduler.models.arrays import JobArray
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.dependencies import JobDependency
-from scheduler.models.gateway import ServiceKey, ServiceTraffic
+from scheduler.models.gateway import InferenceService, ServiceKey, ServiceLatency, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
 from scheduler.models.quota import Quota
@@ -19,6 +19,7 @@ __all__ = [
     "GpuSample",
     "GpuSampleRollup",
     "GpuModel",
+    "InferenceService",
     "Job",
     "JobArray",
     "JobDependency",
@@ -36,6 +37,7 @@ __all__ = [
     "QuotaLoan",
     "SchedulerBeat",
     "ServiceKey",
+    "ServiceLatency",
     "ServiceTraffic",
     "WhatIfRun",
 ]

@@ -1,5 +1,7 @@
 """Jobs, their recorded history and logs, priority classes, allocations and preemption records."""
 
+import re
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -193,6 +195,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    @property
+    def service_name(self) -> str:
+        """The inference service this job is a replica of: its name without ``-N`` (docs/gateway.md); "" for
+        other kinds and for names the gateway cannot serve (not a slug)."""
+        name = re.sub(r"-[0-9]+\Z", "", self.name) if self.kind == "inference" else ""
+        return name if re.fullmatch(r"[-a-zA-Z0-9_]+", name) else ""
 
     @property
     def is_active(self) -> bool:
