@@ -14,7 +14,7 @@ from django.db import transaction
 from portal.audit import audit_record
 from portal.models import Team, slug_validator
 from scheduler.models import InferenceService, Job
-from scheduler.models.jobs import ACTIVE_STATES
+from scheduler.models.jobs import ACTIVE_STATES, StopReason
 from scheduler.services.common import db_now
 from scheduler.services.jobs import MAX_NAME, REQUEST_FIELDS, cancel_one, job_submit, wake_cycle
 
@@ -46,10 +46,11 @@ def service_check_name(service: str) -> None:
 
 
 def service_replicas(team: Team, service: str, *, active: bool = True) -> list[Job]:
-    """The service's replicas, lowest number first; with ``active`` only those waiting or holding GPUs."""
+    """The service's replicas, lowest number first; with ``active`` only those waiting or holding GPUs and not
+    being cancelled (a replica scaled down counts no more while its processes stop)."""
     jobs = Job.objects.filter(team=team, kind="inference", name__regex=replica_pattern(service))
     if active:
-        jobs = jobs.filter(state__in=ACTIVE_STATES)
+        jobs = jobs.filter(state__in=ACTIVE_STATES).exclude(stop_reason=StopReason.CANCEL)
     jobs = jobs.select_related("team", "gpu_model", "pool", "priority_class", "submitted_by")
     return sorted(jobs, key=lambda j: (replica_number(j.name, service), j.pk))
 

@@ -17,7 +17,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from scheduler.audit import audit
-from scheduler.models import Job, Node, PriorityClass, ServiceKey
+from scheduler.models import Job, Node, PriorityClass, Quota, ServiceKey
 from scheduler.models.jobs import JobTransition
 from tests.e2e.test_containers import images  # noqa: F401  (the session fixture that builds the demo images)
 from tests.processes import ROOT, _stop, wait_for
@@ -48,6 +48,8 @@ def service_node(cluster, celery_worker, celery_beat, start_agent, settings, ima
     """node-h100 with a real agent on the container executor that publishes services on 127.0.0.1."""
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
     PriorityClass.objects.update(grace_period_s=2)
+    # replicas are production-inference (not preemptible): they start only within the team's guaranteed quota
+    Quota.objects.filter(team=cluster["vision"], gpu_model=cluster["h100"]).update(guaranteed=4, limit=4)
     node = cluster["nodes"][0]
     start_agent(node, executor="container", extra=PROBES)
     wait_for(lambda: Node.objects.get(pk=node.pk).registered_at, timeout=30, what="the agent to register")
