@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.agent.jobs import Assignment
 from scheduler.agent.probes import HEALTHY, STARTING, UNHEALTHY, HealthProbes, ProbeSettings, probe_once
+from tests.agent.conftest import running, wait_until
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -133,3 +134,34 @@ def test_only_listening_jobs_with_an_absolute_health_path_are_probed_and_gone_on
     assert entries[0]["health"] == STARTING and "health" not in entries[1]
     hp.keep_only(set())
     assert hp.health(probed.key) is None
+
+
+FAST = ProbeSettings(period_s=0.2, timeout_s=1, failure_threshold=3, start_grace_s=3)
+SERVER = "exec python3 -m http.server {port} --bind 127.0.0.1"
+
+
+def serving(port: int, health_path: str) -> dict:
+    return {"kind": "inference", "port": port,
+            "env": {"ROTA_JOB_ID": "1", "ROTA_PORT": str(port), "ROTA_HEALTH_PATH": health_path}}
+
+
+def test_the_agent_reports_a_healthy_service_in_its_heartbeat(portal, make_agent):
+    port = free_port()
+    portal.assign(1, SERVER.format(port=port), **serving(port, "/"))
+    with running(make_agent(service_address="127.0.0.1", probes=FAST)):
+        wait_until(lambda: any(r.get("health") == HEALTHY for h in portal.heartbeats for r in h["running"]),
+                   timeout=20)
+    assert portal.events_of(1, "exited") == []
+
+
+def test_the_agent_stops_a_service_failing_its_probe_and_reports_it_unhealthy(portal, make_agent):
+    port = free_port()
+    portal.assign(1, SERVER.format(port=port), **serving(port, "/no-such-health"))
+    with running(make_agent(service_address="127.0.0.1", probes=FAST)):
+        wait_until(lambda: portal.events_of(1, "exited"), timeout=20)
+    [exited] = portal.events_of(1, "exited")
+    assert exited["reason"] == "Unhealthy"
+    expected = "health probe GET /no-such-health failed: answered HTTP 404 (3 times in a row)"
+    assert exited["message"] == expected
+    reported = [r for h in portal.heartbeats for r in h["running"] if r.get("health") == UNHEALTHY]
+    assert reported and "HTTP 404" in reported[-1]["health_message"]
