@@ -232,6 +232,7 @@ class JobEvent:
     log_offset: int = 0
     reason: str = ""  # "OOMKilled", "ImagePullFailed", "Unhealthy" or ""
     address: str = ""  # started: host:port the portal reaches the job's service on ("" when none)
+    health: str = ""  # started: "starting" when the agent probes the service's health ("" when it does not)
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""
@@ -245,4 +246,5 @@ class JobEvent:
             "reason": self.reason,
             "at": self.at,
             **({"address": self.address} if self.address else {}),
+            **({"health": self.health} if self.health else {}),
         }

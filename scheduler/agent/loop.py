@@ -248,10 +248,13 @@ class Agent:
 
     def _with_address(self, event: JobEvent, assignment: Assignment) -> JobEvent:
         """A ``started`` event of a job that listens (its assignment names a port) carries the address the
-        portal's gateway reaches it on: this node's ``service_address`` and that port."""
-        if event.type != "started" or not assignment.port or not self.config.service_address:
+        portal's gateway reaches it on: this node's ``service_address`` and that port; and, when this agent
+        probes its health, ``starting`` (no traffic until a probe succeeds)."""
+        if event.type != "started" or not assignment.port:
             return event
-        return dataclasses.replace(event, address=f"{self.config.service_address}:{assignment.port}")
+        health = "starting" if self.probes.path_of(assignment) else ""
+        address = f"{self.config.service_address}:{assignment.port}" if self.config.service_address else ""
+        return dataclasses.replace(event, address=address, health=health)
 
     def flush_outbox(self) -> None:
         """Send queued job events in order; an end event first sends the rest of its log."""

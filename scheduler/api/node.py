@@ -220,6 +220,8 @@ class EventSerializer(serializers.Serializer):
     # started: host:port the portal's gateway reaches the job's service on
     address = serializers.RegexField(SERVICE_ADDRESS, max_length=300, required=False, allow_blank=True,
                                      default="", error_messages={"invalid": "address: must be host:port"})
+    # started: "starting" when the node probes the service's health (it gets traffic once healthy)
+    health = serializers.ChoiceField(choices=["", replica_health.STARTING], required=False, default="")
 
 
 class LogSerializer(serializers.Serializer):

@@ -18,7 +18,7 @@ from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
 from scheduler.services.node_engine import engine_state_apply, node_state_view
-from scheduler.services.replica_health import initial_health, restart_cause
+from scheduler.services.replica_health import restart_cause
 from scheduler.services.retries import job_retry
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
@@ -344,7 +344,7 @@ def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
                            cause=f"processes started on {node.name}", at=now,
                            details={"pid": event.get("pid")},
                            extra={"started_at": now, "service_address": event.get("address", ""),
-                                  "service_health": initial_health(job), "service_health_message": ""})
+                                  "service_health": event.get("health", ""), "service_health_message": ""})
         else:
             _end_attempt_on_node(job, node, event, now)
         job.refresh_from_db()

@@ -1,7 +1,8 @@
 """The health of inference replicas (and other listening jobs) as their node's probe reports it.
 
-The node agent probes a listening job's ``ROTA_HEALTH_PATH`` (``scheduler/agent/probes.py``) and reports the
-result with each heartbeat, per running attempt: ``starting``, ``healthy`` or ``unhealthy``. The portal keeps
+The node agent probes a listening job's ``ROTA_HEALTH_PATH`` (``scheduler/agent/probes.py``): its ``started``
+event says ``starting`` (an agent that does not probe says nothing: the replica is not probed, "") and each
+heartbeat then reports, per running attempt, ``starting``, ``healthy`` or ``unhealthy``. The portal keeps
 it on the job (``Job.service_health``); the gateway sends traffic only to replicas that are not probed ("")
 or healthy. The agent itself restarts an attempt whose probe fails too often: it ends ``exited`` with reason
 ``Unhealthy`` and the job lifecycle starts it again (``scheduler.services.nodes``).
@@ -17,18 +18,6 @@ from scheduler.services.common import db_now
 STARTING, HEALTHY, UNHEALTHY = "starting", "healthy", "unhealthy"
 HEALTH_STATES = (STARTING, HEALTHY, UNHEALTHY)
 ROUTABLE = ("", HEALTHY)  # the health values the gateway forwards to
-
-
-def health_path(job: Job) -> str:
-    """The path the node probes (``ROTA_HEALTH_PATH`` of a job that listens), or ""."""
-    path = str((job.env or {}).get("ROTA_HEALTH_PATH", "")).strip()
-    return path if job.service_port and path.startswith("/") else ""
-
-
-def initial_health(job: Job) -> str:
-    """The health of an attempt that just started: ``starting`` when it is probed (no traffic until its
-    first probe succeeds), else "" (never probed: traffic as soon as it runs)."""
-    return STARTING if health_path(job) else ""
 
 
 def restart_cause(failure: str, message: str, code: int | None, signal: int | None) -> str:

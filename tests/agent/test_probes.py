@@ -151,6 +151,7 @@ def test_the_agent_reports_a_healthy_service_in_its_heartbeat(portal, make_agent
     with running(make_agent(service_address="127.0.0.1", probes=FAST)):
         wait_until(lambda: any(r.get("health") == HEALTHY for h in portal.heartbeats for r in h["running"]),
                    timeout=20)
+    assert portal.events_of(1, "started")[0]["health"] == "starting"
     assert portal.events_of(1, "exited") == []
 
 

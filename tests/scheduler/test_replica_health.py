@@ -13,12 +13,14 @@ pytestmark = pytest.mark.django_db
 
 
 def started_replica(user, client, name="llm-1", health_path="/health") -> Job:
+    """A replica started on node-h100; its agent probes it when it has a health path (``health`` starting)."""
     job = job_submit(user=user, name=name, kind="inference", command="serve", gpu_model="h100-80gb",
                      env={"ROTA_HEALTH_PATH": health_path} if health_path else {})
     run_cycle()
     job.refresh_from_db()
-    answer = client.post(f"/api/v1/node/jobs/{job.pk}/events/",
-                         {"attempt": 1, "type": "started", "address": f"127.0.0.1:{job.service_port}"}, format="json")
+    event = {"attempt": 1, "type": "started", "address": f"127.0.0.1:{job.service_port}",
+             **({"health": "starting"} if health_path else {})}
+    answer = client.post(f"/api/v1/node/jobs/{job.pk}/events/", event, format="json")
     assert answer.status_code == 200, answer.json()
     job.refresh_from_db()
     return job
@@ -48,6 +50,20 @@ def test_a_probed_replica_gets_traffic_only_once_its_node_reports_it_healthy(ali
     assert [j.pk for j in replicas(cluster["vision"], "llm")] == [plain.pk]
     beat(client, 3, entry(probed, "unhealthy", "health probe GET /health failed: answered HTTP 503"))
     assert JobEvent.objects.filter(job=probed, kind="unhealthy").count() == 1
+
+
+def test_a_replica_started_by_an_agent_that_does_not_probe_gets_traffic_as_before(alice, cluster, node_client):
+    client = node_client()
+    job = job_submit(user=alice, name="llm", kind="inference", command="serve", gpu_model="h100-80gb",
+                     env={"ROTA_HEALTH_PATH": "/health"})
+    run_cycle()
+    job.refresh_from_db()
+    client.post(f"/api/v1/node/jobs/{job.pk}/events/",
+                {"attempt": 1, "type": "started", "address": f"127.0.0.1:{job.service_port}"}, format="json")
+    assert [j.pk for j in replicas(cluster["vision"], "llm")] == [job.pk]
+    bad = client.post(f"/api/v1/node/jobs/{job.pk}/events/", {"attempt": 1, "type": "started", "health": "great"},
+                      format="json")
+    assert bad.status_code == 400 and "health" in bad.json()["errors"]
 
 
 def test_a_node_cannot_report_the_health_of_a_job_it_does_not_run(alice, cluster, node_client):
