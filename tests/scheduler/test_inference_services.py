@@ -152,3 +152,11 @@ def test_the_page_and_api_show_a_service_to_its_team_and_404_to_others(alice, bo
     assert api(charlie).get("/api/v1/services/vision/llm/").status_code == 404
     assert api(charlie).post("/api/v1/services/vision/llm/scale/", {"replicas": 3}, format="json").status_code == 404
     assert names(cluster["vision"]) == ["llm-1"]
+
+
+def test_the_submit_form_refuses_a_health_path_the_probe_could_not_use(alice):
+    from tests.scheduler.test_templates import client_for, form_data
+
+    response = client_for(alice).post("/jobs/new/", form_data(kind="inference", name="llm", health_path="ready"))
+    assert response.status_code == 200 and not Job.objects.exists()
+    assert "must be a path starting with /" in response.content.decode()
