@@ -160,3 +160,15 @@ def test_the_submit_form_refuses_a_health_path_the_probe_could_not_use(alice):
     response = client_for(alice).post("/jobs/new/", form_data(kind="inference", name="llm", health_path="ready"))
     assert response.status_code == 200 and not Job.objects.exists()
     assert "must be a path starting with /" in response.content.decode()
+
+
+def test_the_page_names_the_field_of_a_bad_scale_or_autoscale(alice, cluster, client):
+    replica(alice, "llm-1")
+    client.force_login(alice)
+    page = client.post("/services/vision/llm/", {"action": "scale", "replicas": "99"}, follow=True)
+    assert "replicas: Ensure this value is less than or equal to 16." in page.content.decode()
+    page = client.post("/services/vision/llm/", {"action": "autoscale", "enabled": "on", "min_replicas": "3",
+                                                 "max_replicas": "2", "target_rps": "5",
+                                                 "scale_down_delay_s": "60"}, follow=True)
+    assert "max_replicas: must be at least min_replicas (3)" in page.content.decode()
+    assert names(cluster["vision"]) == ["llm-1"] and not InferenceService.objects.filter(autoscale=True).exists()
