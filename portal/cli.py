@@ -10,195 +10,40 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
-import math
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import requests
+from portal.cli_client import (  # noqa: F401 (re-exported: commands beside this module import them from here)
+    TIMEOUT_S,
+    ApiError,
+    Client,
+    CliError,
+    client_from_config,
+    config_path,
+    format_api_error,
+    gpus_label,
+    load_config,
+    print_json,
+    print_table,
+    reason_label,
+    save_config,
+)
+from portal.cli_submit import (  # noqa: F401 (re-exported)
+    SCRIPT_PREFIX,
+    SUBMIT_FIELDS,
+    add_submit_flags,
+    cmd_submit,
+    cmd_templates,
+    finite_float,
+    parse_script,
+)
 
-TIMEOUT_S = 30
 FOLLOW_INTERVAL_S = 2.0
-SCRIPT_PREFIX = "#ROTA"
 PAGE = 200  # jobs per API page
 NODE_PAGE = 1000  # nodes per API page (the portal's largest)
 MAX_QUEUE = 10_000  # the most active jobs `rota queue` reads
-
-# CLI flag (dest) -> API field for ``rota submit``.
-SUBMIT_FIELDS = {
-    "name": "name", "team": "team", "kind": "kind", "gpus": "gpus", "gpu_fraction": "gpu_fraction",
-    "gpu_model": "gpu_model", "gpu_memory_gb": "gpu_memory_gb", "cpus": "cpus", "memory_gb": "memory_gb",
-    "time_limit": "time_limit_minutes",
-    "priority_class": "priority_class", "nodes": "nodes", "pool": "pool", "image": "image",
-    "array": "array",
-    "depends": "dependency", "max_retries": "max_retries", "retry_on": "retry_on", "retry_backoff": "retry_backoff_s",
-}
-
-
-class CliError(Exception):
-    """A failure to report as ``error: …`` with exit status 1."""
-
-
-# --- configuration ---------------------------------------------------------------------------------
-
-
-def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "rota" / "config.json"
-
-
-def load_config() -> dict[str, str]:
-    """URL and token: the environment wins over the config file."""
-    config: dict[str, str] = {}
-    path = config_path()
-    if path.exists():
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CliError(f"cannot read {path}: {exc}") from None
-        if not isinstance(config, dict):
-            raise CliError(f"cannot read {path}: expected a JSON object with url and token; run `rota login`")
-    if os.environ.get("ROTA_URL"):
-        config["url"] = os.environ["ROTA_URL"]
-    if os.environ.get("ROTA_TOKEN"):
-        config["token"] = os.environ["ROTA_TOKEN"]
-    return config
-
-
-def save_config(url: str, token: str) -> Path:
-    """Write the config file readable by its owner only (it holds a credential)."""
-    path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "token": token}, fh)
-    os.chmod(path, 0o600)
-    return path
-
-
-# --- HTTP -------------------------------------------------------------------------------------------
-
-
-def format_api_error(body: Any, status: int) -> str:
-    """``field: message`` lines from the API's error body ({detail, errors: {field: [msg]}})."""
-    if isinstance(body, dict):
-        errors = body.get("errors")
-        if isinstance(errors, dict) and errors:
-            parts = []
-            for field, msgs in errors.items():
-                msgs = msgs if isinstance(msgs, list) else [msgs]
-                text = "; ".join(str(m) for m in msgs)
-                parts.append(text if field == "non_field_errors" else f"{field}: {text}")
-            return "\n".join(f"error: {p}" for p in parts)
-        if "detail" in body:
-            return f"error: {body['detail']}"
-        parts = [f"{k}: {v[0] if isinstance(v, list) and v else v}" for k, v in body.items()]
-        if parts:
-            return "\n".join(f"error: {p}" for p in parts)
-    return f"error: HTTP {status}"
-
-
-class Client:
-    """A thin REST client: one method per HTTP verb, errors raised as ApiError."""
-
-    def __init__(self, url: str, token: str | None):
-        self.url = url.rstrip("/")
-        self.session = requests.Session()
-        if token:
-            self.session.headers["Authorization"] = f"Token {token}"
-
-    def request(self, method: str, path: str, **kwargs) -> Any:
-        try:
-            response = self.session.request(method, f"{self.url}{path}", timeout=TIMEOUT_S, **kwargs)
-        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
-                requests.exceptions.InvalidURL):
-            raise CliError(f"{self.url} is not a portal URL: write it as http(s)://host[:port]") from None
-        except requests.exceptions.Timeout:
-            raise CliError(f"cannot reach {self.url}: no answer within {TIMEOUT_S} s") from None
-        except requests.exceptions.SSLError:
-            raise CliError(f"cannot reach {self.url}: the TLS handshake failed (http vs https?)") from None
-        except requests.exceptions.ConnectionError as exc:
-            text = str(exc)
-            why = ("connection refused (is the portal running?)" if "refused" in text.lower() else
-                   "the host name does not resolve" if "resolve" in text.lower() or "Name or service" in text else
-                   "the connection failed")
-            raise CliError(f"cannot reach {self.url}: {why}") from None
-        except requests.RequestException as exc:
-            raise CliError(f"cannot reach {self.url}: {type(exc).__name__}") from None
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if response.status_code >= 400:
-            if body is None:  # not the API's JSON: a wrong URL, or another server
-                raise ApiError(f"error: HTTP {response.status_code} from {self.url}{path}: is {self.url} the "
-                               "portal's address?")
-            raise ApiError(format_api_error(body, response.status_code))
-        if not isinstance(body, dict | list):
-            raise CliError(f"{self.url} did not answer like a Rota portal (HTTP {response.status_code}, "
-                           f"{response.headers.get('Content-Type', 'no content type')}): check the URL")
-        return body
-
-    def get(self, path: str, **params) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
-
-    def post(self, path: str, data: dict | None = None) -> Any:
-        return self.request("POST", path, json=data or {})
-
-
-class ApiError(CliError):
-    """The API refused the request; the message is already formatted."""
-
-
-def client_from_config() -> Client:
-    config = load_config()
-    if not config.get("url") or not config.get("token"):
-        raise CliError("not logged in: run `rota login --url URL --username NAME` or set ROTA_URL and ROTA_TOKEN")
-    return Client(config["url"], config["token"])
-
-
-# --- output -----------------------------------------------------------------------------------------
-
-
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-def print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def gpus_label(job: dict) -> str:
-    model = job.get("gpu_model") or "any"
-    count = job["gpu_fraction"] if job.get("gpu_fraction") else job.get("gpus")
-    nodes = f"x{job['nodes']}n" if job.get("nodes") else ""
-    return f"{count}{nodes}:{model}"
-
-
-def reason_label(job: dict) -> str:
-    """Like squeue's NODELIST(REASON): where it runs, or why it waits and its place in the queue."""
-    if job.get("allocations"):
-        return ",".join(sorted({a["node"] for a in job["allocations"]}))
-    reason = job.get("pending_reason")
-    if job.get("state") in ("pending", "held") and reason:
-        label = f"({reason['code']})"
-        if job.get("queue_position"):
-            label += f" #{job['queue_position']}"
-        return label
-    if job.get("state") in ("pending", "held"):
-        return "(Held)" if job["state"] == "held" else "(None)"
-    return ""
-
-
-# --- commands ---------------------------------------------------------------------------------------
 
 
 def cmd_login(args) -> int:
@@ -213,112 +58,6 @@ def cmd_login(args) -> int:
         print_json({"url": url, "username": username, "config": str(path)})
     else:
         print(f"logged in to {url} as {username}; token saved in {path}")
-    return 0
-
-
-def parse_script(text: str) -> tuple[list[str], str]:
-    """The ``#ROTA --flag value`` header lines of a script (before its first non-comment line), and the
-    script itself as the command. A ``#!`` line and other comments may appear among the header lines."""
-    flags: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith(SCRIPT_PREFIX):
-            try:
-                flags.extend(shlex.split(stripped[len(SCRIPT_PREFIX):], comments=True))
-            except ValueError as exc:  # an unclosed quote
-                raise CliError(f"script header: {exc.args[0].lower()} in {stripped!r}") from None
-        elif stripped and not stripped.startswith("#"):
-            break
-    return flags, text
-
-
-def find_template(client: Client, name: str, team: str | None) -> dict:
-    """The saved template ``name`` of ``team`` (or of whichever of your teams has one by that name)."""
-    teams = [team] if team else [t["name"] for t in client.get("/api/v1/teams/")]
-    found = [t | {"team": tm} for tm in teams for t in client.get(f"/api/v1/teams/{tm}/templates/")
-             if t["name"] == name]
-    if not found:
-        raise CliError(f"template: no template named {name!r} in {', '.join(teams) or 'your teams'}")
-    if len(found) > 1:
-        raise CliError(f"template: {name!r} exists in {', '.join(t['team'] for t in found)}; choose with --team")
-    return found[0]
-
-
-def template_request(name: str, team: str | None) -> dict:
-    """A saved template's values as a jobs-API request (the submit form's names mapped to the API's)."""
-    template = find_template(client_from_config(), name, team)
-    values = dict(template["values"])
-    data = {k: v for k, v in values.items() if k not in ("replicas", "health_path", "node_labels", "preemptible")}
-    data.update(team=template["team"], kind=template["kind"])
-    if values.get("node_labels"):
-        data["node_labels"] = dict(p.strip().split("=", 1) for p in values["node_labels"].split(",") if "=" in p)
-    if values.get("preemptible") in ("yes", "no"):
-        data["preemptible"] = values["preemptible"] == "yes"
-    if values.get("health_path") and template["kind"] == "inference":
-        data["env"] = {"ROTA_HEALTH_PATH": values["health_path"]}
-    return data
-
-
-def cmd_templates(args) -> int:
-    """Saved job templates of your teams (or one)."""
-    client = client_from_config()
-    teams = [args.team] if args.team else [t["name"] for t in client.get("/api/v1/teams/")]
-    rows = [t | {"team": team} for team in teams for t in client.get(f"/api/v1/teams/{team}/templates/")]
-    if args.json:
-        print_json(rows)
-        return 0
-    print_table(["TEAM", "NAME", "KIND", "GPUS", "GPU_MODEL", "COMMAND"],
-                [[t["team"], t["name"], t["kind"], t["values"].get("gpus", ""), t["values"].get("gpu_model", ""),
-                  str(t["values"].get("command", "")).splitlines()[0][:40] if t["values"].get("command") else ""]
-                 for t in rows])
-    return 0
-
-
-def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
-    command = list(args.command or [])
-    if command and command[0] == "--":
-        command = command[1:]
-    values = vars(args)
-    script_text = None
-    if args.script and args.command:
-        raise CliError(f"arguments after the script {args.script} are not passed to it: put them in the script, "
-                       "or give a command after `--` instead of a script")
-    if args.script:
-        path = Path(args.script)
-        try:
-            script_text = path.read_text()
-        except OSError as exc:
-            raise CliError(f"cannot read script {path}: {exc}") from None
-        header, script_text = parse_script(script_text)
-        # Header lines give defaults; flags on the command line win.
-        known, extra = parser.parse_known_args(header)
-        if extra:
-            raise CliError(f"script header: unrecognized arguments: {' '.join(extra)}")
-        defaults = vars(known)
-        values = {k: (values[k] if values.get(k) is not None else defaults.get(k)) for k in SUBMIT_FIELDS}
-        if not values.get("name"):
-            values["name"] = path.stem
-    template = template_request(args.template, values.get("team")) if getattr(args, "template", None) else {}
-    if script_text is not None:
-        command_text = script_text
-    elif command:
-        command_text = shlex.join(command)
-    elif template.get("command"):
-        command_text = template["command"]
-    else:
-        raise CliError("command: give a command after `--` or a script file")
-    data = {**template, **{api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}}
-    data["command"] = command_text
-    fallback = command[0] if command else (args.template if getattr(args, "template", None) else "job")
-    data.setdefault("name", fallback.rsplit("/", 1)[-1][:100])
-    job = client_from_config().post("/api/v1/jobs/", data)
-    if args.json:
-        print_json(job)
-    elif "ids" in job:  # an array: its tasks' ids
-        print(f"Submitted array {job['array_id']} ({job['name']}): {job['size']} tasks, jobs "
-              f"{job['ids'][0]}-{job['ids'][-1]}, to team {job['team']}")
-    else:
-        print(f"Submitted job {job['id']} ({job['name']}) to team {job['team']}: {job['state']}")
     return 0
 
 
@@ -488,39 +227,6 @@ def cmd_share(args) -> int:
 
 
 # --- parser -----------------------------------------------------------------------------------------
-
-
-def finite_float(text: str) -> float:
-    """A number argparse accepts for a fraction: finite (nan and inf are not amounts)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number; got {text}")
-    return value
-
-
-def add_submit_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name")
-    p.add_argument("--team")
-    p.add_argument("--kind", help="training, inference, notebook, data-processing, evaluation, agent")
-    p.add_argument("--gpus", type=int)
-    p.add_argument("--gpu-fraction", type=finite_float, help="share of one GPU, e.g. 0.25")
-    p.add_argument("--gpu-model")
-    p.add_argument("--gpu-memory-gb", type=int, help="GPU memory the job needs (with --gpu-fraction: in its share)")
-    p.add_argument("--cpus", type=int)
-    p.add_argument("--memory-gb", type=int)
-    p.add_argument("--time-limit", type=int, help="minutes")
-    p.add_argument("--priority-class")
-    p.add_argument("--nodes", type=int)
-    p.add_argument("--pool")
-    p.add_argument("--image", help="container image, registry first (localhost/rota/python:3.11); default: the "
-                                   "kind's")
-    p.add_argument("--depends", "--dependency", dest="depends",
-                   help="start after other jobs end, as Slurm writes it: afterok:12:13,afterany:7_*")
-    p.add_argument("--max-retries", type=int, help="queue it again at most this many times after an end of --retry-on")
-    p.add_argument("--retry-on", type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
-                   help="ends to retry, comma-separated: node-lost, failed, start-failed, timed-out")
-    p.add_argument("--retry-backoff", type=int, help="seconds before the first retry (doubling after)")
-    p.add_argument("--array", help='a job array: one task per index, e.g. 0-99, 1,3,5 or 0-99%%8 (at most 8 at once)')
 
 
 def build_parser() -> argparse.ArgumentParser:
