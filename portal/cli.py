@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from portal import cli_services
 from portal.cli_client import (  # noqa: F401 (re-exported: commands beside this module import them from here)
     TIMEOUT_S,
     ApiError,
@@ -287,8 +288,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("templates", parents=[common], help="saved job templates of your teams")
     p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
-    from portal import cli_services  # (it imports this module)
-
     cli_services.add_parsers(sub, common)
     return parser
 
@@ -320,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             command = [args.script, *(args.command or []), *command]
             args.script = None
         args.command = command
-    from portal import cli_flow, cli_services  # (they import this module)
+    from portal import cli_flow  # (it imports this module)
 
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,

@@ -2,7 +2,7 @@
 replica count changed while it runs (``scale``), and its autoscale (``autoscale``)."""
 
 
-from portal.cli import CliError, client_from_config, print_json, print_table
+from portal.cli_client import CliError, client_from_config, print_json, print_table
 
 
 def add_parsers(sub, common) -> None:
