@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from portal import cli_services
 from portal.cli_client import (  # noqa: F401 (re-exported: commands beside this module import them from here)
     TIMEOUT_S,
     ApiError,
@@ -287,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("templates", parents=[common], help="saved job templates of your teams")
     p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
+    cli_services.add_parsers(sub, common)
     return parser
 
 
@@ -323,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
         "share": cmd_share, "templates": cmd_templates,
         "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
-        "array": cli_flow.cmd_array, "watch": cli_flow.cmd_watch,
+        "array": cli_flow.cmd_array, "watch": cli_flow.cmd_watch, "service": cli_services.cmd_service,
     }
     try:
         if args.cmd == "submit":

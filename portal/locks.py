@@ -5,6 +5,7 @@ NODE_LIVENESS = 7_002
 USAGE_ROLLUP = 7_003
 WHATIF = 7_004
 TEAM_UNIX_ID = 7_005
+AUTOSCALE = 7_022  # the autoscaler of inference services (scheduler.services.autoscale)
 
 
 def try_xact_lock(key: int) -> bool:

@@ -136,6 +136,8 @@ CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
+# how often the autoscaler of inference services measures their request rate (scheduler.services.autoscale)
+ROTA_AUTOSCALE_INTERVAL_S = env_int("ROTA_AUTOSCALE_INTERVAL_S", 15, minimum=1, maximum=3600)
 ROTA_NODE_HEARTBEAT_TIMEOUT_S = env_int("ROTA_NODE_HEARTBEAT_TIMEOUT_S", 30, minimum=3, maximum=3600)
 # How many times a job whose node was lost under it is queued again before it ends node-lost (scheduler.retries).
 # Notifications (notifications/): e-mail through this SMTP server; webhooks signed, retried with a doubling
@@ -161,6 +163,7 @@ CELERY_BEAT_SCHEDULE = {
     "usage-rollup": {"task": "accounting.usage_rollup", "schedule": 60.0},
     "quota-loans-end": {"task": "scheduler.loans_end", "schedule": 60.0},
     "notify-periodic": {"task": "notifications.periodic", "schedule": 60.0},
+    "services-autoscale": {"task": "scheduler.autoscale", "schedule": float(ROTA_AUTOSCALE_INTERVAL_S)},
 }
 
 AUTH_PASSWORD_VALIDATORS = [

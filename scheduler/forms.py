@@ -7,6 +7,7 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 
 from scheduler.images import image_resolve
 from scheduler.kinds import KIND_CHOICES, KINDS
@@ -15,9 +16,9 @@ from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES
 from scheduler.services import jobs as job_services
 from scheduler.services.arrays import MAX_ARRAY_SPEC, array_spec_parse
 from scheduler.services.dependencies import MAX_DEPENDENCY
+from scheduler.services.inference import MAX_REPLICAS
 from scheduler.services.runtime import kind_images
 
-MAX_REPLICAS = 16
 # Which kinds show a kind-specific field (the others hide it; the server ignores it for them).
 KIND_FIELDS = {"nodes": ("training",), "idle_timeout_minutes": ("notebook",), "replicas": ("inference",),
                "health_path": ("inference",)}
@@ -157,8 +158,9 @@ class JobSubmitForm(forms.Form):
     replicas = forms.IntegerField(label="Replicas", required=False, min_value=1, max_value=MAX_REPLICAS, initial=1,
                                   help_text="Each replica is its own job (name-1, name-2, …), restarted on failure")
     health_path = forms.CharField(label="Health path", required=False, max_length=200, initial="/health",
-                                  help_text="Probed on the port the platform assigns ($PORT); the endpoint shows "
-                                            "on the job page once it runs")
+                                  validators=[RegexValidator(r"\A/[^\s]*\Z", "must be a path starting with /")],
+                                  help_text="Its node probes GET <path> on the port the platform assigns "
+                                            "($ROTA_PORT); only healthy replicas get traffic, failing ones restart")
     idle_timeout_minutes = forms.IntegerField(label="Idle timeout (minutes)", required=False, min_value=5,
                                               max_value=job_services.MAX_TIME_LIMIT_MINUTES,
                                               help_text="A notebook left idle this long is stopped")

@@ -1,5 +1,5 @@
 """The portal's gateway to inference services: ``/serve/<team>/<service>/<path>`` forwards a request to one of
-the service's running replicas (jobs ``<service>`` or ``<service>-N`` of kind ``inference``), in turn
+the service's running, healthy replicas (jobs ``<service>`` or ``<service>-N`` of kind ``inference``), in turn
 (round-robin), after checking the caller's service API key (``Authorization: Bearer <key>`` or
 ``X-Rota-Key``). A replica that refuses the connection is skipped and the next one tried; with none left the
 answer is 502, with none running 503. A wrong, revoked or missing key, or an unknown team or service, is the
@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from portal.models import Team
 from scheduler.models import Job, ServiceKey, ServiceTraffic
 from scheduler.models.jobs import JobState
+from scheduler.services.replica_health import ROUTABLE
 
 FORWARD_TIMEOUT_S = 30
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -27,9 +28,11 @@ _turns_lock = threading.Lock()
 
 
 def replicas(team: Team, service: str) -> list[Job]:
-    """The service's running replicas that have reported an address, in a stable order."""
+    """The service's running replicas that have reported an address and are healthy (or not probed: no
+    ``ROTA_HEALTH_PATH``), in a stable order."""
     pattern = rf"^{re.escape(service)}(-[0-9]+)?$"
-    return list(Job.objects.filter(team=team, kind="inference", state=JobState.RUNNING, name__regex=pattern)
+    return list(Job.objects.filter(team=team, kind="inference", state=JobState.RUNNING, name__regex=pattern,
+                                   service_health__in=ROUTABLE)
                 .exclude(service_address="").order_by("id"))
 
 

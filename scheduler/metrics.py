@@ -3,7 +3,8 @@ Kueue's. Built from the latest sample kept on each GPU row and job counts: a fix
 
 from django.db.models import Count, Sum
 
-from scheduler.models import Allocation, Gpu, Job, Node, SchedulerBeat, ServiceTraffic
+from scheduler.models import Allocation, Gpu, Job, Node, SchedulerBeat, ServiceLatency, ServiceTraffic
+from scheduler.models.gateway import LATENCY_BUCKETS
 from scheduler.models.jobs import JobState
 
 GPU_METRICS = [
@@ -97,4 +98,24 @@ def _service_lines() -> list[str]:
     for name, field, help_text in SERVICE_METRICS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
         lines += [f"{name}{_labels(team=r.team.name, service=r.service)} {float(getattr(r, field)):g}" for r in rows]
+    return lines + _latency_lines(rows)
+
+
+def _latency_lines(rows: list[ServiceTraffic]) -> list[str]:
+    """The gateway's latency histogram per service, as Prometheus histograms (cumulative ``le`` buckets)."""
+    name = "rota_service_request_duration_seconds"
+    counts: dict[int, dict[int, int]] = {}
+    for traffic_id, bucket, count in ServiceLatency.objects.filter(traffic__in=rows).values_list(
+            "traffic_id", "bucket", "count"):
+        counts.setdefault(traffic_id, {})[bucket] = count
+    lines = [f"# HELP {name} Latency of the requests the gateway forwarded to an inference service.",
+             f"# TYPE {name} histogram"]
+    for r in rows:
+        total = 0
+        for i, bound in enumerate(LATENCY_BUCKETS):
+            total += counts.get(r.pk, {}).get(i, 0)
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            lines.append(f"{name}_bucket{_labels(team=r.team.name, service=r.service, le=le)} {total}")
+        lines.append(f"{name}_sum{_labels(team=r.team.name, service=r.service)} {r.seconds_total:g}")
+        lines.append(f"{name}_count{_labels(team=r.team.name, service=r.service)} {total}")
     return lines

@@ -68,3 +68,11 @@ def loans_end(**_ignored) -> list[int]:
     from scheduler.services.loans import loans_end as end
 
     return end()
+
+
+@shared_task(name="scheduler.autoscale", time_limit=120, soft_time_limit=100, ignore_result=True)
+def autoscale(**_ignored) -> list[str]:
+    """Evaluate the autoscale of every inference service that has it on (``scheduler.services.autoscale``)."""
+    from scheduler.services.autoscale import services_autoscale
+
+    return services_autoscale()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler import gateway, views, views_explain, views_whatif
+from scheduler import gateway, views, views_explain, views_services, views_whatif
 
 urlpatterns = [
     path("jobs/", views.job_list, name="job-list"),
@@ -17,6 +17,7 @@ urlpatterns = [
     path("cluster/", views.cluster, name="cluster"),
     path("whatif/", views_whatif.whatif_list, name="whatif"),
     path("whatif/<int:run_id>/", views_whatif.whatif_detail, name="whatif-detail"),
+    path("services/<slug:team>/<slug:service>/", views_services.service_detail, name="service-detail"),
     path("serve/<slug:team>/<slug:service>/", gateway.serve, name="serve-root"),
     path("serve/<slug:team>/<slug:service>/<path:path>", gateway.serve, name="serve"),
     path("metrics", views.metrics, name="metrics"),

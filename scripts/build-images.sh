@@ -60,3 +60,21 @@ else
   ln -sf python3 "$BUILD/python/usr/bin/python"
   import "$BUILD/python" localhost/rota/python:3.11
 fi
+
+# localhost/rota/serve:1: the python image with scripts/images/serve.py at /opt/rota/serve.py (the demo's
+# inference server); rebuilt whenever the script changes (its hash is the image's label rota.serve).
+SERVE_HASH=$(sha256sum scripts/images/serve.py | cut -c1-16)
+if [ "${ROTA_IMAGES_REBUILD:-0}" != 1 ] && podman image exists localhost/rota/serve:1 &&
+  [ "$(podman image inspect --format '{{index .Labels "rota.serve"}}' localhost/rota/serve:1)" = "$SERVE_HASH" ]; then
+  echo "images: localhost/rota/serve:1 present"
+else
+  podman rm --force --ignore rota-serve-build >/dev/null
+  podman create --quiet --name rota-serve-build localhost/rota/python:3.11 /bin/true >/dev/null
+  rm -rf "$BUILD/serve" && mkdir -p "$BUILD/serve/rota" && cp scripts/images/serve.py "$BUILD/serve/rota/serve.py"
+  chmod -R a+rX "$BUILD/serve"
+  podman cp "$BUILD/serve/." rota-serve-build:/opt
+  podman commit --quiet --change "LABEL rota.serve=$SERVE_HASH" --change 'CMD ["python3", "/opt/rota/serve.py"]' \
+    rota-serve-build localhost/rota/serve:1 >/dev/null
+  podman rm --force rota-serve-build >/dev/null
+  echo "images: built localhost/rota/serve:1"
+fi

@@ -43,13 +43,19 @@ PROCEOF
 # The node agents' executor: containers where Podman runs and we are root, else the process executor.
 if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
   AGENT_FLAGS="--executor container"
+  SERVE_CMD="image localhost/rota/serve:1, command: python3 /opt/rota/serve.py"
   EXECUTOR_MSG="Node agents: container executor (Podman): each job in its image as its team's uid, with only its GPUs and cgroup limits."
 else
   AGENT_FLAGS="--executor process"
   [ "$(id -u)" -eq 0 ] || AGENT_FLAGS="$AGENT_FLAGS --dev-run-as-self"
+  SERVE_CMD="command: python3 $PWD/scripts/images/serve.py"
   EXECUTOR_MSG="Node agents: PROCESS executor (Podman missing or not root): jobs run on this machine as $(id -un); it does NOT isolate teams (no images, no limits, every GPU visible). Install podman (scripts/system-packages.sh) and run as root for containers."
 fi
-sed "s|\$| $AGENT_FLAGS|" var/agents/Procfile.agents >> var/Procfile
+# Services (inference replicas, notebooks) are published on loopback, where the gateway reaches them: each demo
+# node on an address of its own (127.0.0.2, 127.0.0.3, …), as each real node has its own host, so two nodes
+# may hand out the same port.
+awk -v flags="$AGENT_FLAGS" '{ print $0 " " flags " --service-address 127.0.0." NR + 1 }' \
+  var/agents/Procfile.agents >> var/Procfile
 
 cat <<MSG
 
@@ -61,6 +67,11 @@ cat <<MSG
     fiona  finance: every team's usage and cost, nothing else
   API docs: http://127.0.0.1:${PORT}/api/docs/   Stop with Ctrl-C.
   ${EXECUTOR_MSG}
+  Inference demo (scripts/images/serve.py, a small HTTP inference server): as alice, Submit -> Inference service,
+    name llm, ${SERVE_CMD}, Replicas 2, Health path /health;
+    then on http://127.0.0.1:${PORT}/services/vision/llm/ create a key (scale, autoscale there or with
+    `rota service scale vision/llm 3`), and
+    curl -H "Authorization: Bearer KEY" -d '{"prompt": "hello rota"}' http://127.0.0.1:${PORT}/serve/vision/llm/v1/generate
 
 MSG
 exec .venv/bin/honcho -f var/Procfile -d . start

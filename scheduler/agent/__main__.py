@@ -28,6 +28,7 @@ from scheduler.agent.gpu import BACKEND_KINDS, NvmlUnavailable, open_backend
 from scheduler.agent.gpu.profile import ProfileError
 from scheduler.agent.health import DEFAULT_MAX_TEMPERATURE_C
 from scheduler.agent.loop import Agent, AgentConfig
+from scheduler.agent.probes import ProbeSettings
 
 log = logging.getLogger("scheduler.agent")
 
@@ -74,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "replicas on (reported as host:port when such a job starts; without it the gateway cannot "
         "reach them)",
     )
+    parser.add_argument("--probe-period", type=float, default=2.0, help="seconds between health probes of "
+                        "a service (its ROTA_HEALTH_PATH)")
+    parser.add_argument("--probe-timeout", type=float, default=2.0, help="seconds a health probe waits")
+    parser.add_argument("--probe-failures", type=int, default=3, help="failed probes in a row that restart "
+                        "a service")
+    parser.add_argument("--probe-start-grace", type=float, default=60.0, help="seconds a starting service "
+                        "may fail its probes before they count")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if args.dev_run_as_self and args.executor != "process":
@@ -91,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("a node token is required: --token, --token-file or $ROTA_NODE_TOKEN")
     if args.interval <= 0:
         parser.error("--interval must be positive")
+    for flag in ("probe_period", "probe_timeout", "probe_failures"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive")
     return args
 
 
@@ -133,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         max_temperature_c=args.max_temperature,
         hostname=args.hostname,
         service_address=args.service_address,
+        probes=ProbeSettings(period_s=args.probe_period, timeout_s=args.probe_timeout,
+                             failure_threshold=args.probe_failures, start_grace_s=args.probe_start_grace),
     )
     try:
         executor = open_executor(
@@ -143,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             fake_gpus=backend.kind == "fake",
             allow_run_as_self=args.dev_run_as_self,
             default_image=args.default_image,
+            service_address=args.service_address,
         )
     except ExecutorUnavailable as error:
         log.error("%s", error)

@@ -15,6 +15,8 @@ STOP_TIME_LIMIT = "time-limit"
 STOP_PORTAL_LOST = "portal-lost"
 STOP_SHUTDOWN = "shutdown"
 STOP_LEFTOVERS = "leftovers"  # the command ended but processes it started are still in its group
+STOP_UNHEALTHY = "unhealthy"  # its health probe failed too often (scheduler/agent/probes.py)
+UNHEALTHY = "Unhealthy"  # the end event's reason for such a stop
 
 DEFAULT_GRACE_PERIOD_S = 30.0
 
@@ -228,8 +230,9 @@ class JobEvent:
     message: str = ""
     log_path: str | None = None
     log_offset: int = 0
-    reason: str = ""  # "OOMKilled", "ImagePullFailed" or ""
+    reason: str = ""  # "OOMKilled", "ImagePullFailed", "Unhealthy" or ""
     address: str = ""  # started: host:port the portal reaches the job's service on ("" when none)
+    health: str = ""  # started: "starting" when the agent probes the service's health ("" when it does not)
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""
@@ -243,4 +246,5 @@ class JobEvent:
             "reason": self.reason,
             "at": self.at,
             **({"address": self.address} if self.address else {}),
+            **({"health": self.health} if self.health else {}),
         }

@@ -40,6 +40,7 @@ from scheduler.agent.jobs import (
     job_key,
 )
 from scheduler.agent.logship import ship_log
+from scheduler.agent.probes import HealthProbes, ProbeSettings
 from scheduler.agent.wakeups import Wakeups
 from scheduler.agent.wire import iso, register_body, telemetry_entries
 
@@ -65,6 +66,7 @@ class AgentConfig:
     max_temperature_c: int = DEFAULT_MAX_TEMPERATURE_C
     hostname: str | None = None
     service_address: str | None = None  # host the portal reaches this node's services on (--service-address)
+    probes: ProbeSettings = ProbeSettings()  # health probes of its services (scheduler/agent/probes.py)
 
 
 class Agent:
@@ -94,6 +96,7 @@ class Agent:
         self.telemetry: list[dict[str, Any]] = []
         self.devices = backend.discover()
         self.health = HealthTracker(self.devices, max_temperature_c=config.max_temperature_c)
+        self.probes = HealthProbes(config.service_address, config.probes, clock=clock)
         self.last_contact = clock()
         self.portal_lost = False
         self.shutting_down = False
@@ -173,7 +176,7 @@ class Agent:
         self._save_state()
         body = {
             "seq": self.seq,
-            "running": self.executor.running(),
+            "running": self.probes.annotate(self.executor.running()),
             "gpus": self.health.report(),
             "telemetry": batch,
         }
@@ -216,6 +219,8 @@ class Agent:
                     listed.add(job_key(raw["job_id"], raw.get("attempt", 0)))  # keep it running if it does
                 continue
             listed.add(assignment.key)
+            if assignment.desired == "running":
+                self.probes.watch(assignment)
             if assignment.desired == "stopped":
                 if self.executor.has_run(assignment.job_id, assignment.attempt):
                     self.executor.stop(assignment.key, STOP_REQUESTED, grace_s=assignment.grace_period_s)
@@ -243,10 +248,13 @@ class Agent:
 
     def _with_address(self, event: JobEvent, assignment: Assignment) -> JobEvent:
         """A ``started`` event of a job that listens (its assignment names a port) carries the address the
-        portal's gateway reaches it on: this node's ``service_address`` and that port."""
-        if event.type != "started" or not assignment.port or not self.config.service_address:
+        portal's gateway reaches it on: this node's ``service_address`` and that port; and, when this agent
+        probes its health, ``starting`` (no traffic until a probe succeeds)."""
+        if event.type != "started" or not assignment.port:
             return event
-        return dataclasses.replace(event, address=f"{self.config.service_address}:{assignment.port}")
+        health = "starting" if self.probes.path_of(assignment) else ""
+        address = f"{self.config.service_address}:{assignment.port}" if self.config.service_address else ""
+        return dataclasses.replace(event, address=address, health=health)
 
     def flush_outbox(self) -> None:
         """Send queued job events in order; an end event first sends the rest of its log."""
@@ -322,6 +330,7 @@ class Agent:
     def supervise(self) -> None:
         """Watch the jobs: queue end events, enforce time limits, tell the backend which GPUs are busy."""
         self.outbox.extend(self.executor.poll())
+        self.probes.heal(self.executor)
         self.backend.set_busy(self.executor.busy_gpus())
         silent = self._clock() - self.last_contact
         if not self.portal_lost and silent >= self.timeout_s:
@@ -361,6 +370,7 @@ class Agent:
         if not once:
             wakeups.catch_child_exits()
             threading.Thread(target=self.listen, args=(stop,), name="portal-news", daemon=True).start()
+            threading.Thread(target=self.probes.loop, args=(stop,), name="health-probes", daemon=True).start()
         while not stop.is_set():
             try:
                 beat = self.step()

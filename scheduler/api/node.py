@@ -22,6 +22,7 @@ from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
 from scheduler.services import nodes as node_services
+from scheduler.services import replica_health
 
 MAX_GPUS_PER_NODE = 64
 MAX_TELEMETRY = 2000
@@ -174,6 +175,9 @@ class RunningSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
     pid = serializers.IntegerField(min_value=0, required=False, allow_null=True)
     state = serializers.CharField(max_length=20, required=False)
+    # a probed service's health (scheduler/agent/probes.py); absent when the attempt is not probed
+    health = serializers.ChoiceField(choices=replica_health.HEALTH_STATES, required=False)
+    health_message = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
 class GpuHealthSerializer(serializers.Serializer):
@@ -216,6 +220,8 @@ class EventSerializer(serializers.Serializer):
     # started: host:port the portal's gateway reaches the job's service on
     address = serializers.RegexField(SERVICE_ADDRESS, max_length=300, required=False, allow_blank=True,
                                      default="", error_messages={"invalid": "address: must be host:port"})
+    # started: "starting" when the node probes the service's health (it gets traffic once healthy)
+    health = serializers.ChoiceField(choices=["", replica_health.STARTING], required=False, default="")
 
 
 class LogSerializer(serializers.Serializer):
@@ -277,8 +283,12 @@ class NodeHeartbeatAPI(NodeAPIView):
 
     @extend_schema(request=HeartbeatSerializer, responses={200: dict, 409: dict}, tags=["node"])
     def post(self, request):
-        result = self.call(node_services.node_heartbeat, node=request.user.node, report=self.parsed(request))
-        return result if isinstance(result, Response) else Response(result)
+        report = self.parsed(request)
+        result = self.call(node_services.node_heartbeat, node=request.user.node, report=report)
+        if isinstance(result, Response):
+            return result
+        replica_health.replica_health_record(node=request.user.node, running=report.get("running") or [])
+        return Response(result)
 
 
 class NodeJobEventAPI(NodeAPIView):

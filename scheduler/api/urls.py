@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, policies, service_keys, views
+from scheduler.api import loans, node, policies, service_keys, services, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -25,6 +25,10 @@ urlpatterns = [
     path("policies/active/", policies.ActivePolicyAPI.as_view(), name="api-policy-active"),
     path("policies/<slug:name>/", policies.PolicyDetailAPI.as_view(), name="api-policy"),
     path("priority-classes/", views.PriorityClassListAPI.as_view(), name="api-priority-classes"),
+    path("services/<slug:team>/<slug:service>/", services.ServiceDetailAPI.as_view(), name="api-service"),
+    path("services/<slug:team>/<slug:service>/scale/", services.ServiceScaleAPI.as_view(), name="api-service-scale"),
+    path("services/<slug:team>/<slug:service>/autoscale/", services.ServiceAutoscaleAPI.as_view(),
+         name="api-service-autoscale"),
     path("services/<slug:team>/<slug:service>/keys/", service_keys.ServiceKeyListAPI.as_view(),
          name="api-service-keys"),
     path("services/<slug:team>/<slug:service>/keys/<int:key_id>/", service_keys.ServiceKeyRevokeAPI.as_view(),

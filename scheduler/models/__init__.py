@@ -5,7 +5,7 @@ from scheduler.models.arrays import JobArray
 from scheduler.models.beats import SchedulerBeat
 from scheduler.models.cluster import Gpu, GpuModel, Node, NodeToken, Pool
 from scheduler.models.dependencies import JobDependency
-from scheduler.models.gateway import ServiceKey, ServiceTraffic
+from scheduler.models.gateway import InferenceService, ServiceKey, ServiceLatency, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
 from scheduler.models.policies import PolicyActivation, PolicyVersion, SchedulingPolicy
@@ -20,6 +20,7 @@ __all__ = [
     "GpuSample",
     "GpuSampleRollup",
     "GpuModel",
+    "InferenceService",
     "Job",
     "JobArray",
     "JobDependency",
@@ -40,6 +41,7 @@ __all__ = [
     "SchedulerBeat",
     "SchedulingPolicy",
     "ServiceKey",
+    "ServiceLatency",
     "ServiceTraffic",
     "WhatIfRun",
 ]

@@ -67,7 +67,58 @@ class ServiceTraffic(models.Model):
     @classmethod
     def record(cls, team: Team, service: str, *, failed: bool, seconds: float) -> None:
         """Count one forwarded request (atomic: concurrent requests all count)."""
-        cls.objects.get_or_create(team=team, service=service)
-        cls.objects.filter(team=team, service=service).update(
+        traffic, _ = cls.objects.get_or_create(team=team, service=service)
+        cls.objects.filter(pk=traffic.pk).update(
             requests=models.F("requests") + 1, failed=models.F("failed") + int(failed),
             seconds_total=models.F("seconds_total") + seconds)
+        bucket = next(i for i, bound in enumerate(LATENCY_BUCKETS) if seconds <= bound)
+        if not ServiceLatency.objects.filter(traffic=traffic, bucket=bucket).update(count=models.F("count") + 1):
+            row, _ = ServiceLatency.objects.get_or_create(traffic=traffic, bucket=bucket)
+            ServiceLatency.objects.filter(pk=row.pk).update(count=models.F("count") + 1)
+
+
+# Upper bounds (seconds) of the gateway's latency histogram, as Prometheus buckets; the last is +Inf.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, float("inf"))
+
+
+class ServiceLatency(models.Model):
+    """One bucket of a service's latency histogram: how many forwarded requests took at most ``LATENCY_BUCKETS
+    [bucket]`` seconds and more than the bucket before (not cumulative; ``/metrics`` and the service page sum)."""
+
+    traffic = models.ForeignKey(ServiceTraffic, on_delete=models.CASCADE, related_name="latency")
+    bucket = models.PositiveSmallIntegerField()
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["traffic", "bucket"], name="servicelatency_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.traffic}: <= {LATENCY_BUCKETS[self.bucket]} s: {self.count}"
+
+
+class InferenceService(models.Model):
+    """The settings of one inference service (the replicas ``<name>`` / ``<name>-N`` of ``team``) beyond its
+    jobs: its optional autoscale between ``min_replicas`` and ``max_replicas`` on request rate (``target_rps``
+    requests per second per replica; scaling down waits ``scale_down_delay_s`` of low traffic), and what the
+    autoscaler last measured and decided. Made when someone first scales or sets autoscale."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="inference_services")
+    name = models.CharField(max_length=100, validators=[slug_validator])
+    autoscale = models.BooleanField(default=False)
+    min_replicas = models.PositiveSmallIntegerField(default=1)
+    max_replicas = models.PositiveSmallIntegerField(default=1)
+    target_rps = models.FloatField(default=10.0)
+    scale_down_delay_s = models.PositiveIntegerField(default=60)
+    # the autoscaler's last sample of ServiceTraffic.requests, and what it made of it
+    sampled_requests = models.PositiveBigIntegerField(default=0)
+    sampled_at = models.DateTimeField(null=True, blank=True)
+    rate_rps = models.FloatField(null=True, blank=True)
+    low_since = models.DateTimeField(null=True, blank=True)  # traffic fits fewer replicas since (hysteresis)
+    last_decision = models.CharField(max_length=300, blank=True)
+    last_decision_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="inferenceservice_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}/{self.name}"

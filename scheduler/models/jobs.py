@@ -1,5 +1,7 @@
 """Jobs, their recorded history and logs, priority classes, allocations and preemption records."""
 
+import re
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -90,6 +92,7 @@ class FailureReason(models.TextChoices):
     NONE = ""
     OOM_KILLED = "OOMKilled"  # the job exceeded its memory limit and the kernel killed it
     IMAGE_PULL_FAILED = "ImagePullFailed"  # the job's image could not be found or pulled
+    UNHEALTHY = "Unhealthy"  # its health probe failed too often: the node stopped it (a service is restarted)
 
 
 # Where list views prefetch a job's allocations to (a plain list: see scheduler/api/views.py).
@@ -123,6 +126,10 @@ class Job(models.Model):
     service_port = models.PositiveIntegerField(null=True, blank=True)  # notebooks and inference: where it listens
     # host:port the running attempt answers on, as its agent reports it (reachable from the portal); "" when none
     service_address = models.CharField(max_length=300, blank=True, default="")
+    # what its node's health probe says of the running attempt (ROTA_HEALTH_PATH): "" when it is not probed,
+    # else starting / healthy / unhealthy; the gateway sends traffic only to "" and healthy (docs/gateway.md)
+    service_health = models.CharField(max_length=10, blank=True, default="")
+    service_health_message = models.CharField(max_length=300, blank=True, default="")
     not_before = models.DateTimeField(null=True, blank=True)  # restart backoff: not scheduled before this
     restarts = models.PositiveIntegerField(default=0)
 
@@ -188,6 +195,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    @property
+    def service_name(self) -> str:
+        """The inference service this job is a replica of: its name without ``-N`` (docs/gateway.md); "" for
+        other kinds and for names the gateway cannot serve (not a slug)."""
+        name = re.sub(r"-[0-9]+\Z", "", self.name) if self.kind == "inference" else ""
+        return name if re.fullmatch(r"[-a-zA-Z0-9_]+", name) else ""
 
     @property
     def is_active(self) -> bool:

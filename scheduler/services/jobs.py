@@ -361,12 +361,12 @@ def job_cancel(*, user, job: Job) -> Job:
     return job
 
 
-def cancel_one(job_id: int, *, user, now) -> bool:
-    """Cancel job ``job_id`` for ``user`` (who may manage it): end it if it waits, else ask its processes to
-    stop. False when it had already ended or was already asked to stop."""
+def cancel_one(job_id: int, *, user, now, cause: str = "") -> bool:
+    """Cancel job ``job_id`` for ``user`` (who may manage it; ``cause`` says why, else "cancelled by <user>"):
+    end it if it waits, else ask its processes to stop. False when it had already ended or was asked to stop."""
     if job_transition(
         job_id, from_states=(JobState.PENDING, JobState.HELD), to_state=JobState.CANCELLED,
-        cause=f"cancelled by {user}", at=now, actor=user,
+        cause=cause or f"cancelled by {user}", at=now, actor=user,
         extra={"finished_at": now, "queue_position": None, "estimated_start": None},
     ):
         wake_cycle()

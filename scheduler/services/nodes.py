@@ -18,6 +18,7 @@ from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
 from scheduler.services.node_engine import engine_state_apply, node_state_view
+from scheduler.services.replica_health import restart_cause
 from scheduler.services.retries import job_retry
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
@@ -342,7 +343,8 @@ def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
             job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING), to_state=JobState.RUNNING,
                            cause=f"processes started on {node.name}", at=now,
                            details={"pid": event.get("pid")},
-                           extra={"started_at": now, "service_address": event.get("address", "")})
+                           extra={"started_at": now, "service_address": event.get("address", ""),
+                                  "service_health": event.get("health", ""), "service_health_message": ""})
         else:
             _end_attempt_on_node(job, node, event, now)
         job.refresh_from_db()
@@ -419,14 +421,15 @@ def _settle(job: Job, event: dict, now) -> None:
                        cause=f"OOMKilled: {failure_message or 'the job exceeded its memory limit'}"[:300], at=now,
                        details={"exit_code": code, "signal": event.get("signal"), "reason": failure},
                        extra={**common, **failed_because, "failure_class": "resource"})
-    elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")):
+    elif job.kind in RESTART_KINDS and not reason and (code not in (0, None) or event.get("signal")
+                                                        or failure == FailureReason.UNHEALTHY):
         # Failures in a row back off longer each time; a run that stayed up STABLE_RUN_S starts the count over.
         stable = job.started_at is not None and (now - job.started_at).total_seconds() >= STABLE_RUN_S
         restarts = 0 if stable else job.restarts
         delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** restarts)
         job_transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
-            cause=f"service failed (exit {code}, signal {event.get('signal')}): restarting in {delay} s",
+            cause=f"{restart_cause(failure, failure_message, code, event.get('signal'))}: restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
             extra={**NO_FAILURE, "attempt": job.attempt + 1, "restarts": restarts + 1, "admitted_at": None,
                    "started_at": None, "exit_code": None, "not_before": now + timedelta(seconds=delay),

@@ -150,3 +150,6 @@ def test_requests_and_latency_per_service_are_counted_and_exported_at_metrics(al
     assert 'rota_service_requests_total{team="vision",service="llm"} 4' in body
     assert 'rota_service_failed_requests_total{team="vision",service="llm"} 1' in body
     assert f'rota_service_request_seconds_total{{team="vision",service="llm"}} {traffic.seconds_total:g}' in body
+    assert 'rota_service_request_duration_seconds_bucket{team="vision",service="llm",le="+Inf"} 4' in body
+    assert 'rota_service_request_duration_seconds_count{team="vision",service="llm"} 4' in body
+    assert 'rota_service_request_duration_seconds_bucket{team="vision",service="llm",le="30"} 4' in body

@@ -36,7 +36,9 @@ from scheduler.agent.jobs import (
     STOP_LEFTOVERS,
     STOP_REQUESTED,
     STOP_TIME_LIMIT,
+    STOP_UNHEALTHY,
     STOPPING,
+    UNHEALTHY,
     Assignment,
     JobEvent,
     JobRecord,
@@ -322,7 +324,8 @@ class Executor:
         exit_code, signum, message, reason, started = self._ended(job, exit_code, signum, message, started)
         del self.jobs[job.key]
         self.finished[job.key] = self._clock()
-        kind = "exited" if job.stop_cause in (None, STOP_REQUESTED, STOP_LEFTOVERS) else "stopped"
+        exits = (None, STOP_REQUESTED, STOP_LEFTOVERS, STOP_UNHEALTHY)  # the rest: the agent's own stops
+        kind = "exited" if job.stop_cause in exits else "stopped"
         if not started:
             kind = "start_failed"
         elif job.stop_cause == STOP_REQUESTED:
@@ -341,7 +344,7 @@ class Executor:
             message=message,
             log_path=job.log_path,
             log_offset=job.log_offset,
-            reason=reason,
+            reason=reason or (UNHEALTHY if job.stop_cause == STOP_UNHEALTHY else ""),
         )
         self.unreported[job.key] = event
         self.save()

@@ -6,6 +6,12 @@ container the job runs as its team's uid/gid with no capabilities and no new pri
 directory (mounted at ``/job``), with only its allocated GPUs' device files, no network unless the node
 allows one, and its CPU, memory (no swap) and process-count limits enforced by cgroups.
 
+A job that listens (an inference replica or a notebook: its assignment names a ``port``) on a node started
+with ``--service-address`` is the exception: the portal's gateway must reach it. It joins its team's own
+bridge network (``rota-svc-<team>``, created ``isolate``d, so no other team's containers are reachable from
+it) and its port is published on the service address only (``--publish ADDRESS:PORT:PORT``). Every other
+job keeps ``--network`` as the node sets it (none by default).
+
 The container's first process is a small ``/bin/sh`` script: it forwards a stop signal to every
 process in the container (``kill -1``), as a stop reaches the whole process group on the host. The
 container always gets its own pid namespace (``--pid private``), so that signal never leaves it.
@@ -38,6 +44,7 @@ IMAGE_PULL_FAILED = "ImagePullFailed"
 OOM_KILLED = "OOMKilled"
 DEFAULT_IMAGE = "localhost/rota/python:3.11"
 PODMAN_FAILED = 125  # podman's own exit status when it could not create or start the container
+SERVICE_KINDS = ("inference", "notebook")  # the kinds whose port the gateway (or the notebook proxy) reaches
 
 
 class ContainerExecutor(Executor):
@@ -54,14 +61,17 @@ class ContainerExecutor(Executor):
         network: str = "none",
         fake_gpus: bool = False,
         default_image: str | None = DEFAULT_IMAGE,
+        service_address: str | None = None,
         **options: object,
     ) -> None:
         """``network`` is podman's ``--network`` (none by default); ``fake_gpus``: make stand-in devices;
-        ``default_image`` runs an assignment that names no image (None: refuse it)."""
+        ``default_image`` runs an assignment that names no image (None: refuse it); ``service_address``: the
+        address the ports of listening jobs are published on (None: they get ``network`` too)."""
         super().__init__(work_dir, **options)  # type: ignore[arg-type]
         self.podman = podman or Podman()
         self.network = network
         self.default_image = default_image
+        self.service_address = service_address
         self.devices = GpuDeviceFiles(self.work_dir / "devices" if fake_gpus else None)
         self.runtime = self.podman.version()
         self._prefix = "rota-" + hashlib.sha1(str(self.work_dir).encode()).hexdigest()[:8]
@@ -109,7 +119,7 @@ class ContainerExecutor(Executor):
             handle.writelines(f"{key}={value}\n" for key, value in env.items())
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
         args = [
-            "run", "--name", name, "--pull", "never", "--log-driver", "none", "--network", self.network,
+            "run", "--name", name, "--pull", "never", "--log-driver", "none", *self._network(assignment),
             "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
             "--env-file", str(env_file), "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
             "--label", f"rota.job={assignment.job_id}", "--label", f"rota.attempt={assignment.attempt}",
@@ -127,6 +137,16 @@ class ContainerExecutor(Executor):
         default = f"no image given: ran in the node's default image {self.default_image}"
         notes = () if assignment.image else (default,)
         return Launch(self.podman.argv(*args), self.podman.env, container=name, notes=notes)
+
+    def _network(self, assignment: Assignment) -> list[str]:
+        """``--network`` (and ``--publish``) of the attempt: see the module's docstring."""
+        if not (assignment.port and assignment.kind in SERVICE_KINDS and self.service_address):
+            return ["--network", self.network]
+        team = assignment.run_as.team if assignment.run_as and assignment.run_as.team else "default"
+        network = self.podman.isolated_network(f"rota-svc-{team}")
+        address = self.service_address
+        address = f"[{address}]" if ":" in address and not address.startswith("[") else address
+        return ["--network", network, "--publish", f"{address}:{assignment.port}:{assignment.port}"]
 
     def _deliver(self, job: JobRecord, signum: int) -> None:
         """The signal to the container's init (which passes a stop on to all), and to podman's group."""

@@ -92,3 +92,14 @@ class Podman:
             self.call("rm", "--force", "--ignore", "--time", "0", name)
         except PodmanError:
             pass
+
+    def isolated_network(self, name: str) -> str:
+        """The bridge network ``name``, created (``isolate``d from other networks, no DNS) when missing."""
+        try:
+            self.call("network", "exists", name)
+        except PodmanError:
+            try:
+                self.call("network", "create", "--opt", "isolate=true", "--disable-dns", name)
+            except PodmanError:
+                self.call("network", "exists", name)  # another agent on this host made it meanwhile
+        return name
