@@ -129,8 +129,9 @@ class JobSubmitForm(forms.Form):
     team = forms.ChoiceField()
     name = forms.CharField(max_length=job_services.MAX_NAME)
     kind = forms.ChoiceField(choices=KIND_CHOICES, initial="training")
-    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-                              max_length=job_services.MAX_COMMAND)
+    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}), required=False,
+                              max_length=job_services.MAX_COMMAND,
+                              help_text="A notebook left blank runs JupyterLab, opened from its page")
     image = forms.CharField(label="Container image", required=False, max_length=300,
                             help_text="Registry first, e.g. localhost/rota/python:3.11 or "
                                       "nvcr.io/nvidia/pytorch:24.05-py3; blank: the kind's default image. Each "

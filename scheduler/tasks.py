@@ -68,3 +68,11 @@ def loans_end(**_ignored) -> list[int]:
     from scheduler.services.loans import loans_end as end
 
     return end()
+
+
+@shared_task(name="scheduler.notebooks_probe", time_limit=120, soft_time_limit=100, ignore_result=True)
+def notebooks_probe() -> int:
+    """Record each running notebook server's own last activity (beat, every minute); idle reclaim reads it."""
+    from scheduler.notebooks import notebooks_probe as probe
+
+    return probe()

@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             fake_gpus=backend.kind == "fake",
             allow_run_as_self=args.dev_run_as_self,
             default_image=args.default_image,
+            service_ip=socket.gethostbyname(args.service_address) if args.service_address else "127.0.0.1",
         )
     except ExecutorUnavailable as error:
         log.error("%s", error)

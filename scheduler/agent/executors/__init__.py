@@ -36,6 +36,7 @@ def open_executor(
     fake_gpus: bool = False,
     allow_run_as_self: bool = False,
     default_image: str | None = DEFAULT_IMAGE,
+    service_ip: str = "127.0.0.1",
 ) -> Executor:
     """The executor ``name`` (one of ``EXECUTOR_NAMES``) for an agent working in ``work_dir``."""
     if name not in EXECUTOR_NAMES:
@@ -47,7 +48,8 @@ def open_executor(
         problem = _container_problem(podman)
         if problem is None:
             return ContainerExecutor(
-                work_dir, podman=podman, network=network, fake_gpus=fake_gpus, default_image=default_image
+                work_dir, podman=podman, network=network, fake_gpus=fake_gpus, default_image=default_image,
+                service_ip=service_ip,
             )
         if name == "container":
             raise ExecutorUnavailable(f"--executor container: {problem}")

@@ -4,7 +4,9 @@ The shim leads the attempt's process group and runs ``podman run`` attached, so 
 stops, time limits and adoption after an agent restart work as for the process executor. In the
 container the job runs as its team's uid/gid with no capabilities and no new privileges, in its private
 directory (mounted at ``/job``), with only its allocated GPUs' device files, no network unless the node
-allows one, and its CPU, memory (no swap) and process-count limits enforced by cgroups.
+allows one, and its CPU, memory (no swap) and process-count limits enforced by cgroups. A notebook is the
+exception: it gets podman's bridge network with its port (``ROTA_PORT``) published on the node's service IP
+only, so the portal's proxy reaches its server (which takes no request without its token).
 
 The container's first process is a small ``/bin/sh`` script: it forwards a stop signal to every
 process in the container (``kill -1``), as a stop reaches the whole process group on the host. The
@@ -54,14 +56,17 @@ class ContainerExecutor(Executor):
         network: str = "none",
         fake_gpus: bool = False,
         default_image: str | None = DEFAULT_IMAGE,
+        service_ip: str = "127.0.0.1",
         **options: object,
     ) -> None:
         """``network`` is podman's ``--network`` (none by default); ``fake_gpus``: make stand-in devices;
-        ``default_image`` runs an assignment that names no image (None: refuse it)."""
+        ``default_image`` runs an assignment that names no image (None: refuse it); ``service_ip``: the
+        address a notebook's port is published on (the node's service address)."""
         super().__init__(work_dir, **options)  # type: ignore[arg-type]
         self.podman = podman or Podman()
         self.network = network
         self.default_image = default_image
+        self.service_ip = service_ip
         self.devices = GpuDeviceFiles(self.work_dir / "devices" if fake_gpus else None)
         self.runtime = self.podman.version()
         self._prefix = "rota-" + hashlib.sha1(str(self.work_dir).encode()).hexdigest()[:8]
@@ -109,7 +114,7 @@ class ContainerExecutor(Executor):
             handle.writelines(f"{key}={value}\n" for key, value in env.items())
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
         args = [
-            "run", "--name", name, "--pull", "never", "--log-driver", "none", "--network", self.network,
+            "run", "--name", name, "--pull", "never", "--log-driver", "none", *self._network_args(assignment),
             "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
             "--env-file", str(env_file), "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
             "--label", f"rota.job={assignment.job_id}", "--label", f"rota.attempt={assignment.attempt}",
@@ -127,6 +132,13 @@ class ContainerExecutor(Executor):
         default = f"no image given: ran in the node's default image {self.default_image}"
         notes = () if assignment.image else (default,)
         return Launch(self.podman.argv(*args), self.podman.env, container=name, notes=notes)
+
+    def _network_args(self, assignment: Assignment) -> list[str]:
+        """The node's network for a job; a notebook's port published on the service IP (see the module)."""
+        port = assignment.port
+        if assignment.kind == "notebook" and port:
+            return ["--network", "bridge", "--publish", f"{self.service_ip}:{port}:{port}/tcp"]
+        return ["--network", self.network]
 
     def _deliver(self, job: JobRecord, signum: int) -> None:
         """The signal to the container's init (which passes a stop on to all), and to podman's group."""
