@@ -185,7 +185,10 @@ async def _exchange(scope, send, reader, writer, target: Upstream, body: bytes) 
     await writer.drain()
     started = False
     while True:
-        event = conn.next_event()
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError:  # the server broke off mid-answer
+            event = h11.ConnectionClosed()
         if event is h11.NEED_DATA:
             conn.receive_data(await reader.read(65536))
             continue
