@@ -3,8 +3,9 @@
 recycling, logs, the warm-up hook), with uvicorn workers serving ``portal.asgi``, so ``/notebooks/…`` (HTTP and
 websockets, the notebook proxy) is served on the same address as the rest of the portal.
 
-A uvicorn worker runs Django's sync views each in a thread of its own (Django's ASGI handler), so a node's
-long-poll holds a thread, not the worker, as under gthread; ``threads`` does not apply."""
+Each worker runs the portal's WSGI application for every other request in a fixed pool of ``ROTA_WEB_THREADS``
+threads (``portal/asgi.py``), as gthread does: a node's long-poll holds a thread, not the worker, and each
+thread keeps its database connection."""
 
 import runpy
 from pathlib import Path

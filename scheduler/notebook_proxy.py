@@ -19,7 +19,6 @@ from http.cookies import CookieError, SimpleCookie
 from types import SimpleNamespace
 
 import h11
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from django.http import Http404
@@ -32,11 +31,13 @@ from scheduler.notebooks import Upstream, upstream
 PREFIX = "/notebooks/"
 _PATH = re.compile(r"^/notebooks/(\d{1,18})(?:/|$)")
 CONNECT_TIMEOUT_S = 5.0
+WS_OPEN_TIMEOUT_S = 60.0  # Jupyter answers a kernel's websocket handshake once the kernel is ready
 MAX_BODY = 256 * 1024 * 1024  # a request body larger than this is refused (413); Jupyter uploads in chunks
 MAX_WS_MESSAGE = 64 * 1024 * 1024
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
               b"transfer-encoding", b"upgrade", b"content-length", b"authorization", b"cookie"}
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+executor = None  # the threads that run the session and access checks: portal/asgi.py's pool (None: asyncio's)
 
 
 class Refused(Exception):
@@ -123,7 +124,8 @@ async def app(scope, receive, send) -> None:
             raise Refused(404, "No such notebook.")
         if (websocket or scope["method"] not in SAFE_METHODS) and not _same_origin(scope):
             raise Refused(403, "Refused: the request comes from another site's page.")
-        target = await sync_to_async(_target)(_header(scope, b"cookie"), int(match.group(1)), path)
+        target = await asyncio.get_running_loop().run_in_executor(
+            executor, _target, _header(scope, b"cookie"), int(match.group(1)), path)
     except Refused as refused:
         if websocket:
             await receive()  # websocket.connect
@@ -217,7 +219,7 @@ async def _websocket(scope, receive, send, target: Upstream) -> None:
         upstream_ws = await ws_connect(
             url, additional_headers=extra, origin=f"http://{target.address}",
             subprotocols=scope.get("subprotocols") or None, max_size=MAX_WS_MESSAGE,
-            open_timeout=CONNECT_TIMEOUT_S, compression=None)
+            open_timeout=WS_OPEN_TIMEOUT_S, compression=None)
     except (OSError, TimeoutError, InvalidHandshake) as error:
         if "websocket.http.response" in scope.get("extensions", {}):
             await _answer(send, 502, f"The notebook server refused the websocket: {error}", websocket=True)

@@ -40,7 +40,7 @@ def run_code(ws_url: str, cookie: str, origin: str, code: str) -> str:
                "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
                            "allow_stdin": False, "stop_on_error": True}}
     out = ""
-    with connect(ws_url, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=10) as ws:
+    with connect(ws_url, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=90) as ws:
         ws.send(json.dumps(request))
         while True:
             message = json.loads(ws.recv(timeout=60))
