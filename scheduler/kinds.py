@@ -16,10 +16,11 @@ class KindDefaults:
 
 
 # A notebook left without a command runs JupyterLab on its port under the portal proxy's base URL
-# (scheduler.notebooks). Its token comes from JUPYTER_TOKEN in the environment, never the command line.
+# (scheduler.notebooks). Its token comes from JUPYTER_TOKEN in the environment, never the command line. A port
+# taken already is an error, not the next port (the portal would reach another job's server there).
 NOTEBOOK_COMMAND = (
     'exec jupyter lab --no-browser --ip=0.0.0.0 --port="$ROTA_PORT" --ServerApp.base_url="$ROTA_NOTEBOOK_BASE_URL" '
-    '--ServerApp.root_dir="$HOME" --ServerApp.allow_remote_access=True '
+    '--ServerApp.root_dir="$HOME" --ServerApp.allow_remote_access=True --ServerApp.port_retries=0 '
     "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
 )
 

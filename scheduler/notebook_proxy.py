@@ -35,7 +35,8 @@ WS_OPEN_TIMEOUT_S = 60.0  # Jupyter answers a kernel's websocket handshake once 
 MAX_BODY = 256 * 1024 * 1024  # a request body larger than this is refused (413); Jupyter uploads in chunks
 MAX_WS_MESSAGE = 64 * 1024 * 1024
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-              b"transfer-encoding", b"upgrade", b"content-length", b"authorization", b"cookie"}
+              b"transfer-encoding", b"upgrade", b"content-length", b"authorization", b"cookie",
+              b"accept-encoding"}  # and answers unencoded: a page's token is taken out of it (_exchange)
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 executor = None  # the threads that run the session and access checks: portal/asgi.py's pool (None: asyncio's)
 
@@ -185,7 +186,7 @@ async def _exchange(scope, send, reader, writer, target: Upstream, body: bytes) 
     writer.write(conn.send(h11.Request(method=scope["method"], target=_raw_path(scope), headers=headers)))
     writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
     await writer.drain()
-    started = False
+    started, page = False, None  # page: an HTML answer, held back to take the token out of it
     while True:
         try:
             event = conn.next_event()
@@ -197,12 +198,22 @@ async def _exchange(scope, send, reader, writer, target: Upstream, body: bytes) 
         if isinstance(event, h11.Response):
             kept = [(k, v) for k, v in event.headers if k.lower() not in {b"connection", b"keep-alive",
                                                                          b"transfer-encoding"}]
+            if dict(kept).get(b"content-type", b"").startswith(b"text/html"):
+                page = (event.status_code, [(k, v) for k, v in kept if k.lower() != b"content-length"], bytearray())
+                continue
             await send({"type": "http.response.start", "status": event.status_code, "headers": kept})
             started = True
+        elif isinstance(event, h11.Data) and page is not None:
+            page[2].extend(event.data)
         elif isinstance(event, h11.Data) and started:
             await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
         elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-            if started:
+            if page is not None:  # JupyterLab writes its token into the page's config: nobody is given it
+                body = bytes(page[2]).replace(target.token.encode(), b"")
+                await send({"type": "http.response.start", "status": page[0],
+                            "headers": [*page[1], (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+            elif started:
                 await send({"type": "http.response.body", "body": b""})
             else:
                 await _answer(send, 502, "The notebook server closed the connection without answering.")

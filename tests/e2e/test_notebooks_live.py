@@ -102,7 +102,7 @@ def test_a_member_runs_code_in_a_real_jupyterlab_through_the_proxy_and_others_ge
     api.force_authenticate(alice)
     detail = api.get(f"/api/v1/jobs/{job_id}/")
     assert detail.json()["notebook_url"] == detail.json()["connect_url"] == f"/notebooks/{job_id}/"
-    assert token not in detail.content.decode() and token not in job.command
+    assert token not in detail.content.decode() and token not in job.command and token not in lab.text
     direct = f"http://{job.service_address}/notebooks/{job_id}/api/status"
     assert requests.get(direct, timeout=10).status_code == 403
     assert requests.get(direct, headers={"Authorization": f"token {token}"}, timeout=10).status_code == 200
