@@ -27,7 +27,7 @@ serve: install
 test: install system-packages
 	REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest $(PYTEST_ARGS)
 
-images:  # the local container images (localhost/rota/busybox:1, localhost/rota/python:3.11)
+images:  # the local container images (localhost/rota/busybox:1, localhost/rota/python:3.11, localhost/rota/notebook:1)
 	./scripts/build-images.sh
 
 lint: install

@@ -144,6 +144,8 @@ def main() -> int:
     parser.add_argument("--bridge-interval", type=float, default=2.0, help="the Slurm bridge's poll interval, s")
     parser.add_argument("--database", default="rota_latency")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--web", choices=["asgi", "wsgi"], default="asgi",
+                        help="gunicorn with uvicorn workers (make serve, deploy/gunicorn_asgi.conf.py) or gthread WSGI")
     args = parser.parse_args()
     base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
     database_url = f"{base_url}/{args.database}"
@@ -181,7 +183,7 @@ def main() -> int:
                                            "--log-level", "WARNING"], env, logs)
 
         legs, throughput = measure(args, processes, node_side, seeded, base, env, logs, node_name)
-    figures = {"jobs": args.jobs, "executor": args.executor, "long_poll": not args.no_long_poll,
+    figures = {"jobs": args.jobs, "executor": args.executor, "long_poll": not args.no_long_poll, "web": args.web,
                **({"bridge_interval_s": args.bridge_interval} if slurm else {}),
                **{f"{leg}_p50_s": round(_pctl(v, .5), 3) for leg, v in legs.items()},
                **{f"{leg}_p99_s": round(_pctl(v, .99), 3) for leg, v in legs.items()},
@@ -221,7 +223,8 @@ def measure(args, processes: list, node_side, seeded: dict, base: str, env: dict
     at a time on an idle cluster, then the submit bursts."""
     bin_dir = Path(sys.executable).parent
     try:
-        start(processes, "web", [str(bin_dir / "gunicorn"), "-c", "deploy/gunicorn.conf.py"], env, logs)
+        conf = "deploy/gunicorn_asgi.conf.py" if args.web == "asgi" else "deploy/gunicorn.conf.py"
+        start(processes, "web", [str(bin_dir / "gunicorn"), "-c", conf], env, logs)
         start(processes, "worker", [str(bin_dir / "celery"), "-A", "portal", "worker", "--loglevel=WARNING",
                                     "--without-gossip", "--without-mingle"], env, logs)
         start(processes, "beat", [str(bin_dir / "celery"), "-A", "portal", "beat", "--loglevel=WARNING",

@@ -91,6 +91,22 @@ def job_for(user: User, job_id: int | str):
     return job
 
 
+def job_for_member(user: User, job_id: int | str):
+    """The job ``job_id`` if ``user`` is a member of its team, else Http404: for stepping into a team's running
+    work (its notebooks), which governing the platform does not grant, so platform admins get in only as
+    members."""
+    from scheduler.models import Job
+
+    try:
+        pk = int(job_id)
+    except (TypeError, ValueError):
+        raise Http404("No such job") from None
+    job = Job.objects.filter(pk=pk, team__in=submit_teams_for(user)).first() if user.is_authenticated else None
+    if job is None:
+        raise Http404("No such job")
+    return job
+
+
 def arrays_for(user: User) -> QuerySet:
     """Job arrays ``user`` may see (those of the teams whose jobs they may see)."""
     from scheduler.models import JobArray

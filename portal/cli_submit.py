@@ -109,8 +109,8 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
         command_text = script_text
     elif command:
         command_text = shlex.join(command)
-    elif template.get("command"):
-        command_text = template["command"]
+    elif template.get("command") or values.get("kind") == "notebook":  # a notebook's blank command: JupyterLab
+        command_text = template.get("command", "")
     else:
         raise CliError("command: give a command after `--` or a script file")
     data = {**template, **{api: values[flag] for flag, api in SUBMIT_FIELDS.items() if values.get(flag) is not None}}

@@ -164,6 +164,7 @@ CELERY_BEAT_SCHEDULE = {
     "quota-loans-end": {"task": "scheduler.loans_end", "schedule": 60.0},
     "notify-periodic": {"task": "notifications.periodic", "schedule": 60.0},
     "services-autoscale": {"task": "scheduler.autoscale", "schedule": float(ROTA_AUTOSCALE_INTERVAL_S)},
+    "notebooks-probe": {"task": "scheduler.notebooks_probe", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -211,6 +212,7 @@ ROTA_IDLE_COST_POLICY = env_str("ROTA_IDLE_COST_POLICY", "separate")  # hide | s
 # Jobs as isolated workloads (README "Images and isolation"). The image a job runs in when neither the job nor
 # its kind names one (a platform admin sets the kinds' defaults under Govern -> Images):
 ROTA_DEFAULT_IMAGE = env_str("ROTA_DEFAULT_IMAGE", "localhost/rota/python:3.11")
+ROTA_NOTEBOOK_IMAGE = env_str("ROTA_NOTEBOOK_IMAGE", "localhost/rota/notebook:1")  # JupyterLab (make images)
 # The images a new pool allows (a platform admin edits each pool's list under Govern -> Images).
 ROTA_DEFAULT_ALLOWED_IMAGES = env_list("ROTA_DEFAULT_ALLOWED_IMAGES", ["localhost/rota/*"])
 ROTA_JOB_PIDS_LIMIT = env_int("ROTA_JOB_PIDS_LIMIT", 4096, minimum=16, maximum=4_194_304)

@@ -9,6 +9,7 @@ import psycopg
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
+from scheduler import notebooks
 from scheduler.core.types import Decisions, PendingInfo, Reason, Start
 from scheduler.core.types import Preemption as PreemptionDecision
 from scheduler.models import Allocation, Job, JobTransition, Preemption
@@ -98,6 +99,9 @@ def _start_together(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: d
         for start in starts:  # in the engine's order, as one by one would
             if start.job_id in services:
                 _assign_port(start.job_id, gpu_nodes[start.placements[0].gpu_id])
+        for pk, attempt, kind in jobs:
+            if kind == notebooks.KIND:  # each attempt's server gets a token of its own
+                notebooks.server_prepare(pk, attempt)
     return len(jobs), len(starts) - len(jobs)
 
 
@@ -209,19 +213,22 @@ IDLE_UTIL_PCT = 5.0
 
 def reclaim_idle(now: datetime) -> list[int]:
     """Ask running jobs with an idle timeout (notebooks) to stop when every sample of their GPUs over the
-    whole timeout window stayed under IDLE_UTIL_PCT; return their ids. A window without samples from its
-    start is not judged (no telemetry is not idleness)."""
+    whole timeout window stayed under IDLE_UTIL_PCT and their notebook server (when it reports, see
+    ``scheduler.notebooks``) saw no activity in that window either; return their ids. A window without
+    samples from its start is not judged (no telemetry is not idleness)."""
     asked = []
     for job in Job.objects.filter(
         state=JobState.RUNNING, stop_reason=StopReason.NONE, idle_timeout_minutes__isnull=False,
         started_at__isnull=False,
-    ).only("pk", "started_at", "idle_timeout_minutes"):
+    ).only("pk", "attempt", "started_at", "idle_timeout_minutes"):
         window = timedelta(minutes=job.idle_timeout_minutes)
         if job.started_at + window > now:
             continue
         stats = job.gpu_samples.filter(at__gte=now - window).aggregate(first=Min("at"), busiest=Max("util_pct"))
         if stats["first"] is None or stats["first"] > now - window + timedelta(minutes=2):
             continue
+        if notebooks.active_since(job.pk, job.attempt, now - window, now):
+            continue  # someone works in the notebook (editing, running cells on the CPU)
         if stats["busiest"] is not None and stats["busiest"] < IDLE_UTIL_PCT:
             if Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.IDLE):
                 asked.append(job.pk)

@@ -130,8 +130,9 @@ class JobSubmitForm(forms.Form):
     team = forms.ChoiceField()
     name = forms.CharField(max_length=job_services.MAX_NAME)
     kind = forms.ChoiceField(choices=KIND_CHOICES, initial="training")
-    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-                              max_length=job_services.MAX_COMMAND)
+    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}), required=False,
+                              max_length=job_services.MAX_COMMAND,
+                              help_text="A notebook left blank runs JupyterLab, opened from its page")
     image = forms.CharField(label="Container image", required=False, max_length=300,
                             help_text="Registry first, e.g. localhost/rota/python:3.11 or "
                                       "nvcr.io/nvidia/pytorch:24.05-py3; blank: the kind's default image. Each "
@@ -260,6 +261,8 @@ class JobSubmitForm(forms.Form):
     def clean(self):
         data = super().clean()
         team, model, pool = data.get("team"), data.get("gpu_model"), data.get("pool")
+        if not (data.get("command") or "").strip() and not KINDS.get(data.get("kind"), KINDS["training"]).command:
+            self.add_error("command", "This field is required.")  # a notebook's blank command runs JupyterLab
         if team and model and model not in self.models_by_team.get(team, []):
             allowed = ", ".join(self.models_by_team.get(team, [])) or "none"
             self.add_error("gpu_model", f"{model} is in no pool team {team} may use; allowed: {allowed}")

@@ -76,3 +76,11 @@ def autoscale(**_ignored) -> list[str]:
     from scheduler.services.autoscale import services_autoscale
 
     return services_autoscale()
+
+
+@shared_task(name="scheduler.notebooks_probe", time_limit=120, soft_time_limit=100, ignore_result=True)
+def notebooks_probe() -> int:
+    """Record each running notebook server's own last activity (beat, every minute); idle reclaim reads it."""
+    from scheduler.notebooks import notebooks_probe as probe
+
+    return probe()

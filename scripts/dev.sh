@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make dev: install, pick PostgreSQL/Redis (or the SQLite + file-broker fallback), migrate, load the demo,
-# then run web + Celery worker + beat + one fake node agent per demo node under honcho.
+# then run web (uvicorn serving portal.asgi: Django and the notebook proxy) + Celery worker + beat + one fake node
+# agent per demo node under honcho.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -36,7 +37,7 @@ $PY manage.py migrate --noinput
 $PY manage.py seed_demo --portal "http://127.0.0.1:${PORT}"
 
 cat > var/Procfile <<PROCEOF
-web: $PY manage.py runserver 127.0.0.1:${PORT} --noreload
+web: .venv/bin/uvicorn portal.asgi:application --host 127.0.0.1 --port ${PORT} --ws websockets-sansio --log-level warning
 worker: .venv/bin/celery -A portal worker --loglevel=INFO --concurrency=2 --without-gossip --without-mingle
 beat: .venv/bin/celery -A portal beat --loglevel=INFO --schedule=var/celerybeat-schedule
 PROCEOF

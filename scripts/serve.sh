@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make serve: the production deployment on one machine. PostgreSQL and Redis (required: no SQLite or file
 # broker here), portal.settings_production, migrations, static files collected, then under honcho:
-# gunicorn (deploy/gunicorn.conf.py: threaded workers sized from the cores), Celery worker(s), beat and,
+# gunicorn (deploy/gunicorn_asgi.conf.py: deploy/gunicorn.conf.py's settings with uvicorn workers, so the notebook
+# proxy's websockets are served on the same address), Celery worker(s), beat and,
 # unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per demo node.
 # Knobs: PORT, ROTA_BIND, ROTA_WEB_WORKERS, ROTA_WEB_THREADS, ROTA_CELERY_WORKERS, ROTA_SERVE_DEMO, and every
 # variable of portal/settings.py (DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS, ...).
@@ -42,7 +43,7 @@ if [ "${ROTA_SERVE_DEMO:-1}" != "0" ]; then
 fi
 
 cat > "$VAR/Procfile.serve" <<PROCEOF
-web: .venv/bin/gunicorn -c deploy/gunicorn.conf.py
+web: .venv/bin/gunicorn -c deploy/gunicorn_asgi.conf.py
 worker: .venv/bin/celery -A portal worker --loglevel=WARNING --concurrency=${CELERY_WORKERS} --without-gossip --without-mingle
 beat: .venv/bin/celery -A portal beat --loglevel=WARNING --schedule=$VAR/celerybeat-schedule
 PROCEOF

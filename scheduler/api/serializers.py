@@ -22,7 +22,8 @@ class JobInputSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(
         choices=list(KINDS), default="training",
         error_messages={"invalid_choice": f'"{{input}}" is not a kind; allowed: {", ".join(KINDS)}'})
-    command = serializers.CharField(max_length=job_services.MAX_COMMAND)
+    command = serializers.CharField(max_length=job_services.MAX_COMMAND, required=False, allow_blank=True, default="",
+                                    help_text="Blank for a notebook: JupyterLab, reached at notebook_url.")
     image = serializers.CharField(max_length=job_services.MAX_IMAGE, required=False, allow_blank=True, default="")
     gpus = serializers.IntegerField(min_value=1, max_value=job_services.MAX_GPUS, default=1)
     gpu_fraction = serializers.DecimalField(max_digits=4, decimal_places=3, required=False, allow_null=True,
@@ -130,7 +131,11 @@ class JobSerializer(serializers.ModelSerializer):
     pending_reason = PendingReasonField(source="*")
     allocations = serializers.SerializerMethodField()
     connect_url = serializers.CharField(read_only=True, allow_null=True,
-                                        help_text="Where a running notebook or inference service answers.")
+                                        help_text="Where a running notebook (the portal's /notebooks/<id>/) or "
+                                                  "inference service answers.")
+    notebook_url = serializers.CharField(read_only=True, allow_null=True,
+                                         help_text="A running notebook's address in the portal: /notebooks/<id>/, "
+                                                   "open to members of its team (the proxy adds the token).")
 
     class Meta:
         model = Job
@@ -140,7 +145,7 @@ class JobSerializer(serializers.ModelSerializer):
             "time_limit_minutes", "priority_class", "preemptible", "state", "stop_reason", "attempt",
             "pending_reason", "queue_position", "estimated_start", "created_at", "admitted_at", "started_at",
             "finished_at", "exit_code", "failure_class", "failure_reason", "failure_message", "restarts",
-            "connect_url", "allocations",
+            "connect_url", "notebook_url", "allocations",
             "array_id", "array_index", "dependency", "max_retries", "retry_on", "retry_backoff_s", "retries",
         ]
 

@@ -8,6 +8,7 @@ from scheduler.models.dependencies import JobDependency
 from scheduler.models.gateway import InferenceService, ServiceKey, ServiceLatency, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
+from scheduler.models.notebooks import NotebookServer
 from scheduler.models.policies import PolicyActivation, PolicyVersion, SchedulingPolicy
 from scheduler.models.quota import Quota
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
@@ -31,6 +32,7 @@ __all__ = [
     "KindImage",
     "Node",
     "NodeToken",
+    "NotebookServer",
     "PolicyActivation",
     "PolicyVersion",
     "Pool",

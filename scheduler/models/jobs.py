@@ -218,11 +218,21 @@ class Job(models.Model):
 
     @property
     def connect_url(self) -> str | None:
-        """Where a running notebook or inference service answers (its node and port)."""
+        """Where a running notebook (the portal's proxy: ``notebook_url``) or inference service (its node and
+        port) answers."""
+        if self.kind == "notebook":
+            return self.notebook_url
         if self.service_port is None or self.state != JobState.RUNNING:
             return None
         alloc = next((a for a in self.all_allocations() if a.ended_at is None), None)
         return f"http://{alloc.node.name}:{self.service_port}/" if alloc else None
+
+    @property
+    def notebook_url(self) -> str | None:
+        """A running notebook's address in the portal (``/notebooks/<id>/``, members of its team only)."""
+        from scheduler.notebooks import notebook_url
+
+        return notebook_url(self)
 
     @property
     def gpu_share(self) -> float:

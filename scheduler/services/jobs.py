@@ -193,7 +193,7 @@ def job_request_build(
         errors["name"] = "must not be empty"
     elif len(name) > MAX_NAME:
         errors["name"] = f"must be at most {MAX_NAME} characters; got {len(name)}"
-    command = (command or "").strip()
+    command = (command or "").strip() or KINDS.get(kind, KINDS["training"]).command  # notebook: JupyterLab
     if not command:
         errors["command"] = "must not be empty"
     elif len(command) > MAX_COMMAND:

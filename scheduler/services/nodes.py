@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from scheduler import notebooks
 from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
 from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
@@ -184,7 +185,7 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
     ``scheduler.services.runtime``)."""
     allocs = (
         Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
-        .select_related("job", "job__priority_class", "job__team", "gpu")
+        .select_related("job", "job__priority_class", "job__team", "job__notebook_server", "gpu")
         .order_by("job_id", "gpu__index")
     )
     by_job: dict[int, dict] = {}
@@ -204,6 +205,7 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
                 "env": {**(job.env or {}), "ROTA_JOB_ID": str(job.pk), "ROTA_JOB_NAME": job.name,
                         "ROTA_KIND": job.kind,
                         **({"ROTA_PORT": str(job.service_port)} if job.service_port else {}),
+                        **notebooks.job_env(job),
                         **({"ROTA_ARRAY_ID": str(job.array_id), "ROTA_ARRAY_INDEX": str(job.array_index)}
                            if job.array_id is not None else {})},
                 "port": job.service_port,

@@ -10,8 +10,9 @@ from scheduler.models import Job, KindImage, Node
 
 
 def kind_images() -> dict[str, str]:
-    """The default image of each kind a platform admin set (one query)."""
-    return dict(KindImage.objects.values_list("kind", "image"))
+    """The default image of each kind a platform admin set (one query); a notebook's is
+    settings.ROTA_NOTEBOOK_IMAGE (JupyterLab) until one is set."""
+    return {"notebook": settings.ROTA_NOTEBOOK_IMAGE, **dict(KindImage.objects.values_list("kind", "image"))}
 
 
 def job_image(job: Job, defaults: dict[str, str] | None = None) -> str:

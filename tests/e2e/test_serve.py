@@ -1,5 +1,6 @@
-"""``make serve`` for real: scripts/serve.sh on the test database and Redis starts gunicorn with its workers,
-Celery, beat and the demo node agents under production settings, and a job submitted over the API runs."""
+"""``make serve`` for real: scripts/serve.sh on the test database and Redis starts gunicorn with its (uvicorn)
+workers, Celery, beat and the demo node agents under production settings, and a job submitted over the API
+runs; the notebook proxy (HTTP and websockets) answers on the same address."""
 
 import os
 import re
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import requests
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from tests.processes import wait_for
 
@@ -74,10 +77,10 @@ def served(worker_env, tmp_path):
 def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hashed_static_files(served):
     base = served["base"]
     login = requests.get(f"{base}/login/", timeout=10)
-    assert login.headers["Server"] == "gunicorn"
+    assert login.headers["Server"] == "uvicorn"  # gunicorn's uvicorn workers (deploy/gunicorn_asgi.conf.py)
     # honcho -> (a shell) -> the gunicorn master -> the two workers asked for
-    gunicorns = [pid for pid in _descendants(served["pid"])
-                 if "gunicorn -c deploy/gunicorn.conf.py" in _cmdline(pid) and "python" in _cmdline(pid).split()[0]]
+    gunicorns = [pid for pid in _descendants(served["pid"]) if "gunicorn -c deploy/gunicorn_asgi.conf.py"
+                 in _cmdline(pid) and "python" in _cmdline(pid).split()[0]]
     master = next(pid for pid in gunicorns if set(_children(pid)) & set(gunicorns))
     assert len(_children(master)) == 2
     # collected under hashed names and served with far-future caching, compressed
@@ -92,6 +95,12 @@ def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hash
     assert missing.status_code == 404 and "URLconf" not in missing.text
     # the secret key was made once for this machine, readable by its owner only
     assert (served["var"] / "secret_key").stat().st_mode & 0o077 == 0
+    # the notebook proxy on the same address: a visitor is sent to sign in, a websocket refused with 404
+    notebook = requests.get(f"{base}/notebooks/1/lab", allow_redirects=False, timeout=10)
+    assert notebook.status_code == 302 and notebook.headers["Location"].startswith("/login/?next=")
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{base.replace('http://', 'ws://')}/notebooks/1/api/kernels/k/channels", open_timeout=10)
+    assert refused.value.response.status_code == 404
 
 
 def test_a_job_submitted_to_the_served_portal_runs_on_a_demo_node_agent(served):

@@ -71,6 +71,17 @@ def test_it_submits_a_command_after_double_dash(rota, alice, capsys):
     assert job.team.name == "vision" and job.submitted_by == alice
 
 
+def test_it_submits_a_notebook_without_a_command_which_runs_jupyterlab(rota, alice, capsys):
+    from scheduler.kinds import NOTEBOOK_COMMAND
+
+    status = rota(alice, "submit", "--kind", "notebook", "--gpu-model", "h100-80gb", "--json")
+    out, err = out_of(capsys)
+    assert status == 0, err
+    assert Job.objects.get(pk=json.loads(out)["id"]).command == NOTEBOOK_COMMAND
+    assert rota(alice, "submit", "--gpu-model", "h100-80gb") == 1  # any other kind still needs one
+    assert "give a command" in out_of(capsys)[1]
+
+
 def test_it_submits_a_fraction_of_a_gpu_with_the_memory_it_needs(rota, alice, capsys):
     status = rota(alice, "submit", "--gpu-fraction", "0.25", "--gpu-memory-gb", "10", "--gpu-model", "h100-80gb",
                   "--json", "--", "python", "serve.py")

@@ -99,9 +99,9 @@ def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_cl
     assert job.service_port == 30000
     [assignment] = client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").json()["assignments"]
     assert assignment["env"]["ROTA_PORT"] == "30000" and assignment["port"] == 30000
-    assert job.connect_url == "http://node-h100:30000/"
+    assert job.connect_url == f"/notebooks/{job.pk}/"  # through the portal's proxy (scheduler.notebooks)
     [listed] = api(alice).get("/api/v1/jobs/", {"state": "active"}).json()["results"]
-    assert listed["connect_url"] == "http://node-h100:30000/"
+    assert listed["connect_url"] == listed["notebook_url"] == f"/notebooks/{job.pk}/"
     second = started(alice, client, kind="notebook")
     assert second.service_port == 30001
 

@@ -76,7 +76,7 @@ class Command(BaseCommand):
             call_command("seed_rates", stdout=self.stdout)
         profiles_dir = Path(__file__).resolve().parents[2] / "agent" / "profiles"
         lines = []
-        for name, _pool, profile_file, _labels in NODES:
+        for number, (name, _pool, profile_file, _labels) in enumerate(NODES, start=1):
             profile = json.loads((profiles_dir / profile_file).read_text())
             profile["node"] = name
             (agents / f"{name}.json").write_text(json.dumps(profile, indent=2))
@@ -89,7 +89,9 @@ class Command(BaseCommand):
                 f"agent-{name}: sleep 3 && {sys.executable} -m scheduler.agent --portal {portal} "
                 f"--token-file {token_path} "
                 f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name} "
-                f"--fault-file {faults}"
+                f"--fault-file {faults} "
+                # a loopback address per node: each node hands out the same service ports (notebooks)
+                f"--service-address 127.0.0.{number}"
             )
         (agents / "Procfile.agents").write_text("\n".join(lines) + "\n")
         self.stdout.write(self.style.SUCCESS(f"Demo data loaded; node tokens and profiles in {agents}"))

@@ -1,0 +1,16 @@
+"""gunicorn settings for the portal over ASGI (``gunicorn -c deploy/gunicorn_asgi.conf.py``: ``make serve``,
+``deploy/systemd/rota-web.service``): every setting of ``deploy/gunicorn.conf.py`` (bind, workers, timeouts,
+recycling, logs, the warm-up hook), with uvicorn workers serving ``portal.asgi``, so ``/notebooks/…`` (HTTP and
+websockets, the notebook proxy) is served on the same address as the rest of the portal.
+
+Each worker runs the portal's WSGI application for every other request in a fixed pool of ``ROTA_WEB_THREADS``
+threads (``portal/asgi.py``), as gthread does: a node's long-poll holds a thread, not the worker, and each
+thread keeps its database connection."""
+
+import runpy
+from pathlib import Path
+
+globals().update({name: value for name, value in runpy.run_path(str(Path(__file__).with_name("gunicorn.conf.py")))
+                  .items() if not name.startswith("__")})
+worker_class = "uvicorn_worker.UvicornWorker"
+wsgi_app = "portal.asgi:application"
