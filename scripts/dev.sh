@@ -52,11 +52,10 @@ else
   SERVE_CMD="command: python3 $PWD/scripts/images/serve.py"
   EXECUTOR_MSG="Node agents: PROCESS executor (Podman missing or not root): jobs run on this machine as $(id -un); it does NOT isolate teams (no images, no limits, every GPU visible). Install podman (scripts/system-packages.sh) and run as root for containers."
 fi
-# Services (inference replicas, notebooks) are published on loopback, where the gateway reaches them: each demo
-# node on an address of its own (127.0.0.2, 127.0.0.3, …), as each real node has its own host, so two nodes
-# may hand out the same port.
-awk -v flags="$AGENT_FLAGS" '{ print $0 " " flags " --service-address 127.0.0." NR + 1 }' \
-  var/agents/Procfile.agents >> var/Procfile
+# Services (inference replicas, notebooks) are published on loopback, where the gateway reaches them: seed_demo
+# gives each demo node an address of its own (127.0.0.1, 127.0.0.2, …, its --service-address), as each real
+# node has its own host, so two nodes may hand out the same port.
+awk -v flags="$AGENT_FLAGS" '{ print $0 " " flags }' var/agents/Procfile.agents >> var/Procfile
 
 cat <<MSG
 

@@ -90,7 +90,7 @@ class Command(BaseCommand):
                 f"--token-file {token_path} "
                 f"--gpu-backend fake --profile {agents / (name + '.json')} --work-dir {agents / name} "
                 f"--fault-file {faults} "
-                # a loopback address per node: each node hands out the same service ports (notebooks)
+                # a loopback address per node: each node hands out the same service ports (replicas, notebooks)
                 f"--service-address 127.0.0.{number}"
             )
         (agents / "Procfile.agents").write_text("\n".join(lines) + "\n")
