@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, service_keys, views
+from scheduler.api import loans, node, service_keys, slurm, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -31,4 +31,5 @@ urlpatterns = [
     path("node/wait/", node.NodeWaitAPI.as_view(), name="node-wait"),
     path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),
     path("node/jobs/<int:job_id>/log/", node.NodeJobLogAPI.as_view(), name="node-job-log"),
+    path("node/slurm/accounting/", slurm.NodeSlurmAccountingAPI.as_view(), name="node-slurm-accounting"),
 ]

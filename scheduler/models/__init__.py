@@ -9,6 +9,7 @@ from scheduler.models.gateway import ServiceKey, ServiceTraffic
 from scheduler.models.jobs import Allocation, Job, JobLog, JobTransition, KindImage, Preemption, PriorityClass
 from scheduler.models.loans import QuotaLoan
 from scheduler.models.quota import Quota
+from scheduler.models.slurm import SlurmAccounting
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
 from scheduler.models.templates import JobTemplate
 from scheduler.models.whatif import WhatIfRun
@@ -33,6 +34,7 @@ __all__ = [
     "Preemption",
     "PriorityClass",
     "Quota",
+    "SlurmAccounting",
     "QuotaLoan",
     "SchedulerBeat",
     "ServiceKey",

@@ -52,6 +52,8 @@ class SlurmCluster:
     memory_mb: int = 256_000
     features: tuple[str, ...] = ("ib", "nvme")
     cluster_name: str = "rota-test"
+    epilog: Path | None = None  # slurmd runs it as root after each job (the bridge's: scheduler/slurm/epilog.sh)
+    min_job_age_s: int = 300
     ctld_port: int = 0
     slurmd_port: int = 0
     env: dict[str, str] = field(default_factory=dict)
@@ -123,11 +125,12 @@ class SlurmCluster:
             "ReturnToService=2",
             "JobRequeue=0",  # as docs/slurm.md asks: Rota requeues, with a new attempt
             "MaxArraySize=100001",
-            "MinJobAge=300",
+            f"MinJobAge={self.min_job_age_s}",
             "KillWait=5",
             "InactiveLimit=0",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
+            *([f"Epilog={self.epilog}"] if self.epilog else []),
             (f"NodeName={self.node} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} "
              f"RealMemory={self.memory_mb} State=UNKNOWN"
              + (f" Gres={gres}" if gres else "") + (f" Feature={','.join(self.features)}" if self.features else "")),
@@ -253,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-type", default="h100")
     parser.add_argument("--node", default="slurm-gpu-01")
     parser.add_argument("--partition", default="gpu")
+    parser.add_argument("--epilog", type=Path, help="Epilog= (the bridge's containers: scheduler/slurm/epilog.sh)")
     args = parser.parse_args(argv)
     cluster = SlurmCluster(args.dir, node=args.node, partition=args.partition, gpus=args.gpus,
-                           gpu_type=args.gpu_type)
+                           gpu_type=args.gpu_type, epilog=args.epilog)
     if args.action == "down":
         for daemon in DAEMONS:
             cluster.stop_daemon(daemon)
