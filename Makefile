@@ -13,7 +13,7 @@ $(VENV_STAMP): requirements.txt requirements-dev.txt
 install: $(VENV_STAMP)
 
 dev: install
-	./scripts/dev.sh
+	SLURM=$(SLURM) ./scripts/dev.sh
 
 # The production deployment on one machine: gunicorn + Celery + beat (+ demo agents); README, "Serving".
 serve: install

@@ -41,7 +41,10 @@ worker: .venv/bin/celery -A portal worker --loglevel=INFO --concurrency=2 --with
 beat: .venv/bin/celery -A portal beat --loglevel=INFO --schedule=var/celerybeat-schedule
 PROCEOF
 # The node agents' executor: containers where Podman runs and we are root, else the process executor.
-if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
+# SLURM=1 (make dev SLURM=1): a local Slurm cluster and the Slurm bridge instead of the agents.
+if [ "${SLURM:-0}" = 1 ]; then
+  source scripts/dev-slurm.sh
+elif [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
   AGENT_FLAGS="--executor container"
   EXECUTOR_MSG="Node agents: container executor (Podman): each job in its image as its team's uid, with only its GPUs and cgroup limits."
 else
@@ -49,7 +52,7 @@ else
   [ "$(id -u)" -eq 0 ] || AGENT_FLAGS="$AGENT_FLAGS --dev-run-as-self"
   EXECUTOR_MSG="Node agents: PROCESS executor (Podman missing or not root): jobs run on this machine as $(id -un); it does NOT isolate teams (no images, no limits, every GPU visible). Install podman (scripts/system-packages.sh) and run as root for containers."
 fi
-sed "s|\$| $AGENT_FLAGS|" var/agents/Procfile.agents >> var/Procfile
+[ "${SLURM:-0}" = 1 ] || sed "s|\$| $AGENT_FLAGS|" var/agents/Procfile.agents >> var/Procfile
 
 cat <<MSG
 
@@ -63,4 +66,5 @@ cat <<MSG
   ${EXECUTOR_MSG}
 
 MSG
-exec .venv/bin/honcho -f var/Procfile -d . start
+[ "${SLURM:-0}" = 1 ] || exec .venv/bin/honcho -f var/Procfile -d . start
+.venv/bin/honcho -f var/Procfile -d . start  # SLURM=1: not exec'd, so the EXIT trap stops the cluster
