@@ -131,6 +131,7 @@ class Launcher:
             if self.containers:  # root's batch job; its container runs as the team's uid
                 argv.append("--chdir=/tmp")
                 script = self.containers.script(assignment, key, *run_as(assignment))
+                self._own_output(key, 0, 0)  # root's, 0600: no other user on the node reads it
             else:
                 script = batch_script(assignment)
                 if self.as_team:

@@ -2,6 +2,7 @@
 agent's podman arguments, as the team's uid, with its limits and only its GPUs; its output reaches the portal;
 a stop reaches the processes in the container, and a kill leaves no container behind (Slurm's epilog)."""
 
+import os
 import subprocess
 import time
 
@@ -45,6 +46,8 @@ def test_a_job_runs_in_its_image_as_its_teams_uid_with_its_limits_and_only_its_g
     assert lines[4] == "1"  # one interface in /proc/net/dev: the loopback (network none)
     assert lines[5] == "no-python"
     assert ran["user_id"] == 0  # root's batch job: podman, not Slurm, switches to the team's uid
+    output = os.stat(output_dir / f"rota-{job.pk}-1.out")
+    assert (output.st_uid, output.st_mode & 0o777) == (0, 0o600)  # no user on the node reads another's output
     assert not (output_dir / f"rota-{job.pk}-1.env").exists() and not (output_dir / f"rota-{job.pk}-1.job").exists()
     assert containers(f"rota-slurm-{ran['job_id']}") == []
 
