@@ -4,6 +4,7 @@ never skipped: a machine without Slurm fails these tests with the command that i
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from scheduler.slurm.launcher import Launcher
 from tests.slurm.cluster import SlurmCluster
 from tests.slurm.users import unix_users
 
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["h100=h100-80gb:81559"]  # the test cluster's GRES type h100 as Rota's GPU model
 
 
@@ -37,6 +39,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def images() -> None:
+    """The local images the container tests run (``scripts/build-images.sh``: kept when present)."""
+    subprocess.run([str(ROOT / "scripts" / "build-images.sh")], check=True, cwd=ROOT, timeout=600)
 
 
 @pytest.fixture

@@ -6,12 +6,15 @@ import os
 import subprocess
 import time
 
+import pytest
+
 from scheduler.agent.executors.podman import Podman
 from scheduler.models import Job, JobLog, Node
 from scheduler.models.jobs import StopReason
 from scheduler.services.jobs import job_cancel
 from tests.slurm.test_launch import poll_until, poll_until_output, slurm_jobs, submitted
 
+pytestmark = pytest.mark.usefixtures("images")
 BUSYBOX = "localhost/rota/busybox:1"
 PROBE = ("echo uid=$(id -u):$(id -g) home=$HOME job=$ROTA_JOB_ID.$ROTA_ATTEMPT; "
          "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; "
