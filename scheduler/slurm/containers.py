@@ -40,8 +40,11 @@ class SlurmContainers:
     network: str = "none"
     default_image: str | None = DEFAULT_IMAGE
 
+    def __post_init__(self) -> None:
+        self.runtime = self.podman.version() or "podman"  # asked once: the executor is described every poll
+
     def describe(self) -> str:
-        return (f"each job in its image ({self.podman.version() or 'podman'} under Slurm) as its team's uid: no "
+        return (f"each job in its image ({self.runtime} under Slurm) as its team's uid: no "
                 f"capabilities, only its GPUs' devices, CPU, memory and process limits, network {self.network}")
 
     def env_file(self, key: Key) -> Path:
