@@ -70,7 +70,7 @@ class SlurmContainers:
         limits = assignment.get("limits") or {}
         args = podman_run_args(
             name=_NAME, user=f"{uid}:{gid}", env_file=str(self.env_file(key)), job_dir=str(self.job_dir(key)),
-            network=self.network, image=image, command=assignment.get("command") or "", job_id=key[0],
+            network=["--network", self.network], image=image, command=assignment.get("command") or "", job_id=key[0],
             attempt=key[1], cpus=float(limits["cpus"]) if limits.get("cpus") else None,
             pids=int(limits["pids"]) if limits.get("pids") else None,
             memory_mb=int(limits["memory_mb"]) if limits.get("memory_mb") else None,

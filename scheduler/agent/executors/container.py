@@ -42,17 +42,19 @@ PODMAN_FAILED = 125  # podman's own exit status when it could not create or star
 
 
 def podman_run_args(
-    *, name: str, user: str, env_file: str, job_dir: str, network: str, image: str, command: str, job_id: int,
-    attempt: int, cpus: float | None = None, pids: int | None = None, cgroup_parent: str | None = None,
-    memory_mb: int | None = None, devices: Iterable[tuple[str, str]] = (), extra: Sequence[str] = (),
+    *, name: str, user: str, env_file: str, job_dir: str, network: Sequence[str], image: str, command: str,
+    job_id: int, attempt: int, cpus: float | None = None, pids: int | None = None,
+    cgroup_parent: str | None = None, memory_mb: int | None = None,
+    devices: Iterable[tuple[str, str]] = (), extra: Sequence[str] = (),
 ) -> list[str]:
     """``podman run`` of one attempt: its image as ``user`` (uid:gid) with no capabilities and no new
-    privileges, its own pid namespace, ``job_dir`` at /job, its environment from ``env_file``, only the
-    ``devices`` given ((host, container) paths), and its limits: CPUs, processes, and memory (no swap) either
-    under ``cgroup_parent`` (the agent's per-attempt cgroup) or as podman's ``--memory``. ``extra`` options go
-    before the limits. Shared by the container executor and the Slurm bridge's batch script."""
+    privileges, ``network`` (podman's options, ``["--network", "none"]``), its own pid namespace,
+    ``job_dir`` at /job, its environment from ``env_file``, only the ``devices`` given ((host, container)
+    paths), and its limits: CPUs, processes, and memory (no swap) either under ``cgroup_parent`` (the
+    agent's per-attempt cgroup) or as podman's ``--memory``. ``extra`` options go before the limits.
+    Shared by the container executor and the Slurm bridge's batch script."""
     args = [
-        "run", "--name", name, "--pull", "never", "--log-driver", "none", "--network", network,
+        "run", "--name", name, "--pull", "never", "--log-driver", "none", *network,
         "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
         "--env-file", env_file, "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
         "--label", f"rota.job={job_id}", "--label", f"rota.attempt={attempt}", *extra,
@@ -140,9 +142,10 @@ class ContainerExecutor(Executor):
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
         limits = assignment.limits
         args = podman_run_args(
-            name=name, user=user, env_file=str(env_file), job_dir=str(job_dir), network=self.network,
-            image=str(self.image_of(assignment)), command=assignment.command, job_id=assignment.job_id,
-            attempt=assignment.attempt, cpus=limits.cpus, pids=limits.pids,
+            name=name, user=user, env_file=str(env_file), job_dir=str(job_dir),
+            network=["--network", self.network], image=str(self.image_of(assignment)),
+            command=assignment.command, job_id=assignment.job_id, attempt=assignment.attempt,
+            cpus=limits.cpus, pids=limits.pids,
             cgroup_parent=cgroups.create(name, limits.memory_mb) if limits.memory_mb is not None else None,
             devices=self.devices.for_gpus(assignment.gpus),
         )
