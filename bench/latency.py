@@ -14,7 +14,7 @@ the first of them submitted to the last finished is printed (tuned Slurm drains 
 GPUs).
 
 ``--executor slurm`` runs the same jobs through the Slurm bridge instead of the node agent: a real Slurm 22.05
-test cluster (``tests/slurm/cluster.py``: munged, slurmctld, slurmd with 8 stand-in GPUs, run as root) and
+test cluster (``scheduler/slurm/localcluster.py``: munged, slurmctld, slurmd with 8 stand-in GPUs, run as root) and
 ``python -m scheduler.slurm run`` polling every ``--bridge-interval`` s; each job runs as the team's uid
 (a user ``rota-test-<uid>`` is added to the host for the run and removed after); with ``--containers`` each job
 runs in the default image (podman under Slurm, ``docs/slurm.md``).
@@ -199,7 +199,7 @@ def start_slurm(stack: ExitStack, processes: list, seeded: dict, base: str, env:
     ``containers``: each job in its image, the cluster running the bridge's epilog)."""
     from portal.models import Team
     from scheduler.slurm.containers import EPILOG
-    from tests.slurm.cluster import SlurmCluster
+    from scheduler.slurm.localcluster import SlurmCluster
     from tests.slurm.users import unix_users
 
     root = Path(tempfile.mkdtemp(prefix="rota-bench-slurm-"))

@@ -1,5 +1,5 @@
 # make dev SLURM=1 (sourced by scripts/dev.sh after migrate and seed_demo): a local Slurm 22.05 cluster and the
-# Slurm bridge instead of the fake node agents (docs/slurm.md, "The demo on Slurm"). One node slurm-gpu-01 with
+# Slurm bridge instead of the fake node agents (docs/slurm.md, "The demo on Slurm"; scheduler/slurm/localcluster.py). One node slurm-gpu-01 with
 # 8 stand-in GPUs (gpu:h100) in partition train, enrolled in Rota's pool train; each job runs in its image
 # (podman under Slurm) as its team's uid. Everything lives in var/slurm; the cluster stops with the demo.
 [ "$(id -u)" -eq 0 ] || { echo "SLURM=1: slurmd and the bridge's containers need root (run make dev SLURM=1 as root)" >&2; exit 1; }
@@ -8,12 +8,12 @@ SLURM_DIR="$PWD/var/slurm"
 mkdir -p "$SLURM_DIR/tokens" "$SLURM_DIR/output"
 chmod 0711 "$PWD/var" "$SLURM_DIR" "$SLURM_DIR/output"
 chmod 0700 "$SLURM_DIR/tokens"
-$PY -m tests.slurm.cluster down "$SLURM_DIR/cluster"  # a cluster an earlier demo left running, by its PIDs
+$PY -m scheduler.slurm.localcluster down "$SLURM_DIR/cluster"  # a cluster an earlier demo left running, by its PIDs
 rm -rf "$SLURM_DIR/cluster"
-$PY -m tests.slurm.cluster up "$SLURM_DIR/cluster" --partition train --node slurm-gpu-01 \
+$PY -m scheduler.slurm.localcluster up "$SLURM_DIR/cluster" --partition train --node slurm-gpu-01 \
   --epilog "$PWD/scheduler/slurm/epilog.sh"
 export SLURM_CONF="$SLURM_DIR/cluster/etc/slurm.conf"
-trap '$PY -m tests.slurm.cluster down "$SLURM_DIR/cluster"' EXIT
+trap '$PY -m scheduler.slurm.localcluster down "$SLURM_DIR/cluster"' EXIT
 TOKEN="$SLURM_DIR/tokens/slurm-gpu-01.token"
 if [ ! -s "$TOKEN" ]; then
   $PY manage.py node_token issue slurm-gpu-01 --pool train --output "$TOKEN" --reason "make dev SLURM=1" 2>/dev/null ||

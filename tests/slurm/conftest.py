@@ -19,7 +19,7 @@ from scheduler.slurm.containers import EPILOG, SlurmContainers
 from scheduler.slurm.inventory import GpuModelMap
 from scheduler.slurm.jobcomp import JobCompLog
 from scheduler.slurm.launcher import Launcher
-from tests.slurm.cluster import SlurmCluster
+from scheduler.slurm.localcluster import SlurmCluster
 from tests.slurm.users import unix_users
 
 ROOT = Path(__file__).resolve().parents[2]

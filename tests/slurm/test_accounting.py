@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from scheduler.models import JobLog, SlurmAccounting
+from scheduler.slurm.localcluster import SlurmCluster
 from tests.reliability.helpers import assert_sound
-from tests.slurm.cluster import SlurmCluster
 from tests.slurm.test_launch import poll_until, poll_until_output, slurm_jobs, submitted
 
 
