@@ -18,7 +18,7 @@ system-packages:
 	./scripts/system-packages.sh
 
 dev: install
-	./scripts/dev.sh
+	SLURM=$(SLURM) ./scripts/dev.sh
 
 # The production deployment on one machine: gunicorn + Celery + beat (+ demo agents); README, "Serving".
 serve: install

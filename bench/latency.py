@@ -14,9 +14,10 @@ the first of them submitted to the last finished is printed (tuned Slurm drains 
 GPUs).
 
 ``--executor slurm`` runs the same jobs through the Slurm bridge instead of the node agent: a real Slurm 22.05
-test cluster (``tests/slurm/cluster.py``: munged, slurmctld, slurmd with 8 stand-in GPUs, run as root) and
+test cluster (``scheduler/slurm/localcluster.py``: munged, slurmctld, slurmd with 8 stand-in GPUs, run as root) and
 ``python -m scheduler.slurm run`` polling every ``--bridge-interval`` s; each job runs as the team's uid
-(a user ``rota-test-<uid>`` is added to the host for the run and removed after).
+(a user ``rota-test-<uid>`` is added to the host for the run and removed after); with ``--containers`` each job
+runs in the default image (podman under Slurm, ``docs/slurm.md``).
 
 ``--no-long-poll`` makes the portal refuse node long-polls (``ROTA_NODE_WAITERS_PER_PROCESS=0``), so the agent
 hears of its work at its next heartbeat as before the long-poll existed: the figure to compare with.
@@ -142,6 +143,8 @@ def main() -> int:
     parser.add_argument("--executor", choices=["agent", "slurm"], default="agent",
                         help="the node side: one node agent (default) or the Slurm bridge over a test cluster")
     parser.add_argument("--bridge-interval", type=float, default=2.0, help="the Slurm bridge's poll interval, s")
+    parser.add_argument("--containers", action="store_true",
+                        help="with --executor slurm: each job in its image (the bridge's --containers)")
     parser.add_argument("--database", default="rota_latency")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--web", choices=["asgi", "wsgi"], default="asgi",
@@ -175,7 +178,7 @@ def main() -> int:
 
         def node_side() -> None:
             if slurm:
-                start_slurm(stack, processes, seeded, base, env, logs, args.bridge_interval)
+                start_slurm(stack, processes, seeded, base, env, logs, args.bridge_interval, args.containers)
             else:
                 start(processes, "agent", [sys.executable, "-m", "scheduler.agent", "--portal", base,
                                            "--token-file", str(token_file), "--gpu-backend", "fake", "--profile",
@@ -184,7 +187,7 @@ def main() -> int:
 
         legs, throughput = measure(args, processes, node_side, seeded, base, env, logs, node_name)
     figures = {"jobs": args.jobs, "executor": args.executor, "long_poll": not args.no_long_poll, "web": args.web,
-               **({"bridge_interval_s": args.bridge_interval} if slurm else {}),
+               **({"bridge_interval_s": args.bridge_interval, "containers": args.containers} if slurm else {}),
                **{f"{leg}_p50_s": round(_pctl(v, .5), 3) for leg, v in legs.items()},
                **{f"{leg}_p99_s": round(_pctl(v, .99), 3) for leg, v in legs.items()},
                "submit_throughput": throughput, "slurm_tuned_reference": SLURM_TUNED}
@@ -193,17 +196,19 @@ def main() -> int:
 
 
 def start_slurm(stack: ExitStack, processes: list, seeded: dict, base: str, env: dict, logs: Path,
-                interval_s: float) -> None:
-    """A Slurm test cluster, the team's user on the host, and the Slurm bridge speaking for its node."""
+                interval_s: float, containers: bool = False) -> None:
+    """A Slurm test cluster, the team's user on the host, and the Slurm bridge speaking for its node (with
+    ``containers``: each job in its image, the cluster running the bridge's epilog)."""
     from portal.models import Team
-    from tests.slurm.cluster import SlurmCluster
+    from scheduler.slurm.containers import EPILOG
+    from scheduler.slurm.localcluster import SlurmCluster
     from tests.slurm.users import unix_users
 
     root = Path(tempfile.mkdtemp(prefix="rota-bench-slurm-"))
     root.chmod(0o711)  # the team's uid reaches its batch script and output file through it
     stack.callback(shutil.rmtree, root, ignore_errors=True)
     stack.enter_context(unix_users(list(Team.objects.values_list("unix_id", flat=True))))
-    cluster = SlurmCluster(root / "cluster")
+    cluster = SlurmCluster(root / "cluster", epilog=EPILOG if containers else None)
     stack.callback(cluster.stop)  # before the users go
     cluster.start()
     tokens, output = root / "tokens", root / "output"
@@ -215,7 +220,9 @@ def start_slurm(stack: ExitStack, processes: list, seeded: dict, base: str, env:
     start(processes, "bridge", [sys.executable, "-m", "scheduler.slurm", "run", "--portal", base, "--token-dir",
                                 str(tokens), "--gpu-model", "h100=h100-80gb:81559", "--output-dir", str(output),
                                 "--slurm-conf", str(cluster.conf), "--interval", str(interval_s),
-                                "--log-level", "WARNING"], env, logs)
+                                "--log-level", "WARNING",
+                                *(["--containers", "--gpu-devices", str(cluster.root / "dev")] if containers else [])],
+          env, logs)
 
 
 def measure(args, processes: list, node_side, seeded: dict, base: str, env: dict, logs: Path, node_name: str):

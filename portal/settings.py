@@ -156,6 +156,9 @@ ROTA_PLATFORM_RETRIES = env_int("ROTA_PLATFORM_RETRIES", 3, minimum=0, maximum=1
 ROTA_NODE_REQUESTS_PER_MIN = env_int("ROTA_NODE_REQUESTS_PER_MIN", 12_000, minimum=60)
 # Node long-polls (POST /api/v1/node/wait/) one web process holds at once; past it a node polls at its interval.
 ROTA_NODE_WAITERS_PER_PROCESS = env_int("ROTA_NODE_WAITERS_PER_PROCESS", 12, minimum=0, maximum=10_000)
+# Slurm's elapsed x GPUs and Rota's ledger may differ by this many seconds per GPU before the difference is a
+# mismatch (docs/slurm.md): Rota holds the GPUs from its decision to the bridge's report of the end.
+ROTA_SLURM_ACCOUNTING_TOLERANCE_S = env_int("ROTA_SLURM_ACCOUNTING_TOLERANCE_S", 30, minimum=0, maximum=86_400)
 CELERY_BEAT_SCHEDULE = {
     "scheduling-cycle": {"task": "scheduler.cycle", "schedule": float(ROTA_CYCLE_INTERVAL_S)},
     "node-liveness": {"task": "scheduler.node_liveness", "schedule": float(ROTA_NODE_HEARTBEAT_INTERVAL_S)},

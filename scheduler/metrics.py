@@ -81,6 +81,9 @@ def render_metrics() -> str:
     from scheduler.metrics_kueue import kueue_lines  # it builds on this module's label quoting
 
     lines += kueue_lines()
+    from scheduler.metrics_slurm import slurm_lines
+
+    lines += slurm_lines(_labels)
     return "\n".join(lines) + "\n"
 
 

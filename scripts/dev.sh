@@ -42,7 +42,10 @@ worker: .venv/bin/celery -A portal worker --loglevel=INFO --concurrency=2 --with
 beat: .venv/bin/celery -A portal beat --loglevel=INFO --schedule=var/celerybeat-schedule
 PROCEOF
 # The node agents' executor: containers where Podman runs and we are root, else the process executor.
-if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
+# SLURM=1 (make dev SLURM=1): a local Slurm cluster and the Slurm bridge instead of the agents.
+if [ "${SLURM:-0}" = 1 ]; then
+  source scripts/dev-slurm.sh
+elif [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1 && ./scripts/build-images.sh; then
   AGENT_FLAGS="--executor container"
   SERVE_CMD="image localhost/rota/serve:1, command: python3 /opt/rota/serve.py"
   EXECUTOR_MSG="Node agents: container executor (Podman): each job in its image as its team's uid, with only its GPUs and cgroup limits."
@@ -55,7 +58,7 @@ fi
 # Services (inference replicas, notebooks) are published on loopback, where the gateway reaches them: seed_demo
 # gives each demo node an address of its own (127.0.0.1, 127.0.0.2, …, its --service-address), as each real
 # node has its own host, so two nodes may hand out the same port.
-awk -v flags="$AGENT_FLAGS" '{ print $0 " " flags }' var/agents/Procfile.agents >> var/Procfile
+[ "${SLURM:-0}" = 1 ] || awk -v flags="$AGENT_FLAGS" '{ print $0 " " flags }' var/agents/Procfile.agents >> var/Procfile
 
 cat <<MSG
 
@@ -74,4 +77,5 @@ cat <<MSG
     curl -H "Authorization: Bearer KEY" -d '{"prompt": "hello rota"}' http://127.0.0.1:${PORT}/serve/vision/llm/v1/generate
 
 MSG
-exec .venv/bin/honcho -f var/Procfile -d . start
+[ "${SLURM:-0}" = 1 ] || exec .venv/bin/honcho -f var/Procfile -d . start
+.venv/bin/honcho -f var/Procfile -d . start  # SLURM=1: not exec'd, so the EXIT trap stops the cluster

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.governance import views, views_admin, views_images, views_policies
+from portal.governance import views, views_admin, views_images, views_policies, views_slurm
 
 urlpatterns = [
     path("", views.index, name="govern"),
@@ -29,6 +29,7 @@ urlpatterns = [
     path("nodes/", views.nodes, name="govern-nodes"),
     path("nodes/<slug:name>/drain/", views.node_state, {"target": "drain"}, name="govern-node-drain"),
     path("nodes/<slug:name>/resume/", views.node_state, {"target": "resume"}, name="govern-node-resume"),
+    path("slurm-accounting/", views_slurm.slurm_accounting, name="govern-slurm-accounting"),
     path("budgets/", views.budgets, name="govern-budgets"),
     path("budgets/new/", views.budget_edit, name="govern-budget-new"),
     path("budgets/<int:pk>/", views.budget_edit, name="govern-budget"),

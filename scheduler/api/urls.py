@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, policies, service_keys, services, views
+from scheduler.api import loans, node, policies, service_keys, services, slurm, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -38,4 +38,5 @@ urlpatterns = [
     path("node/wait/", node.NodeWaitAPI.as_view(), name="node-wait"),
     path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),
     path("node/jobs/<int:job_id>/log/", node.NodeJobLogAPI.as_view(), name="node-job-log"),
+    path("node/slurm/accounting/", slurm.NodeSlurmAccountingAPI.as_view(), name="node-slurm-accounting"),
 ]

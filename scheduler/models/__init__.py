@@ -11,6 +11,7 @@ from scheduler.models.loans import QuotaLoan
 from scheduler.models.notebooks import NotebookServer
 from scheduler.models.policies import PolicyActivation, PolicyVersion, SchedulingPolicy
 from scheduler.models.quota import Quota
+from scheduler.models.slurm import SlurmAccounting
 from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
 from scheduler.models.templates import JobTemplate
 from scheduler.models.whatif import WhatIfRun
@@ -39,6 +40,7 @@ __all__ = [
     "Preemption",
     "PriorityClass",
     "Quota",
+    "SlurmAccounting",
     "QuotaLoan",
     "SchedulerBeat",
     "SchedulingPolicy",

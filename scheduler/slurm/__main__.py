@@ -10,9 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
+from scheduler.agent.executors.container import DEFAULT_IMAGE
+from scheduler.slurm.accounting import Reconciler
 from scheduler.slurm.bridge import Bridge, token_path
 from scheduler.slurm.commands import Slurm, SlurmError
+from scheduler.slurm.containers import SlurmContainers
 from scheduler.slurm.inventory import GpuModelMap, InventoryError
+from scheduler.slurm.jobcomp import JobCompLog
+from scheduler.slurm.jobs import LaunchError
 from scheduler.slurm.launcher import Launcher
 
 
@@ -29,6 +34,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path,
                    help="run Rota's jobs in Slurm, their output in this directory (shared with the Slurm nodes); "
                         "without it the bridge keeps nodes in step and launches nothing")
+    p.add_argument("--jobcomp", type=Path,
+                   help="Slurm's job completion log (JobCompType=jobcomp/filetxt), read for the accounting "
+                        "reconciliation and so that a job Slurm has forgotten is never submitted again "
+                        "(default: JobCompLoc from `scontrol show config`)")
+    p.add_argument("--containers", action="store_true",
+                   help="run each job in its image: the batch script (root's) starts it with podman as the team's "
+                        "uid, as the node agent's container executor does (needs root, podman on the nodes and "
+                        "Epilog=scheduler/slurm/epilog.sh)")
+    p.add_argument("--gpu-devices", type=Path, default=Path("/dev"),
+                   help="where the nodes' GPU device files nvidiaN are (gres.conf File=; default /dev)")
+    p.add_argument("--network", default="none", help="the containers' podman --network (default none)")
+    p.add_argument("--default-image", default=DEFAULT_IMAGE,
+                   help=f"the image of a job that names none (default {DEFAULT_IMAGE})")
     p.add_argument("--partition", help="the partition the bridge submits to (docs/slurm.md: RootOnly=YES)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
     p.add_argument("--once", action="store_true", help="poll once and exit (run)")
@@ -54,8 +72,28 @@ def main(argv: list[str] | None = None) -> int:
     launcher = None
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)
-        launcher = Launcher(slurm, args.output_dir.resolve(), partition=args.partition)
-    bridge = Bridge(slurm, args.portal, args.token_dir, models, launcher=launcher)
+        output = args.output_dir.resolve()
+        containers = (SlurmContainers(output, device_dir=args.gpu_devices, network=args.network,
+                                      default_image=args.default_image) if args.containers else None)
+        try:
+            launcher = Launcher(slurm, output, partition=args.partition, containers=containers)
+        except LaunchError as error:
+            print(error, file=sys.stderr)
+            return 2
+    reconciler = None
+    if launcher:
+        try:
+            jobcomp = args.jobcomp or slurm.jobcomp_path()
+        except SlurmError as error:
+            print(error, file=sys.stderr)
+            return 1
+        if jobcomp is None:
+            print("warning: Slurm writes no job completion log (JobCompType=jobcomp/filetxt): no accounting "
+                  "reconciliation, and a job that ended longer than MinJobAge ago while the bridge was down would "
+                  "be submitted again", file=sys.stderr)
+        else:
+            reconciler = Reconciler(JobCompLog(jobcomp))
+    bridge = Bridge(slurm, args.portal, args.token_dir, models, launcher=launcher, reconciler=reconciler)
     if args.once:
         try:
             outcomes = bridge.poll()

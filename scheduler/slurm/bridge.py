@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.agent.client import PortalClient, PortalError, PortalRejected, PortalUnavailable, RegisterRequired
+from scheduler.agent.client import PortalError, PortalRejected, PortalUnavailable, RegisterRequired
+from scheduler.slurm.accounting import Reconciler, SlurmPortalClient
 from scheduler.slurm.commands import Slurm, SlurmError
 from scheduler.slurm.inventory import GpuModelMap, InventoryError, SlurmNode
 from scheduler.slurm.jobs import Key, SlurmJob
@@ -34,7 +35,7 @@ class NodeLink:
     """The bridge's conversation with the portal about one Slurm node."""
 
     name: str
-    client: PortalClient
+    client: SlurmPortalClient
     seq: int = 0
     registered: str | None = None  # the last register body the portal accepted (without the state)
 
@@ -43,9 +44,11 @@ class Bridge:
     """Speaks for every enrolled Slurm node; ``poll`` is one pass, ``run`` repeats it."""
 
     def __init__(self, slurm: Slurm, portal_url: str, token_dir: Path, models: GpuModelMap,
-                 *, launcher: Launcher | None = None, timeout_s: float = 10.0) -> None:
+                 *, launcher: Launcher | None = None, reconciler: Reconciler | None = None,
+                 timeout_s: float = 10.0) -> None:
         self.slurm = slurm
         self.launcher = launcher
+        self.reconciler = reconciler  # Slurm's job completion log: attempts squeue forgot, and accounting
         self.portal_url = portal_url
         self.token_dir = token_dir
         self.models = models
@@ -59,7 +62,12 @@ class Bridge:
         not answer."""
         nodes = self.slurm.nodes()
         jobs = self.slurm.jobs() if self.launcher else {}
-        return {node.name: self._step(node, jobs) for node in nodes}
+        if self.reconciler:
+            jobs = self.reconciler.follow(jobs)
+        outcomes = {node.name: self._step(node, jobs) for node in nodes}
+        if self.reconciler:
+            self.reconciler.send({name: link.client for name, link in self.links.items() if link.registered})
+        return outcomes
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -149,8 +157,8 @@ class Bridge:
             return None
         if not token:
             return None
-        link = self.links[name] = NodeLink(name, PortalClient(self.portal_url, token, timeout_s=self.timeout_s,
-                                                              token_file=path))
+        link = self.links[name] = NodeLink(name, SlurmPortalClient(self.portal_url, token, timeout_s=self.timeout_s,
+                                                                   token_file=path))
         return link
 
     def _once(self, node: str, message: str) -> None:

@@ -43,6 +43,15 @@ class Slurm:
         """Rota's attempts that Slurm holds or has ended recently (``MinJobAge``), by (job id, attempt)."""
         return parse_squeue(self.run("squeue", "--json", "--states=all"))
 
+    def jobcomp_path(self) -> Path | None:
+        """The job completion log slurmctld writes (``JobCompType=jobcomp/filetxt``, ``JobCompLoc``), else None."""
+        config = dict(line.split("=", 1) for line in self.run("scontrol", "show", "config").splitlines()
+                      if "=" in line)
+        config = {k.strip(): v.strip() for k, v in config.items()}
+        if config.get("JobCompType") != "jobcomp/filetxt" or not config.get("JobCompLoc"):
+            return None
+        return Path(config["JobCompLoc"])
+
     def drain(self, node: str, reason: str) -> None:
         """``scontrol update nodename=NODE state=drain reason=REASON``: running jobs finish, no new ones start."""
         self.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")

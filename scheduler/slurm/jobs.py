@@ -11,8 +11,9 @@ import shlex
 from dataclasses import dataclass
 
 COMMENT = "rota-job={job_id}:{attempt}"
+JOB_NAME = "rota-{job_id}-{attempt}"  # also names the attempt in the job completion log (which has no comment)
 _COMMENT = re.compile(r"^rota-job=(\d+):(\d+)$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING",
           "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD"}
 # How an attempt that ended in Slurm is reported when Rota did not ask it to stop ("stopped" requeues it,
@@ -40,6 +41,7 @@ class SlurmJob:
     required_node: str
     status: int  # the wait status: exit code << 8, or the signal
     reason: str
+    gpus: int | None = None  # the GPUs Slurm gave it (its --gres), when Slurm says
 
     @property
     def active(self) -> bool:
@@ -72,11 +74,17 @@ def parse_squeue(text: str) -> dict[Key, SlurmJob]:
         job = SlurmJob(slurm_id=int(raw["job_id"]), key=(int(match[1]), int(match[2])),
                        state=str(raw.get("job_state") or ""), node=raw.get("nodes") or "",
                        required_node=raw.get("required_nodes") or "", status=int(raw.get("exit_code") or 0),
-                       reason=str(raw.get("state_reason") or ""))
+                       reason=str(raw.get("state_reason") or ""), gpus=gres_gpus(raw.get("tres_per_node") or ""))
         known = found.get(job.key)
         if known is None or (job.active, job.slurm_id) > (known.active, known.slurm_id):
             found[job.key] = job
     return found
+
+
+def gres_gpus(tres: str) -> int | None:
+    """The GPU count of a job's ``tres_per_node`` (``gres:gpu:h100:2`` or ``gres:gpu:2``, several summed)."""
+    counts = [int(m[1]) for m in re.finditer(r"gres:gpu(?::[^:,]+)?:(\d+)", tres)]
+    return sum(counts) if counts else None
 
 
 def run_as(assignment: dict) -> tuple[int, int]:
@@ -109,7 +117,8 @@ def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], outp
         gres_type = gres_types[gpu["uuid"]]
         counts[gres_type] = counts.get(gres_type, 0) + 1
     job_id, attempt = assignment["job_id"], assignment["attempt"]
-    argv = ["sbatch", "--parsable", f"--job-name=rota-{job_id}", f"--nodelist={node}",
+    argv = ["sbatch", "--parsable", f"--job-name={JOB_NAME.format(job_id=job_id, attempt=attempt)}",
+            f"--nodelist={node}",
             f"--comment={COMMENT.format(job_id=job_id, attempt=attempt)}", f"--output={output}", "--export=NONE",
             "--no-requeue"]
     if as_team:
@@ -134,7 +143,7 @@ def batch_script(assignment: dict) -> str:
     command in bash, as the node agent runs it."""
     lines = ["#!/bin/bash", 'export PATH="${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"']
     for name, value in sorted((assignment.get("env") or {}).items()):
-        if not _ENV_NAME.match(name):
+        if not ENV_NAME.match(name):
             raise LaunchError(f"environment variable name {name[:60]!r} is not a shell name")
         lines.append(f"export {name}={shlex.quote(str(value))}")
     lines.append(f"exec /bin/bash -c {shlex.quote(assignment.get('command') or '')}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from scheduler.agent.client import PortalClient, PortalRejected, PortalUnavailable
 from scheduler.agent.logship import ship_log
 from scheduler.slurm.commands import Slurm, SlurmError
+from scheduler.slurm.containers import SlurmContainers, container_end
 from scheduler.slurm.jobs import Key, LaunchError, SlurmJob, batch_script, end_event, run_as, sbatch_argv
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ class Launcher:
     """Runs the assignments of the bridge's Slurm nodes in Slurm; one per bridge."""
 
     def __init__(self, slurm: Slurm, output_dir: Path, *, partition: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, as_team: bool | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, as_team: bool | None = None,
+                 containers: SlurmContainers | None = None) -> None:
         self.slurm = slurm
         self.output_dir = output_dir
         self.partition = partition
@@ -50,11 +52,17 @@ class Launcher:
         # so in its executor (the portal refuses it where isolation is required).
         self.as_team = os.geteuid() == 0 if as_team is None else as_team
         self.attempts: dict[Key, Attempt] = {}
+        self.containers = containers  # each job in its image (root submits; podman runs it as the team's uid)
+        if containers and not self.as_team:
+            raise LaunchError("containers: only a bridge running as root can start jobs' containers")
 
     def executor(self) -> dict:
         """The register body's ``executor``: Slurm isolates tenants only when jobs run as their teams' uids."""
-        how = ("each job runs as its team's uid (sbatch --uid); images are not used" if self.as_team else
-               "jobs run as the bridge's own user: run the bridge as root")
+        if self.containers:
+            return {"name": "slurm", "isolates": True, "runtime": "slurm+podman",
+                    "detail": self.containers.describe()}
+        how = ("each job runs as its team's uid (sbatch --uid) on the node's system; images are not used "
+               "(--containers)" if self.as_team else "jobs run as the bridge's own user: run the bridge as root")
         return {"name": "slurm", "isolates": self.as_team, "runtime": "slurm", "detail": how}
 
     def output(self, key: Key) -> Path:
@@ -112,16 +120,22 @@ class Launcher:
                 self._stop(job, attempt, float(assignment.get("grace_period_s") or 0))
             return
         self._ship(client, key, attempt, final=True)
-        self._end(client, key, attempt, end_event(job, attempt=key[1], stop_asked=stop))
+        event = end_event(job, attempt=key[1], stop_asked=stop)
+        self._end(client, key, attempt, container_end(event) if self.containers else event)
 
     def _submit(self, node: str, client: PortalClient, assignment: dict, key: Key, attempt: Attempt,
                 gres_types: dict[str, str]) -> None:
         try:
             argv = sbatch_argv(assignment, node=node, gres_types=gres_types, output=str(self.output(key)),
-                               partition=self.partition, as_team=self.as_team)
-            script = batch_script(assignment)
-            if self.as_team:
-                self._own_output(key, *run_as(assignment))
+                               partition=self.partition, as_team=self.as_team and not self.containers)
+            if self.containers:  # root's batch job; its container runs as the team's uid
+                argv.append("--chdir=/tmp")
+                script = self.containers.script(assignment, key, *run_as(assignment))
+                self._own_output(key, 0, 0)  # root's, 0600: no other user on the node reads it
+            else:
+                script = batch_script(assignment)
+                if self.as_team:
+                    self._own_output(key, *run_as(assignment))
         except LaunchError as error:
             self._end(client, key, attempt, {"attempt": key[1], "type": "start_failed", "message": str(error)})
             return
@@ -193,4 +207,6 @@ class Launcher:
     def _end(self, client: PortalClient, key: Key, attempt: Attempt, event: dict) -> None:
         client.job_event(key[0], event)
         attempt.ended = True
+        if self.containers:
+            self.containers.clean(key)
         log.info("job %s attempt %s: %s (%s)", key[0], key[1], event["type"], event.get("message", ""))

@@ -4,6 +4,7 @@ never skipped: a machine without Slurm fails these tests with the command that i
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,13 +12,17 @@ from pathlib import Path
 import pytest
 
 from scheduler.models import Node, NodeToken, Pool
+from scheduler.slurm.accounting import Reconciler
 from scheduler.slurm.bridge import Bridge
 from scheduler.slurm.commands import Slurm
+from scheduler.slurm.containers import EPILOG, SlurmContainers
 from scheduler.slurm.inventory import GpuModelMap
+from scheduler.slurm.jobcomp import JobCompLog
 from scheduler.slurm.launcher import Launcher
-from tests.slurm.cluster import SlurmCluster
+from scheduler.slurm.localcluster import SlurmCluster
 from tests.slurm.users import unix_users
 
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["h100=h100-80gb:81559"]  # the test cluster's GRES type h100 as Rota's GPU model
 
 
@@ -28,12 +33,18 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     as its team's uid from the batch script in its spool directory."""
     root = Path(tempfile.mkdtemp(prefix="rota-slurm-"))
     root.chmod(0o711)
-    cluster = SlurmCluster(root)
+    cluster = SlurmCluster(root, epilog=EPILOG)
     try:
         yield cluster.start()
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def images() -> None:
+    """The local images the container tests run (``scripts/build-images.sh``: kept when present)."""
+    subprocess.run([str(ROOT / "scripts" / "build-images.sh")], check=True, cwd=ROOT, timeout=600)
 
 
 @pytest.fixture
@@ -46,6 +57,8 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     if "DRAIN" in slurm_cluster.node_state():
         slurm_cluster.client("scontrol", "update", f"nodename={slurm_cluster.node}", "state=resume", check=False)
     slurm_cluster.wait_for_node(("IDLE", "MIXED"), timeout=30)
+    # Rota's job ids start again in the next test's database: its bridge must not find this test's attempts.
+    (slurm_cluster.root / "log" / "jobcomp.log").write_text("")
 
 
 @pytest.fixture
@@ -85,8 +98,12 @@ def make_bridge(enrolled, live_server, slurm, output_dir, team_users):
     _, tokens = enrolled
     output = output_dir
 
-    def make() -> Bridge:
-        launcher = Launcher(Slurm(slurm.conf), output, partition=slurm.partition)
-        return Bridge(Slurm(slurm.conf), live_server.url, tokens, GpuModelMap.parse(MODELS), launcher=launcher)
+    def make(*, containers: bool = False) -> Bridge:
+        """``containers``: each job in its image (``--containers``), the cluster's stand-in GPU devices."""
+        images = SlurmContainers(output, device_dir=slurm.root / "dev") if containers else None
+        launcher = Launcher(Slurm(slurm.conf), output, partition=slurm.partition, containers=images)
+        reconciler = Reconciler(JobCompLog(Slurm(slurm.conf).jobcomp_path()))
+        return Bridge(Slurm(slurm.conf), live_server.url, tokens, GpuModelMap.parse(MODELS), launcher=launcher,
+                      reconciler=reconciler)
 
     return make

@@ -14,7 +14,7 @@ from scheduler.services.nodes import node_set_state
 from scheduler.slurm.bridge import Bridge
 from scheduler.slurm.commands import Slurm
 from scheduler.slurm.inventory import GpuModelMap
-from tests.slurm.cluster import SlurmCluster
+from scheduler.slurm.localcluster import SlurmCluster
 from tests.slurm.conftest import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]

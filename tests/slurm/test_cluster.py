@@ -2,7 +2,7 @@
 
 import time
 
-from tests.slurm.cluster import SlurmCluster
+from scheduler.slurm.localcluster import SlurmCluster
 
 
 def _wait_for_jobs(slurm: SlurmCluster, predicate, timeout: float = 20.0) -> dict[str, str]:

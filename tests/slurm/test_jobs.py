@@ -14,7 +14,7 @@ ASSIGNMENT = {"job_id": 12, "attempt": 2, "command": "python train.py --lr 'a b'
 def test_sbatch_is_pinned_to_the_node_gpus_cpus_memory_and_time_rota_chose():
     argv = sbatch_argv(ASSIGNMENT, node="n1", gres_types={"U0": "h100", "U1": "h100"}, output="/o/x.out",
                        partition="rota")
-    assert argv == ["sbatch", "--parsable", "--job-name=rota-12", "--nodelist=n1", "--comment=rota-job=12:2",
+    assert argv == ["sbatch", "--parsable", "--job-name=rota-12-2", "--nodelist=n1", "--comment=rota-job=12:2",
                     "--output=/o/x.out", "--export=NONE", "--no-requeue", "--partition=rota", "--gres=gpu:h100:2",
                     "--cpus-per-task=4", "--mem=8192M", "--time=61"]
 

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import signal
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from scheduler.agent import procs
@@ -45,6 +46,37 @@ OOM_KILLED = "OOMKilled"
 DEFAULT_IMAGE = "localhost/rota/python:3.11"
 PODMAN_FAILED = 125  # podman's own exit status when it could not create or start the container
 SERVICE_KINDS = ("inference", "notebook")  # the kinds whose port the gateway (or the notebook proxy) reaches
+
+
+def podman_run_args(
+    *, name: str, user: str, env_file: str, job_dir: str, network: Sequence[str], image: str, command: str,
+    job_id: int, attempt: int, cpus: float | None = None, pids: int | None = None,
+    cgroup_parent: str | None = None, memory_mb: int | None = None,
+    devices: Iterable[tuple[str, str]] = (), extra: Sequence[str] = (),
+) -> list[str]:
+    """``podman run`` of one attempt: its image as ``user`` (uid:gid) with no capabilities and no new
+    privileges, ``network`` (podman's options, ``["--network", "none"]``), its own pid namespace,
+    ``job_dir`` at /job, its environment from ``env_file``, only the ``devices`` given ((host, container)
+    paths), and its limits: CPUs, processes, and memory (no swap) either under ``cgroup_parent`` (the
+    agent's per-attempt cgroup) or as podman's ``--memory``. ``extra`` options go before the limits.
+    Shared by the container executor and the Slurm bridge's batch script."""
+    args = [
+        "run", "--name", name, "--pull", "never", "--log-driver", "none", *network,
+        "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
+        "--env-file", env_file, "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
+        "--label", f"rota.job={job_id}", "--label", f"rota.attempt={attempt}", *extra,
+    ]
+    if cpus is not None:
+        args += ["--cpus", f"{cpus:g}"]
+    if cgroup_parent is not None:
+        args += ["--cgroup-parent", cgroup_parent]
+    elif memory_mb is not None:
+        args += ["--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m"]
+    if pids is not None:
+        args += ["--pids-limit", str(pids)]
+    for host, inside in devices:
+        args += ["--device", f"{host}:{inside}:rw"]
+    return [*args, image, "/bin/sh", "-c", INIT, "rota-init", command]
 
 
 class ContainerExecutor(Executor):
@@ -118,22 +150,15 @@ class ContainerExecutor(Executor):
             env = {**rota_env(assignment), "HOME": JOB_DIR}
             handle.writelines(f"{key}={value}\n" for key, value in env.items())
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
-        args = [
-            "run", "--name", name, "--pull", "never", "--log-driver", "none", *self._network(assignment),
-            "--user", user, "--cap-drop", "all", "--security-opt", "no-new-privileges", "--pid", "private",
-            "--env-file", str(env_file), "--volume", f"{job_dir}:{JOB_DIR}", "--workdir", JOB_DIR,
-            "--label", f"rota.job={assignment.job_id}", "--label", f"rota.attempt={assignment.attempt}",
-        ]
         limits = assignment.limits
-        if limits.cpus is not None:
-            args += ["--cpus", f"{limits.cpus:g}"]
-        if limits.memory_mb is not None:
-            args += ["--cgroup-parent", cgroups.create(name, limits.memory_mb)]
-        if limits.pids is not None:
-            args += ["--pids-limit", str(limits.pids)]
-        for host, inside in self.devices.for_gpus(assignment.gpus):
-            args += ["--device", f"{host}:{inside}:rw"]
-        args += [str(self.image_of(assignment)), "/bin/sh", "-c", INIT, "rota-init", assignment.command]
+        args = podman_run_args(
+            name=name, user=user, env_file=str(env_file), job_dir=str(job_dir),
+            network=self._network(assignment), image=str(self.image_of(assignment)),
+            command=assignment.command, job_id=assignment.job_id, attempt=assignment.attempt,
+            cpus=limits.cpus, pids=limits.pids,
+            cgroup_parent=cgroups.create(name, limits.memory_mb) if limits.memory_mb is not None else None,
+            devices=self.devices.for_gpus(assignment.gpus),
+        )
         default = f"no image given: ran in the node's default image {self.default_image}"
         notes = () if assignment.image else (default,)
         return Launch(self.podman.argv(*args), self.podman.env, container=name, notes=notes)
