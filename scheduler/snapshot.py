@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q
 
 from portal.models import Team
+from scheduler.checkpoints import checkpoint_of_attempt
 from scheduler.core.types import (
     HELD,
     PENDING,
@@ -138,6 +139,7 @@ def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> J
      nodes, pool, labels, driver, created, limit_minutes, state, started, admitted, stop_reason, checkpoint,
      attained, restarts, image) = row
     image, image_pools = images.pools_for(image, kind)
+    started = started if started is not None else admitted
     return JobInfo(
         id=pk, team=team, user=user, kind=kind, priority_class=class_name, priority=class_value,
         preemptible=preemptible, gpus=gpus, gpu_fraction=float(fraction) if fraction is not None else None,
@@ -145,8 +147,8 @@ def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> J
         nodes=nodes, pool=pool, node_labels=dict(labels or {}), min_driver_version=driver,
         submitted_at=created,
         time_limit_s=limit_minutes * 60 if limit_minutes else None, state=_CORE_STATE[state],
-        started_at=started if started is not None else admitted, placements=placements,
-        terminating=bool(stop_reason), last_checkpoint_at=checkpoint, attained_gpu_s=attained,
+        started_at=started, placements=placements, terminating=bool(stop_reason),
+        last_checkpoint_at=checkpoint_of_attempt(started, checkpoint), attained_gpu_s=attained,
         may_preempt=restarts < CRASH_LOOP_RESTARTS, image=image, image_pools=image_pools,
     )
 

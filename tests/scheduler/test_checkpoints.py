@@ -1,0 +1,154 @@
+"""Checkpoints (the job's node or its team report them) and the work a preemption loses, recorded when the
+preemption completes: through the live cycle, the node API and the user API."""
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler.cycle import run_cycle
+from scheduler.models import Allocation, Job, Preemption
+from scheduler.services.common import db_now
+from scheduler.services.jobs import job_submit
+
+pytestmark = pytest.mark.django_db
+EVENTS = "/api/v1/node/jobs/{}/events/"
+
+
+def running(user, client, **kw):
+    job = job_submit(user=user, name=kw.pop("name", "train"), command="train", gpu_model="h100-80gb", **kw)
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "admitted", job.pending_reason_message
+    client.post(EVENTS.format(job.pk), {"attempt": job.attempt, "type": "started"}, format="json")
+    job.refresh_from_db()
+    assert job.state == "running"
+    return job
+
+
+def backdate(job, seconds: float) -> None:
+    """Move the job's attempt ``seconds`` into the past (its start and its allocations)."""
+    shift = timedelta(seconds=seconds)
+    job.refresh_from_db()
+    Job.objects.filter(pk=job.pk).update(started_at=job.started_at - shift, admitted_at=job.admitted_at - shift)
+    for alloc in Allocation.objects.filter(job=job, attempt=job.attempt):
+        Allocation.objects.filter(pk=alloc.pk).update(started_at=alloc.started_at - shift)
+
+
+def checkpoint(client, job, at):
+    return client.post(EVENTS.format(job.pk), {"attempt": job.attempt, "type": "checkpoint", "at": at.isoformat()},
+                       format="json")
+
+
+def test_a_node_reports_a_checkpoint_of_the_attempt_it_runs(alice, node_client):
+    client = node_client()
+    job = running(alice, client)
+    backdate(job, 600)
+    at = db_now() - timedelta(seconds=60)
+    answer = checkpoint(client, job, at)
+    assert answer.status_code == 200 and answer.json()["recorded"] is True
+    job.refresh_from_db()
+    assert job.last_checkpoint_at == at
+
+
+def test_a_checkpoint_is_never_in_the_future_never_before_the_start_and_never_goes_back(alice, node_client):
+    client = node_client()
+    job = running(alice, client)
+    backdate(job, 600)
+    job.refresh_from_db()
+    assert checkpoint(client, job, job.started_at - timedelta(seconds=1)).json()["recorded"] is False
+    before = db_now()
+    assert checkpoint(client, job, before + timedelta(days=1)).json()["recorded"] is True  # a node clock ahead
+    job.refresh_from_db()
+    assert before <= job.last_checkpoint_at <= db_now(), "recorded as the portal's now"
+    recorded = job.last_checkpoint_at
+    assert checkpoint(client, job, recorded - timedelta(seconds=30)).json()["recorded"] is False
+    job.refresh_from_db()
+    assert job.last_checkpoint_at == recorded
+
+
+def test_a_checkpoint_report_names_what_is_wrong(alice, charlie, cluster, node_client):
+    client = node_client()
+    job = running(alice, client)
+    bad = client.post(EVENTS.format(job.pk), {"attempt": job.attempt, "type": "checkpoint"}, format="json")
+    assert bad.status_code == 400 and "at" in bad.json()["errors"]
+    assert checkpoint(client, Job(pk=job.pk, attempt=job.attempt + 1), db_now()).status_code == 409
+    other = node_client(cluster["nodes"][1])  # a node that never held the job
+    assert checkpoint(other, job, db_now()).status_code == 404
+
+
+def test_the_team_reports_a_checkpoint_through_the_api(alice, bob, charlie, staff, api, node_client):
+    client = node_client()
+    job = running(alice, client)
+    answer = api(bob).post(f"/api/v1/jobs/{job.pk}/checkpoint/")  # any member of the team
+    assert answer.status_code == 200, answer.json()
+    job.refresh_from_db()
+    assert job.last_checkpoint_at is not None and answer.json()["attempt"] == job.attempt
+    first = job.last_checkpoint_at
+    assert api(alice).post(f"/api/v1/jobs/{job.pk}/checkpoint/").status_code == 200
+    job.refresh_from_db()
+    assert job.last_checkpoint_at > first
+    assert api(charlie).post(f"/api/v1/jobs/{job.pk}/checkpoint/").status_code == 404  # another team's job
+    assert api(staff).post(f"/api/v1/jobs/{job.pk}/checkpoint/").status_code == 403  # not of the team
+    job.refresh_from_db()
+    assert job.last_checkpoint_at > first
+    waiting = job_submit(user=alice, name="w", command="x", gpu_model="h100-80gb", gpus=4)
+    refused = api(alice).post(f"/api/v1/jobs/{waiting.pk}/checkpoint/")
+    assert refused.status_code == 409 and "only a running job" in refused.json()["detail"]
+
+
+def test_a_completed_preemption_records_the_work_lost_since_the_last_checkpoint(alice, node_client):
+    client = node_client()
+    victim = running(alice, client, gpus=2, priority_class="batch", name="victim")
+    running(alice, client, gpus=2, priority_class="interactive", name="other")  # not preemptible
+    backdate(victim, 3600)
+    saved = db_now() - timedelta(seconds=600)
+    assert checkpoint(client, victim, saved).json()["recorded"] is True
+    urgent = job_submit(user=alice, name="urgent", command="x", gpu_model="h100-80gb", gpus=2,
+                        priority_class="training")
+    run_cycle()
+    preemption = Preemption.objects.get(job=victim)
+    assert preemption.completed_at is None
+    assert preemption.gpu_seconds_lost == pytest.approx(2 * 600, abs=30), "the engine's estimate, at the decision"
+    client.post(EVENTS.format(victim.pk), {"attempt": 1, "type": "exited", "exit_code": 143}, format="json")
+    victim.refresh_from_db()
+    assert victim.state == "pending" and victim.attempt == 2
+    preemption.refresh_from_db()
+    ends = {a.ended_at for a in Allocation.objects.filter(job=victim, attempt=1)}
+    assert len(ends) == 1 and preemption.completed_at == ends.pop()
+    assert preemption.work_since == saved
+    assert preemption.gpu_seconds_lost == pytest.approx(2 * (preemption.completed_at - saved).total_seconds())
+    assert urgent.pk == preemption.by_job_id
+
+
+def test_without_a_checkpoint_the_whole_attempt_is_lost(alice, node_client):
+    client = node_client()
+    victim = running(alice, client, gpus=4, priority_class="batch")
+    backdate(victim, 100)
+    victim.refresh_from_db()
+    start = victim.started_at
+    job_submit(user=alice, name="urgent", command="x", gpu_model="h100-80gb", gpus=1, priority_class="training")
+    run_cycle()
+    client.post(EVENTS.format(victim.pk), {"attempt": 1, "type": "exited", "exit_code": 143}, format="json")
+    preemption = Preemption.objects.get(job=victim)
+    allocs = list(Allocation.objects.filter(job=victim, attempt=1))
+    assert preemption.work_since == start
+    expected = sum((a.ended_at - preemption.work_since).total_seconds() for a in allocs)
+    assert preemption.gpu_seconds_lost == pytest.approx(expected) and expected > 4 * 100
+
+
+def test_the_live_cycle_preempts_the_job_that_loses_the_least_work(alice, node_client):
+    """Two equal batch jobs of vision, started together an hour ago, fill the node; one saved its work a
+    minute ago. A training job needs two GPUs: the cycle stops the one that checkpointed, which loses a
+    minute, not the other's hour. (The engine ranks the most recently started victim first and lost work
+    after it: between jobs started at different times the start decides.)"""
+    client = node_client()
+    saved = running(alice, client, gpus=2, priority_class="batch", name="saved")
+    unsaved = running(alice, client, gpus=2, priority_class="batch", name="unsaved")
+    backdate(saved, 3600)
+    backdate(unsaved, 3600)
+    Job.objects.filter(pk=unsaved.pk).update(started_at=Job.objects.get(pk=saved.pk).started_at)
+    assert checkpoint(client, saved, db_now() - timedelta(seconds=60)).json()["recorded"] is True
+    job_submit(user=alice, name="urgent", command="x", gpu_model="h100-80gb", gpus=2, priority_class="training")
+    run_cycle()
+    assert list(Preemption.objects.values_list("job_id", flat=True)) == [saved.pk]
+    assert Preemption.objects.get().gpu_seconds_lost == pytest.approx(2 * 60, abs=10)
