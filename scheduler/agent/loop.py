@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduler.agent.checkpoints import checkpoint_events
 from scheduler.agent.client import (
     PortalClient,
     PortalError,
@@ -320,7 +321,12 @@ class Agent:
     # local supervision ------------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Watch the jobs: queue end events, enforce time limits, tell the backend which GPUs are busy."""
+        """Watch the jobs: queue checkpoints and end events, enforce time limits, tell the backend which GPUs
+        are busy. A checkpoint goes before the end of its attempt (a job saves its work, then exits)."""
+        saved = checkpoint_events(list(self.executor.jobs.values()), self.executor.work_dir)
+        if saved:
+            self.outbox.extend(saved)
+            self.executor.save()
         self.outbox.extend(self.executor.poll())
         self.backend.set_busy(self.executor.busy_gpus())
         silent = self._clock() - self.last_contact
