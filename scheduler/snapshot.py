@@ -26,6 +26,7 @@ from scheduler.core.types import (
 from scheduler.images import ImageError, image_parse, image_resolve, pools_allowing
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.selectors_lost_work import lost_work_credits
 from scheduler.services import runtime
 
 _CORE_STATE = {
@@ -80,7 +81,9 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     """Each team's GPU-seconds over the last four half-lives, each allocation weighted by
-    0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1."""
+    0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1. Work lost to
+    preemption is credited back (``scheduler.selectors_lost_work``): a team is not charged in fair share
+    for GPU time whose work another team's job took away."""
     since = now - timedelta(seconds=4 * half_life_s)
     now_us, since_us = _micros(now), _micros(since)
     rows = Allocation.objects.filter(started_at__lt=now).exclude(ended_at__lt=since).values_list(
@@ -92,6 +95,8 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
         seconds = max(0, end - max(started, since_us)) / 1e6 * share_milli / 1000
         age = max(0.0, (now_us - end) / 1e6)
         usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (age / half_life_s)
+    for team, credit in lost_work_credits(now, half_life_s).items():
+        usage[team] = max(0.0, usage.get(team, 0.0) - credit)
     return usage
 
 

@@ -152,3 +152,36 @@ def test_the_live_cycle_preempts_the_job_that_loses_the_least_work(alice, node_c
     run_cycle()
     assert list(Preemption.objects.values_list("job_id", flat=True)) == [saved.pk]
     assert Preemption.objects.get().gpu_seconds_lost == pytest.approx(2 * 60, abs=10)
+
+
+def preempted_after_a_checkpoint(alice, client, *, ran_s: float = 3600, saved_s_ago: float = 600):
+    """A 2-GPU batch job of vision that ran ``ran_s`` and saved its work ``saved_s_ago`` is preempted by a
+    training job and its processes are gone; returns the victim and its completed Preemption."""
+    victim = running(alice, client, gpus=2, priority_class="batch", name="victim")
+    running(alice, client, gpus=2, priority_class="interactive", name="other")  # not preemptible
+    backdate(victim, ran_s)
+    assert checkpoint(client, victim, db_now() - timedelta(seconds=saved_s_ago)).json()["recorded"] is True
+    job_submit(user=alice, name="urgent", command="x", gpu_model="h100-80gb", gpus=2, priority_class="training")
+    run_cycle()
+    client.post(EVENTS.format(victim.pk), {"attempt": 1, "type": "exited", "exit_code": 143}, format="json")
+    preemption = Preemption.objects.get(job=victim)
+    assert preemption.completed_at is not None
+    return victim, preemption
+
+
+def test_the_lost_work_is_credited_back_to_the_teams_fair_share_usage(alice, node_client):
+    from scheduler.snapshot import decayed_usage
+
+    client = node_client()
+    _victim, preemption = preempted_after_a_checkpoint(alice, client)
+    now = db_now() + timedelta(hours=12)
+    half_life = 86400.0
+
+    def weight(end):
+        return 0.5 ** ((now - end).total_seconds() / half_life)
+
+    held = sum(a.share * ((a.ended_at or now) - a.started_at).total_seconds() * weight(a.ended_at or now)
+               for a in Allocation.objects.filter(job__team__name="vision"))
+    credit = preemption.gpu_seconds_lost * weight(preemption.completed_at)
+    assert credit > 2 * 600 * 0.5 ** 0.5 * 0.99  # 10 min of 2 GPUs, half a half-life ago
+    assert decayed_usage(now, half_life)["vision"] == pytest.approx(held - credit, rel=1e-9)
