@@ -16,11 +16,16 @@ from scheduler.models import Allocation
 from scheduler.selectors_lost_work import completed_preemptions
 
 
-def lost_work(teams: set[str] | None, *, start: datetime, end: datetime, job_id: int | None = None) -> list[LostWork]:
-    """Completed preemptions with lost work in ``[start, end)`` (by completion) of ``teams`` (None: every
-    team), or of one job, oldest first. One query."""
+def lost_work(teams: set[str] | None, *, start: datetime | None, end: datetime | None,
+              job_id: int | None = None) -> list[LostWork]:
+    """Completed preemptions with lost work in ``[start, end)`` (by completion; None: unbounded) of ``teams``
+    (None: every team), or of one job, oldest first. One query."""
     model = Allocation.objects.filter(job_id=OuterRef("job_id"), attempt=OuterRef("attempt")).order_by("id")
-    rows = completed_preemptions().filter(completed_at__gte=start, completed_at__lt=end, gpu_seconds_lost__gt=0)
+    rows = completed_preemptions().filter(gpu_seconds_lost__gt=0)
+    if start is not None:
+        rows = rows.filter(completed_at__gte=start)
+    if end is not None:
+        rows = rows.filter(completed_at__lt=end)
     if teams is not None:
         rows = rows.filter(job__team__name__in=teams)
     if job_id is not None:
@@ -47,3 +52,12 @@ def credits_for(user, *, start: datetime, end: datetime, cards: list[RateCardVer
     masked, me = _member_only_teams(user), user.get_username()
     return [replace(c, lost=replace(c.lost, user=OTHER_MEMBERS)) if c.team in masked and c.user != me else c
             for c in lines]
+
+
+def job_credits(job) -> dict[int, CreditLine]:
+    """The credit of each completed preemption of ``job`` (fetched through the access layer), by preemption
+    id: for its page. Three queries."""
+    from accounting.selectors import rate_cards
+
+    return {c.preemption_id: c for c in credit_lines(lost_work(None, start=None, end=None, job_id=job.pk),
+                                                     rate_cards())}

@@ -185,3 +185,29 @@ def test_the_lost_work_is_credited_back_to_the_teams_fair_share_usage(alice, nod
     credit = preemption.gpu_seconds_lost * weight(preemption.completed_at)
     assert credit > 2 * 600 * 0.5 ** 0.5 * 0.99  # 10 min of 2 GPUs, half a half-life ago
     assert decayed_usage(now, half_life)["vision"] == pytest.approx(held - credit, rel=1e-9)
+
+
+def test_the_job_page_shows_the_last_checkpoint_and_the_credited_lost_work(alice, client, api, node_client):
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from accounting.rating import cost
+    from accounting.services import rate_card_create
+
+    rate_card_create(version=1, effective_from=datetime(2026, 1, 1, tzinfo=UTC), prices={"h100-80gb": Decimal("4")})
+    node = node_client()
+    job = running(alice, node, name="saved")
+    backdate(job, 600)
+    assert checkpoint(node, job, db_now() - timedelta(seconds=30)).json()["recorded"] is True
+    client.force_login(alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="last-checkpoint"' in page
+    job.refresh_from_db()
+    assert api(alice).get(f"/api/v1/jobs/{job.pk}/").json()["last_checkpoint_at"] is not None
+    node.post(EVENTS.format(job.pk), {"attempt": 1, "type": "exited", "exit_code": 0}, format="json")  # done
+
+    victim, preemption = preempted_after_a_checkpoint(alice, node)
+    page = client.get(f"/jobs/{victim.pk}/").content.decode()
+    credit = -cost(Decimal(repr(preemption.gpu_seconds_lost)), Decimal("4"))
+    assert f"{preemption.gpu_seconds_lost:.0f} GPU-s of work lost since" in page
+    assert f"in chargeback: {credit} USD" in page and credit < 0
