@@ -164,6 +164,8 @@ class FairnessLineSerializer(serializers.Serializer):
     received_gpu_hours = serializers.FloatField()
     received_ratio = serializers.FloatField(allow_null=True)
     hours = serializers.FloatField(help_text="hours of the period during which the model had GPUs")
+    lost_gpu_hours = serializers.FloatField(help_text="of the received, the work preemption lost (since the "
+                                                      "victims' last checkpoints), credited back to the team")
 
 
 class TeamFairnessSerializer(serializers.Serializer):
@@ -176,6 +178,7 @@ class TeamFairnessSerializer(serializers.Serializer):
     waiting_hours = serializers.FloatField(help_text="hours with at least one job pending or held")
     below_hours = serializers.FloatField(help_text="of those, hours while holding less than the guarantee")
     shortfall_gpu_hours = serializers.FloatField()
+    lost_gpu_hours = serializers.FloatField(help_text="work lost to preemption, credited (the lines' sum)")
     lines = FairnessLineSerializer(many=True)
 
 

@@ -76,6 +76,7 @@ FAIRNESS_COLUMNS = [
     "hours_waiting",
     "hours_waiting_below_guarantee",
     "shortfall_gpu_hours",
+    "lost_to_preemption_gpu_hours",
 ]
 
 
@@ -95,6 +96,7 @@ def fairness_rows(fairness: Iterable[TeamFairness], period: str) -> Iterator[lis
             f.waiting_hours,
             f.below_hours,
             f.shortfall_gpu_hours,
+            f.lost_gpu_hours,
         ]
         for ln in f.lines:
             yield [
@@ -110,6 +112,7 @@ def fairness_rows(fairness: Iterable[TeamFairness], period: str) -> Iterator[lis
                 None,
                 None,
                 None,
+                ln.lost_gpu_hours,
             ]
 
 
@@ -192,6 +195,7 @@ def xlsx_bytes(
                 10: "0.0",
                 11: "0.0",
                 12: "0.00",
+                13: HOURS_FORMAT,
             },
         )
     if loans:
@@ -266,7 +270,8 @@ def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
         f"(shortfall {_qty(f.shortfall_gpu_hours)} GPU-hours). Entitled: guarantee plus a weight share of the "
         "capacity nobody is guaranteed, each GPU counted only while it was in the inventory (guaranteed and "
         "entitled GPUs are averages over the hours the model had GPUs)."
-    )
+    ) + (f" Of the GPU-hours received, {_qty(f.lost_gpu_hours, 2)} were work lost to preemption since the jobs' "
+         "last checkpoints, credited back to the team in fair share and on this statement." if f.lost_gpu_hours else "")
     widths = [121, 62, 66, 68, 82, 52]  # 451 pt: the A4 frame inside the default margins
     table = Table(rows, colWidths=widths, style=grid, repeatRows=1, hAlign="LEFT")
     table.setStyle([("FONTNAME", (0, -1), (-1, -1), "Helvetica-Bold")])

@@ -113,3 +113,20 @@ def test_finance_sees_every_teams_credit(api, credited):
     fiona = UserFactory(username="fiona")
     fiona.groups.add(Group.objects.get_or_create(name="finance")[0])
     assert [r["team"] for r in rows(api(fiona)) if r["kind"] == "preemption-credit"] == ["vision"]
+
+
+def test_the_fairness_statement_shows_the_lost_work_credited(api, client, alice, charlie, credited):
+    body = api(alice).get("/api/v1/reports/fairness/", {"month": "2026-11"}).json()
+    [vision] = [t for t in body["results"] if t["team"] == "vision"]
+    assert vision["lost_gpu_hours"] == pytest.approx(1.0)
+    assert {ln["gpu_model"]: ln["lost_gpu_hours"] for ln in vision["lines"]}["h100-80gb"] == pytest.approx(1.0)
+    nlp = api(charlie).get("/api/v1/reports/fairness/", {"month": "2026-11"}).json()["results"]
+    assert [t["lost_gpu_hours"] for t in nlp] == [0.0]
+    _, xlsx = fetch(api(alice), month="2026-11", format="xlsx")
+    sheet = load_workbook(io.BytesIO(xlsx))["Fairness"]
+    header, *lines = list(sheet.iter_rows(values_only=True))
+    assert header[-1] == "lost_to_preemption_gpu_hours"
+    assert [r[-1] for r in lines if r[2] == "(all models)"] == [pytest.approx(1.0)]
+    client.force_login(alice)
+    page = client.get("/accounting/", {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"})
+    assert "Lost to preemption GPU-h (credited)" in page.content.decode()
