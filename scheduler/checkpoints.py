@@ -32,15 +32,21 @@ def checkpoint_of_attempt(started: T | None, checkpoint: T | None) -> T | None:
     return checkpoint
 
 
-def checkpoint_accepted(at: T, *, started: T | None, last: T | None, now: T) -> T | None:
+def checkpoint_accepted(at: T, *, started: T | None, last: T | None, now: T, admitted: T | None = None) -> T | None:
     """The moment to record for a checkpoint reported at ``at``, or None when it changes nothing.
 
     Never in the future (a node's clock ahead of the portal's counts as now), never before the attempt
-    started (the file was left by an earlier attempt), and monotonic: one no later than the recorded
-    checkpoint of this attempt changes nothing (a resent report is harmless)."""
+    started: one between its admission and the moment the portal heard it started (a job that saves at once,
+    before its node's ``started`` report arrived) counts as at the start; an older one (a file an earlier
+    attempt left) changes nothing. Monotonic: one no later than the recorded checkpoint of this attempt
+    changes nothing (a resent report is harmless)."""
     at = min(at, now)  # type: ignore[type-var]
-    if started is None or at < started:  # type: ignore[operator]
+    if started is None:
         return None
+    if at < started:  # type: ignore[operator]
+        if admitted is None or at < admitted:  # type: ignore[operator]
+            return None
+        at = started
     current = checkpoint_of_attempt(started, last)
     if current is not None and at <= current:  # type: ignore[operator]
         return None

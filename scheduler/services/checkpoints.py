@@ -27,10 +27,12 @@ def _record(job_id: int, attempt: int, at: datetime, now: datetime) -> tuple[boo
     """Record a checkpoint at ``at`` for ``attempt`` of job ``job_id`` if the rules accept it; returns
     (recorded, the job's last checkpoint now). One guarded UPDATE: the job must still run that attempt and its
     recorded checkpoint must not have moved past ``at`` meanwhile."""
-    job = Job.objects.filter(pk=job_id).values("state", "attempt", "started_at", "last_checkpoint_at").first()
+    job = Job.objects.filter(pk=job_id).values("state", "attempt", "started_at", "admitted_at",
+                                               "last_checkpoint_at").first()
     if job is None or job["state"] != JobState.RUNNING or job["attempt"] != attempt:
         return False, job["last_checkpoint_at"] if job else None
-    accepted = checkpoint_accepted(at, started=job["started_at"], last=job["last_checkpoint_at"], now=now)
+    accepted = checkpoint_accepted(at, started=job["started_at"], last=job["last_checkpoint_at"], now=now,
+                                   admitted=job["admitted_at"])
     if accepted is None:
         return False, job["last_checkpoint_at"]
     updated = Job.objects.filter(

@@ -24,6 +24,9 @@ def test_a_checkpoint_is_never_in_the_future_never_before_the_start_and_monotoni
     assert checkpoint_accepted(350.0, started=100.0, last=300.0, now=400.0) == 350.0
     assert checkpoint_accepted(150.0, started=100.0, last=50.0, now=400.0) == 150.0  # last was an earlier attempt's
     assert checkpoint_accepted(150.0, started=None, last=None, now=400.0) is None  # not started
+    # saved between its admission and the portal hearing it started: counts as at the start
+    assert checkpoint_accepted(95.0, started=100.0, last=None, now=400.0, admitted=90.0) == 100.0
+    assert checkpoint_accepted(85.0, started=100.0, last=None, now=400.0, admitted=90.0) is None
 
 
 def test_lost_work_is_each_share_times_its_time_after_the_checkpoint():
