@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from scheduler.agent.jobs import JobEvent, JobRecord
+from scheduler.agent.jobs import JobEvent, JobRecord, job_key
 from scheduler.agent.wire import iso
 
 CHECKPOINT_FILE = "rota-checkpoint"
@@ -53,3 +54,16 @@ def checkpoint_events(jobs: list[JobRecord], work_dir: Path) -> list[JobEvent]:
         when = dt.datetime.fromtimestamp(moment, dt.UTC)
         events.append(JobEvent(job.job_id, job.attempt, "checkpoint", iso(when)))
     return events
+
+
+def checkpoints_then_ends(jobs: dict[str, JobRecord], work_dir: Path,
+                          poll: Callable[[], list[JobEvent]]) -> list[JobEvent]:
+    """One supervision pass: the checkpoints of the running attempts, then ``poll``'s end events, each
+    attempt's end after its checkpoints. An attempt that ended in this pass is looked at once more after its
+    processes were gone: a job that saves in its grace period and exits at once may write the file after the
+    first look."""
+    records = list(jobs.values())
+    events = checkpoint_events(records, work_dir)
+    ended = poll()
+    gone = {job_key(e.job_id, e.attempt) for e in ended}
+    return [*events, *checkpoint_events([r for r in records if r.key in gone], work_dir), *ended]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.agent.checkpoints import checkpoint_events
+from scheduler.agent.checkpoints import checkpoints_then_ends
 from scheduler.agent.client import (
     PortalClient,
     PortalError,
@@ -323,11 +323,10 @@ class Agent:
     def supervise(self) -> None:
         """Watch the jobs: queue checkpoints and end events, enforce time limits, tell the backend which GPUs
         are busy. A checkpoint goes before the end of its attempt (a job saves its work, then exits)."""
-        saved = checkpoint_events(list(self.executor.jobs.values()), self.executor.work_dir)
-        if saved:
-            self.outbox.extend(saved)
-            self.executor.save()
-        self.outbox.extend(self.executor.poll())
+        events = checkpoints_then_ends(self.executor.jobs, self.executor.work_dir, self.executor.poll)
+        if any(e.type == "checkpoint" for e in events):
+            self.executor.save()  # what was reported, so a restarted agent does not report it again
+        self.outbox.extend(events)
         self.backend.set_busy(self.executor.busy_gpus())
         silent = self._clock() - self.last_contact
         if not self.portal_lost and silent >= self.timeout_s:

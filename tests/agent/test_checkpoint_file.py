@@ -83,3 +83,23 @@ def test_a_file_left_by_an_earlier_attempt_or_a_link_is_not_a_checkpoint(tmp_pat
     [event] = checkpoint_events([job], tmp_path)
     assert (event.job_id, event.attempt, event.type) == (5, 2, "checkpoint") and job.checkpoint_at is not None
     assert checkpoint_events([job], tmp_path) == []  # reported once
+
+
+def test_a_file_written_just_before_the_exit_is_reported_before_the_end(tmp_path: Path) -> None:
+    """The job saves and exits between the first look of a pass and its poll: the attempt that ended is
+    looked at once more, and its checkpoint goes before its end event."""
+    from scheduler.agent.checkpoints import checkpoints_then_ends
+    from scheduler.agent.jobs import JobEvent
+
+    job_dir = tmp_path / "jobs" / "5"
+    job_dir.mkdir(parents=True)
+    job = record(started_at=0.0)
+    jobs = {job.key: job}
+
+    def poll() -> list[JobEvent]:  # the job writes its file and its group is gone meanwhile
+        (job_dir / "rota-checkpoint").write_text("saved")
+        del jobs[job.key]
+        return [JobEvent(5, 2, "stopped", "2026-12-06T00:00:00.000Z")]
+
+    events = checkpoints_then_ends(jobs, tmp_path, poll)
+    assert [e.type for e in events] == ["checkpoint", "stopped"]
