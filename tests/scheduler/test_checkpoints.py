@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 
+from scheduler.audit import audit
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Job, Preemption
 from scheduler.services.common import db_now
@@ -166,6 +167,7 @@ def preempted_after_a_checkpoint(alice, client, *, ran_s: float = 3600, saved_s_
     client.post(EVENTS.format(victim.pk), {"attempt": 1, "type": "exited", "exit_code": 143}, format="json")
     preemption = Preemption.objects.get(job=victim)
     assert preemption.completed_at is not None
+    assert audit(ledger=False) == []
     return victim, preemption
 
 
