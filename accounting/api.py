@@ -14,6 +14,7 @@ from accounting import charts, exports, periods
 from accounting.loans import loan_lines
 from accounting.reports import idle_for, rated_usage, usage_summary
 from accounting.selectors import team_for
+from accounting.selectors_credits import credits_for
 from accounting.selectors_fairness import fairness_for, visible_team_names
 from portal.access import cost_teams_for
 from scheduler.services.common import db_now
@@ -60,23 +61,25 @@ class ChargebackAPI(APIView):
         visible = {team.name} if team else visible_team_names(request.user)
         now = db_now()
         idle = idle_for(month, now=now, agg="month", visible=visible, cards=rated.cards)
+        credits = credits_for(request.user, start=month.start, end=month.end, cards=rated.cards, team=team)
         if fmt == "csv":
-            response = StreamingHttpResponse(exports.csv_rows(rated.lines, period, idle), content_type="text/csv")
+            response = StreamingHttpResponse(exports.csv_rows(rated.lines, period, idle, credits),
+                                             content_type="text/csv")
             response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
             return response
         fairness = fairness_for(visible, start=month.start, end=month.end, now=now)
         loans = loan_lines(visible, start=month.start, end=month.end)
         if fmt == "xlsx":
-            content = exports.xlsx_bytes(rated.lines, period, rated.cards, idle, fairness, loans)
+            content = exports.xlsx_bytes(rated.lines, period, rated.cards, idle, fairness, loans, credits)
             response = HttpResponse(content, content_type=XLSX_TYPE)
         else:
             teams = (
                 [team.name]
                 if team
-                else sorted({r.usage.team for r in rated.lines})
+                else sorted({r.usage.team for r in rated.lines} | {c.team for c in credits})
                 or list(cost_teams_for(request.user).values_list("name", flat=True)[:50])
             )
-            content = exports.pdf_bytes(rated.lines, month.label, teams, idle, fairness, loans)
+            content = exports.pdf_bytes(rated.lines, month.label, teams, idle, fairness, loans, credits)
             response = HttpResponse(content, content_type="application/pdf")
         response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
         return response
@@ -161,6 +164,8 @@ class FairnessLineSerializer(serializers.Serializer):
     received_gpu_hours = serializers.FloatField()
     received_ratio = serializers.FloatField(allow_null=True)
     hours = serializers.FloatField(help_text="hours of the period during which the model had GPUs")
+    lost_gpu_hours = serializers.FloatField(help_text="of the received, the work preemption lost (since the "
+                                                      "victims' last checkpoints), credited back to the team")
 
 
 class TeamFairnessSerializer(serializers.Serializer):
@@ -173,6 +178,7 @@ class TeamFairnessSerializer(serializers.Serializer):
     waiting_hours = serializers.FloatField(help_text="hours with at least one job pending or held")
     below_hours = serializers.FloatField(help_text="of those, hours while holding less than the guarantee")
     shortfall_gpu_hours = serializers.FloatField()
+    lost_gpu_hours = serializers.FloatField(help_text="work lost to preemption, credited (the lines' sum)")
     lines = FairnessLineSerializer(many=True)
 
 

@@ -10,6 +10,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from accounting.charts import top_jobs, totals_by
+from accounting.credits import CreditLine, credit_by_team, credit_rows
+from accounting.export_rows import COLUMNS, chargeback_row, idle_rows
 from accounting.fairness import TeamFairness
 from accounting.idle import IDLE_TEAM, IdleReport
 from accounting.numbers import money, percent, quantity
@@ -19,24 +21,6 @@ if TYPE_CHECKING:
     from accounting.loans import LoanLine  # (a Django read; the exports take its plain rows)
 from portal.csvutil import csv_lines, neutralize
 
-COLUMNS = [
-    "period",
-    "department",
-    "team",
-    "user",
-    "job",
-    "kind",
-    "gpu_model",
-    "gpus",
-    "allocated_gpu_hours",
-    "rate",
-    "rate_card_version",
-    "cost",
-    "job_id",
-    "currency",
-    "utilized_gpu_hours",
-    "efficiency",
-]
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
 
@@ -50,86 +34,14 @@ def _money(value) -> str:
     return money(value, grouping=True)
 
 
-def chargeback_row(line: RatedLine, period: str) -> list:
-    u = line.usage
-    return [
-        period,
-        u.department,
-        u.team,
-        u.user,
-        u.job_name,
-        u.kind,
-        u.gpu_model,
-        u.gpus,
-        u.gpu_hours.quantize(Decimal("0.000001")),
-        line.rate,
-        u.card_version,
-        line.cost,
-        u.job_id,
-        line.currency,
-        round(u.utilized_gpu_hours, 6) if u.measured_gpu_seconds else None,
-        round(u.efficiency, 4) if u.efficiency is not None else None,
-    ]
-
-
-def idle_rows(idle: IdleReport | None, period: str, departments: dict[str, str]) -> list[list]:
-    """Chargeback rows for idle cost, kind ``idle``: under ``separate`` one row per GPU model and rate card
-    (team ``(idle)``, GPUs = capacity, allocated_gpu_hours = idle GPU-hours); under ``share`` one row per team
-    with its share of the idle cost."""
-    if idle is None:
-        return []
-    rows = []
-    if idle.shows_line:
-        for model, version, gpus, hours, rate, cost in idle.by_model_version():
-            rows.append(
-                [
-                    period,
-                    "",
-                    IDLE_TEAM,
-                    "",
-                    "idle capacity",
-                    "idle",
-                    model,
-                    gpus,
-                    hours.quantize(Decimal("0.000001")),
-                    rate,
-                    version,
-                    cost,
-                    None,
-                    idle.currency,
-                    None,
-                    None,
-                ]
-            )
-    for team, cost in sorted(idle.shares.items()):
-        rows.append(
-            [
-                period,
-                departments.get(team, team),
-                team,
-                "",
-                "idle share",
-                "idle",
-                "",
-                None,
-                None,
-                None,
-                None,
-                cost,
-                None,
-                idle.currency,
-                None,
-                None,
-            ]
-        )
-    return rows
-
-
-def csv_rows(lines: list[RatedLine], period: str, idle: IdleReport | None = None) -> Iterator[str]:
-    """The CSV, one encoded line at a time (for a streamed response); idle rows (if any) last."""
+def csv_rows(lines: list[RatedLine], period: str, idle: IdleReport | None = None,
+             credits: list[CreditLine] | None = None) -> Iterator[str]:
+    """The CSV, one encoded line at a time (for a streamed response); idle rows (if any), then the
+    preemption credits (kind ``preemption-credit``, negative), last."""
     departments = {r.usage.team: r.usage.department for r in lines}
     yield from csv_lines(
-        [COLUMNS, *(chargeback_row(line, period) for line in lines), *idle_rows(idle, period, departments)]
+        [COLUMNS, *(chargeback_row(line, period) for line in lines), *idle_rows(idle, period, departments),
+         *credit_rows(credits or [], period)]
     )
 
 
@@ -164,6 +76,7 @@ FAIRNESS_COLUMNS = [
     "hours_waiting",
     "hours_waiting_below_guarantee",
     "shortfall_gpu_hours",
+    "lost_to_preemption_gpu_hours",
 ]
 
 
@@ -183,6 +96,7 @@ def fairness_rows(fairness: Iterable[TeamFairness], period: str) -> Iterator[lis
             f.waiting_hours,
             f.below_hours,
             f.shortfall_gpu_hours,
+            f.lost_gpu_hours,
         ]
         for ln in f.lines:
             yield [
@@ -198,6 +112,7 @@ def fairness_rows(fairness: Iterable[TeamFairness], period: str) -> Iterator[lis
                 None,
                 None,
                 None,
+                ln.lost_gpu_hours,
             ]
 
 
@@ -208,9 +123,11 @@ def xlsx_bytes(
     idle: IdleReport | None = None,
     fairness: list[TeamFairness] | None = None,
     loans: "list[LoanLine] | None" = None,
+    credits: list[CreditLine] | None = None,
 ) -> bytes:
-    """A workbook with sheets: Summary by team (with idle cost as the policy says), By user, Job detail, Rate
-    card, Fairness when a statement is given, and Quota loans when any ran in the period."""
+    """A workbook with sheets: Summary by team (with idle cost as the policy says and preemption credits), By
+    user, Job detail (credit lines last), Rate card, Fairness when a statement is given, and Quota loans when
+    any ran in the period."""
     from openpyxl import Workbook
 
     wb = Workbook()
@@ -218,18 +135,23 @@ def xlsx_bytes(
     by_team = totals_by(lines, lambda r: r.usage.team)
     dept = {r.usage.team: r.usage.department for r in lines}
     shares = idle.shares if idle else {}
-    summary = [
-        [period, dept[t], t, h, c, shares.get(t, Decimal(0)), c + shares.get(t, Decimal(0))] for t, h, c in by_team
-    ]
-    summary += [[period, t, t, Decimal(0), Decimal(0), c, c] for t, c in sorted(shares.items()) if t not in dept]
+    credit = credit_by_team(credits or [])
+    dept.update({c.team: c.department for c in credits or [] if c.team not in dept})
+    zero = Decimal(0)
+    summary = [[period, dept[t], t, h, c, shares.get(t, zero), credit.get(t, zero),
+                c + shares.get(t, zero) + credit.get(t, zero)] for t, h, c in by_team]
+    summary += [[period, dept.get(t, t), t, zero, zero, shares.get(t, zero), credit.get(t, zero),
+                 shares.get(t, zero) + credit.get(t, zero)]
+                for t in sorted((set(shares) | set(credit)) - {t for t, _h, _c in by_team})]
     if idle is not None and idle.shows_line:
-        summary.append([period, "", IDLE_TEAM, idle.idle_gpu_hours, Decimal(0), idle.total, idle.total])
+        summary.append([period, "", IDLE_TEAM, idle.idle_gpu_hours, zero, idle.total, zero, idle.total])
     _sheet(
         wb,
         "Summary by team",
-        ["period", "department", "team", "allocated_gpu_hours", "cost", "idle_cost", "total_cost"],
+        ["period", "department", "team", "allocated_gpu_hours", "cost", "idle_cost", "preemption_credit",
+         "total_cost"],
         summary,
-        {4: HOURS_FORMAT, 5: MONEY_FORMAT, 6: MONEY_FORMAT, 7: MONEY_FORMAT},
+        {4: HOURS_FORMAT, 5: MONEY_FORMAT, 6: MONEY_FORMAT, 7: MONEY_FORMAT, 8: MONEY_FORMAT},
     )
     by_user = totals_by(lines, lambda r: f"{r.usage.team}\x00{r.usage.user}")
     _sheet(
@@ -243,7 +165,7 @@ def xlsx_bytes(
         wb,
         "Job detail",
         COLUMNS,
-        (chargeback_row(r, period) for r in lines),
+        [*(chargeback_row(r, period) for r in lines), *credit_rows(credits or [], period)],
         {8: "0.000", 9: HOURS_FORMAT, 10: "#,##0.0000", 12: MONEY_FORMAT, 15: HOURS_FORMAT, 16: "0.0%"},
     )
     _sheet(
@@ -273,6 +195,7 @@ def xlsx_bytes(
                 10: "0.0",
                 11: "0.0",
                 12: "0.00",
+                13: HOURS_FORMAT,
             },
         )
     if loans:
@@ -347,7 +270,8 @@ def _fairness_story(f: TeamFairness | None, styles, grid) -> list:
         f"(shortfall {_qty(f.shortfall_gpu_hours)} GPU-hours). Entitled: guarantee plus a weight share of the "
         "capacity nobody is guaranteed, each GPU counted only while it was in the inventory (guaranteed and "
         "entitled GPUs are averages over the hours the model had GPUs)."
-    )
+    ) + (f" Of the GPU-hours received, {_qty(f.lost_gpu_hours, 2)} were work lost to preemption since the jobs' "
+         "last checkpoints, credited back to the team in fair share and on this statement." if f.lost_gpu_hours else "")
     widths = [121, 62, 66, 68, 82, 52]  # 451 pt: the A4 frame inside the default margins
     table = Table(rows, colWidths=widths, style=grid, repeatRows=1, hAlign="LEFT")
     table.setStyle([("FONTNAME", (0, -1), (-1, -1), "Helvetica-Bold")])
@@ -361,10 +285,11 @@ def pdf_bytes(
     idle: IdleReport | None = None,
     fairness: list[TeamFairness] | None = None,
     loans: "list[LoanLine] | None" = None,
+    credits: list[CreditLine] | None = None,
 ) -> bytes:
     """A statement per team (one or more pages each): totals (with its idle share under the ``share``
-    policy), cost by GPU model as a bar chart, top jobs, the fairness section when a statement is given, and
-    the team's quota loans of the period."""
+    policy, and its preemption credit), cost by GPU model as a bar chart, top jobs, the work lost to
+    preemption and credited, the fairness section when a statement is given, and the team's quota loans."""
     from xml.sax.saxutils import escape
 
     from reportlab.lib import colors
@@ -398,9 +323,14 @@ def pdf_bytes(
         share = idle.shares.get(team) if idle else None
         header = ["GPU-hours", "Cost", "Jobs"]
         values = [_qty(total_hours, 2), f"{_money(total_cost)} {currency}", str(len({r.usage.job_id for r in tl}))]
-        if share is not None:
-            header[2:2] = ["Idle share", "Total"]
-            values[2:2] = [f"{_money(share)} {currency}", f"{_money(total_cost + share)} {currency}"]
+        mine_credits = [c for c in credits or [] if c.team == team]
+        credit = sum((c.credit for c in mine_credits), Decimal(0))
+        if share is not None or mine_credits:
+            header[2:2] = [*(["Idle share"] if share is not None else []), *(["Credit"] if mine_credits else []),
+                           "Total"]
+            values[2:2] = [*([f"{_money(share)} {currency}"] if share is not None else []),
+                           *([f"{_money(credit)} {currency}"] if mine_credits else []),
+                           f"{_money(total_cost + (share or 0) + credit)} {currency}"]
         story += [
             Paragraph(f"Chargeback statement: {escape(team)}", styles["Title"]),
             Paragraph(f"Period: {escape(period_label)}", styles["Normal"]),
@@ -425,6 +355,13 @@ def pdf_bytes(
         if len(rows) == 1:
             rows.append(["no usage", "", "", ""])
         story.append(Table(rows, colWidths=[211, 100, 70, 70], style=numbers, repeatRows=1, hAlign="LEFT"))
+        if mine_credits:
+            rows = [["Work lost to preemption (credited)", "GPU model", "GPU-hours", "Credit"]]
+            rows += [[Paragraph(escape(f"#{c.job_id} {c.job_name}, attempt {c.attempt}, "
+                                       f"{c.completed_at:%Y-%m-%d %H:%M}"), cell), c.gpu_model,
+                      _qty(c.gpu_hours, 2), _money(c.credit)] for c in mine_credits]
+            story += [Spacer(1, 8), Table(rows, colWidths=[211, 100, 70, 70], style=numbers, repeatRows=1,
+                                          hAlign="LEFT")]
         if fairness is not None:
             story += [Spacer(1, 8), *_fairness_story(fair.get(team), styles, numbers)]
         mine = [x for x in loans or [] if x.team == team]

@@ -145,6 +145,9 @@ class FairnessLine:
     entitled_gpu_hours: float
     received_gpu_hours: float
     hours: float = 0.0  # hours of the period during which the model had GPUs
+    # Of the received GPU-hours, the work preemption threw away (since the victims' last checkpoints): credited
+    # back, in fair share and chargeback (``accounting.credits``), so not counted against the team.
+    lost_gpu_hours: float = 0.0
 
     @property
     def received_ratio(self) -> float | None:
@@ -173,6 +176,10 @@ class TeamFairness:
         return sum(ln.received_gpu_hours for ln in self.lines)
 
     @property
+    def lost_gpu_hours(self) -> float:
+        return sum(ln.lost_gpu_hours for ln in self.lines)
+
+    @property
     def received_ratio(self) -> float | None:
         e = self.entitled_gpu_hours
         return self.received_gpu_hours / e if e > 0 else None
@@ -188,12 +195,14 @@ def fairness_statement(
     received_gpu_s: Mapping[tuple[str, str], float],
     waiting: Mapping[str, Sequence[Interval]],
     held: Mapping[str, Sequence[HeldInterval]],
+    lost_gpu_s: Mapping[tuple[str, str], float] | None = None,
 ) -> list[TeamFairness]:
     """The statement for ``teams`` over ``[start, end)`` (pass ``end`` = now for a running period).
 
     ``capacity`` is GPUs per model as steps (``accounting.capacity.capacity_steps``; no GPUs where no step
     covers); ``quotas`` are every team's (the idle share depends on everyone's weights); ``received_gpu_s`` is
-    ledger GPU-seconds by (team, GPU model)."""
+    ledger GPU-seconds by (team, GPU model), ``lost_gpu_s`` the work preemption lost of it, credited."""
+    lost_gpu_s = lost_gpu_s or {}
     hours = max((end - start).total_seconds(), 0.0) / 3600
     quotas = list(quotas)
     # per (team, model with a quota): [guaranteed GPU-s, entitled GPU-s, weight]; per model: the seconds it had
@@ -218,7 +227,8 @@ def fairness_statement(
             owed[team].append((lo, hi, g))
     out = []
     for team in sorted(set(teams)):
-        models = sorted({m for t, m in acc if t == team} | {m for t, m in received_gpu_s if t == team})
+        models = sorted({m for t, m in acc if t == team} | {m for t, m in received_gpu_s if t == team}
+                        | {m for t, m in lost_gpu_s if t == team})
         lines = []
         for m in models:
             g_s, ent_s, weight = acc.get((team, m), (0.0, 0.0, 0.0))
@@ -233,6 +243,7 @@ def fairness_statement(
                     entitled_gpu_hours=ent_s / 3600,
                     received_gpu_hours=float(received_gpu_s.get((team, m), 0.0)) / 3600,
                     hours=span / 3600,
+                    lost_gpu_hours=float(lost_gpu_s.get((team, m), 0.0)) / 3600,
                 )
             )
         wait = wait_below_guarantee(

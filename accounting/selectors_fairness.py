@@ -24,6 +24,7 @@ from portal.dbrows import fast_timestamps, fetch_rows, one_snapshot
 from portal.models import Team
 from scheduler.models import Allocation, Job, JobTransition, Quota
 from scheduler.models.jobs import FINAL_STATES, WAITING_STATES, JobState
+from scheduler.selectors_lost_work import lost_work_by_team_model
 
 FAILED_STATES = (JobState.FAILED, JobState.TIMED_OUT, JobState.NODE_LOST)
 
@@ -123,9 +124,9 @@ def fairness_for(
     allocated: list[tuple] | None = None,
 ) -> list[TeamFairness]:
     """The fairness statement of the visible teams with a quota or usage in ``[start, end)``, counted up to
-    ``now`` for a running period. Five queries, one fewer for each of ``waiting`` (from ``waiting_intervals``),
-    ``capacity`` (from ``capacity_over`` up to ``min(end, now)``) and ``allocated`` (the rows of
-    ``cluster_allocated`` for the same range) passed in."""
+    ``now`` for a running period. Six queries (one for the work preemption lost), one fewer for each of
+    ``waiting`` (from ``waiting_intervals``), ``capacity`` (from ``capacity_over`` up to ``min(end, now)``) and
+    ``allocated`` (the rows of ``cluster_allocated`` for the same range) passed in."""
     horizon = min(end, now)
     if horizon <= start:
         return []
@@ -154,6 +155,7 @@ def fairness_for(
         received_gpu_s=received,
         waiting=by_team,
         held=held_intervals(visible, start=start, horizon=horizon),
+        lost_gpu_s=lost_work_by_team_model(visible, start=start, end=horizon),
     )
 
 

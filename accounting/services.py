@@ -418,11 +418,13 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
     """Store an XLSX workbook and a PDF statement for every team with usage in the month starting at
     ``month_start``. Idempotent: existing statements are kept unless ``replace``. Returns how many were stored."""
     from accounting import exports
+    from accounting.credits import credit_lines
     from accounting.loans import loan_lines
     from accounting.periods import parse_month
     from accounting.rating import rate_lines
     from accounting.reports import idle_for
     from accounting.selectors import rate_cards, team_usage_lines, teams_with_usage
+    from accounting.selectors_credits import lost_work
     from accounting.selectors_fairness import fairness_for
 
     month = parse_month(month_start.strftime("%Y-%m"))
@@ -439,9 +441,10 @@ def statements_store(*, month_start: date, replace: bool = False) -> int:
         team_idle = idle.for_teams([team.name])
         team_fairness = [fairness[team.name]] if team.name in fairness else []
         loans = loan_lines({team.name}, start=month.start, end=month.end)
+        credits = credit_lines(lost_work({team.name}, start=month.start, end=month.end), cards)
         files = {
-            "xlsx": exports.xlsx_bytes(lines, period, cards, team_idle, team_fairness, loans),
-            "pdf": exports.pdf_bytes(lines, month.label, [team.name], team_idle, team_fairness, loans),
+            "xlsx": exports.xlsx_bytes(lines, period, cards, team_idle, team_fairness, loans, credits),
+            "pdf": exports.pdf_bytes(lines, month.label, [team.name], team_idle, team_fairness, loans, credits),
         }
         for fmt, content in files.items():
             if fmt in existing and not replace:

@@ -288,7 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("templates", parents=[common], help="saved job templates of your teams")
     p.add_argument("team", nargs="?", help="one team (default: every team you may see)")
+    from portal import cli_checkpoint  # (it imports this module)
+
     cli_services.add_parsers(sub, common)
+    cli_checkpoint.add_parser(sub, common)
     return parser
 
 
@@ -319,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
             command = [args.script, *(args.command or []), *command]
             args.script = None
         args.command = command
-    from portal import cli_flow  # (it imports this module)
+    from portal import cli_checkpoint, cli_flow  # (they import this module)
 
     handlers = {
         "login": cmd_login, "queue": cmd_queue, "show": cmd_show, "logs": cmd_logs, "nodes": cmd_nodes,
         "share": cmd_share, "templates": cmd_templates,
         "cancel": cmd_action, "hold": cmd_action, "release": cmd_action,
         "array": cli_flow.cmd_array, "watch": cli_flow.cmd_watch, "service": cli_services.cmd_service,
+        "checkpoint": cli_checkpoint.cmd_checkpoint,
     }
     try:
         if args.cmd == "submit":

@@ -10,6 +10,8 @@
 - no open allocation for a waiting or finished job, nor for an attempt other than the job's current one;
 - every holding job (admitted/starting/running) has open allocations of its current attempt;
 - allocation intervals ordered (``started_at <= ended_at``);
+- a completed preemption lost no more GPU-seconds than its attempt held after its ``work_since``, and no
+  running job's checkpoint is in the future;
 - the usage ledger equals the allocation intervals (accounting's reconciliation) once a rollup has run.
 
 The checks use a fixed number of queries, so the auditor is cheap enough to run between test steps and
@@ -201,6 +203,34 @@ def check_allocations() -> list[str]:
     return _capped(findings)
 
 
+def check_lost_work() -> list[str]:
+    """The work a completed preemption lost (``scheduler.checkpoints``) fits in what its attempt held after its
+    last checkpoint; no running job's checkpoint is in the future."""
+    findings = [
+        f"preemption {pk} of job {job}: {lost:.3f} GPU-s lost, but attempt {attempt} held {held:.3f} GPU-s after "
+        f"its checkpoint" for pk, job, attempt, lost, held in _rows(
+            """
+            SELECT p.id, p.job_id, p.attempt, p.gpu_seconds_lost, COALESCE(SUM(a.share_milli / 1000.0
+                   * GREATEST(0, EXTRACT(EPOCH FROM a.ended_at - GREATEST(a.started_at, p.work_since)))), 0)
+              FROM scheduler_preemption p
+              LEFT JOIN scheduler_allocation a ON a.job_id = p.job_id AND a.attempt = p.attempt
+             WHERE p.completed_at IS NOT NULL
+             GROUP BY p.id HAVING p.gpu_seconds_lost > 0.001 + COALESCE(SUM(a.share_milli / 1000.0
+                   * GREATEST(0, EXTRACT(EPOCH FROM a.ended_at - GREATEST(a.started_at, p.work_since)))), 0)
+            """
+        )
+    ]
+    findings += [
+        f"job {job}: checkpoint {at:%Y-%m-%d %H:%M:%S} is in the future" for job, at in _rows(
+            """
+            SELECT id, last_checkpoint_at FROM scheduler_job
+             WHERE state = 'running' AND last_checkpoint_at > clock_timestamp()
+            """
+        )
+    ]
+    return _capped(findings)
+
+
 def check_ledger() -> list[str]:
     """GPU-seconds in the usage ledger equal allocation intervals × share, and its summed days equal its hourly
     rows (skipped before any rollup)."""
@@ -224,6 +254,7 @@ CHECKS = {
     "quotas": check_quotas,
     "jobs": check_jobs,
     "allocations": check_allocations,
+    "lost_work": check_lost_work,
     "ledger": check_ledger,
 }
 

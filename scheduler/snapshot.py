@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q
 
 from portal.models import Team
+from scheduler.checkpoints import checkpoint_of_attempt
 from scheduler.core.types import (
     HELD,
     PENDING,
@@ -25,6 +26,7 @@ from scheduler.core.types import (
 from scheduler.images import ImageError, image_parse, image_resolve, pools_allowing
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass, Quota, QuotaLoan
 from scheduler.models.jobs import ACTIVE_STATES, JobState
+from scheduler.selectors_lost_work import lost_work_credits
 from scheduler.selectors_policies import policy_active
 from scheduler.services import runtime
 
@@ -80,7 +82,9 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
     """Each team's GPU-seconds over the last four half-lives, each allocation weighted by
-    0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1."""
+    0.5 ** (age of its end / half-life). Open allocations count up to ``now`` with weight 1. Work lost to
+    preemption is credited back (``scheduler.selectors_lost_work``): a team is not charged in fair share
+    for GPU time whose work another team's job took away."""
     since = now - timedelta(seconds=4 * half_life_s)
     now_us, since_us = _micros(now), _micros(since)
     rows = Allocation.objects.filter(started_at__lt=now).exclude(ended_at__lt=since).values_list(
@@ -92,6 +96,8 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[str, float]:
         seconds = max(0, end - max(started, since_us)) / 1e6 * share_milli / 1000
         age = max(0.0, (now_us - end) / 1e6)
         usage[team] = usage.get(team, 0.0) + seconds * 0.5 ** (age / half_life_s)
+    for team, credit in lost_work_credits(now, half_life_s).items():
+        usage[team] = max(0.0, usage.get(team, 0.0) - credit)
     return usage
 
 
@@ -139,6 +145,7 @@ def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> J
      nodes, pool, labels, driver, created, limit_minutes, state, started, admitted, stop_reason, checkpoint,
      attained, restarts, image) = row
     image, image_pools = images.pools_for(image, kind)
+    started = started if started is not None else admitted
     return JobInfo(
         id=pk, team=team, user=user, kind=kind, priority_class=class_name, priority=class_value,
         preemptible=preemptible, gpus=gpus, gpu_fraction=float(fraction) if fraction is not None else None,
@@ -146,8 +153,8 @@ def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> J
         nodes=nodes, pool=pool, node_labels=dict(labels or {}), min_driver_version=driver,
         submitted_at=created,
         time_limit_s=limit_minutes * 60 if limit_minutes else None, state=_CORE_STATE[state],
-        started_at=started if started is not None else admitted, placements=placements,
-        terminating=bool(stop_reason), last_checkpoint_at=checkpoint, attained_gpu_s=attained,
+        started_at=started, placements=placements, terminating=bool(stop_reason),
+        last_checkpoint_at=checkpoint_of_attempt(started, checkpoint), attained_gpu_s=attained,
         may_preempt=restarts < CRASH_LOOP_RESTARTS, image=image, image_pools=image_pools,
     )
 

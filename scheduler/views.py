@@ -264,12 +264,22 @@ def _job_context(request, job_id):
         "job": job, "allocations": allocations, "log": log, "earlier_log": earlier,
         "transitions": transitions,
         "attempts": job_attempts(job, transitions, list(job.allocations.select_related("node"))),
-        "preemptions": preemptions, "pending_policy": pending_policy,
+        "preemptions": _with_credits(job, preemptions), "pending_policy": pending_policy,
         "events": list(job.events.all()[:50]),
         "can_manage": can_manage_job(request.user, job),
         "can_release": job_services.can_release(request.user, job),
         "runs": job_how_it_runs(job, allocations),
     }
+
+
+def _with_credits(job, preemptions: list) -> list:
+    """The job's ``preemptions``, each completed one with its credit (``accounting.credits``) as ``credit``."""
+    from accounting.selectors_credits import job_credits
+
+    credits = job_credits(job) if any(p.completed_at for p in preemptions) else {}
+    for p in preemptions:
+        p.credit = credits.get(p.pk)
+    return preemptions
 
 
 @login_required

@@ -196,6 +196,7 @@ class JobRecord:
     term_sent_at: float | None = None
     killed: bool = False
     log_offset: int = 0
+    checkpoint_at: float | None = None  # the checkpoint file's last change reported (Unix time)
 
     @property
     def key(self) -> str:
@@ -222,7 +223,7 @@ class JobEvent:
 
     job_id: int
     attempt: int
-    type: str  # started | exited | stopped | start_failed
+    type: str  # started | exited | stopped | start_failed | checkpoint
     at: str
     pid: int | None = None
     exit_code: int | None = None

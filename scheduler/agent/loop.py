@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduler.agent.checkpoints import checkpoints_then_ends
 from scheduler.agent.client import (
     PortalClient,
     PortalError,
@@ -328,8 +329,12 @@ class Agent:
     # local supervision ------------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Watch the jobs: queue end events, enforce time limits, tell the backend which GPUs are busy."""
-        self.outbox.extend(self.executor.poll())
+        """Watch the jobs: queue checkpoints and end events, enforce time limits, tell the backend which GPUs
+        are busy. A checkpoint goes before the end of its attempt (a job saves its work, then exits)."""
+        events = checkpoints_then_ends(self.executor.jobs, self.executor.work_dir, self.executor.poll)
+        if any(e.type == "checkpoint" for e in events):
+            self.executor.save()  # what was reported, so a restarted agent does not report it again
+        self.outbox.extend(events)
         self.probes.heal(self.executor)
         self.backend.set_busy(self.executor.busy_gpus())
         silent = self._clock() - self.last_contact

@@ -23,6 +23,7 @@ from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
 from scheduler.services import nodes as node_services
 from scheduler.services import replica_health
+from scheduler.services.checkpoints import node_job_checkpoint
 
 MAX_GPUS_PER_NODE = 64
 MAX_TELEMETRY = 2000
@@ -210,7 +211,7 @@ class HeartbeatSerializer(serializers.Serializer):
 
 class EventSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
-    type = serializers.ChoiceField(choices=["started", "exited", "stopped", "start_failed"])
+    type = serializers.ChoiceField(choices=["started", "exited", "stopped", "start_failed", "checkpoint"])
     pid = serializers.IntegerField(required=False, allow_null=True)
     exit_code = serializers.IntegerField(required=False, allow_null=True, min_value=-255, max_value=255)
     signal = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=128)
@@ -296,8 +297,19 @@ class NodeJobEventAPI(NodeAPIView):
 
     @extend_schema(request=EventSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
-        result = self.call(node_services.node_job_event, node=request.user.node, job_id=job_id,
-                           event=self.parsed(request))
+        event = self.parsed(request)
+        if event["type"] == "checkpoint":  # the job's checkpoint file changed: scheduler/services/checkpoints.py
+            try:  # when the file changed, by the node's clock (the portal never records a time in its future)
+                event["at"] = serializers.DateTimeField().run_validation(event.get("at") or None)
+            except ValidationError as exc:
+                raise ValidationError({"at": exc.detail}) from None
+            result = self.call(node_job_checkpoint, node=request.user.node, job_id=job_id, event=event)
+            if isinstance(result, Response):
+                return result
+            job, recorded = result
+            return Response({"job_id": job.pk, "state": job.state, "recorded": recorded,
+                             "last_checkpoint_at": job.last_checkpoint_at})
+        result = self.call(node_services.node_job_event, node=request.user.node, job_id=job_id, event=event)
         if isinstance(result, Response):
             return result
         return Response({"job_id": result.pk, "state": result.state}, status=status.HTTP_200_OK)

@@ -173,7 +173,7 @@ class JobDetailSerializer(JobSerializer):
                   "pids) and the executor of each node it holds GPUs on (the job page's \"How it runs\").")
 
     class Meta(JobSerializer.Meta):
-        fields = JobSerializer.Meta.fields + ["env", "transitions", "attempts", "runs"]
+        fields = JobSerializer.Meta.fields + ["env", "transitions", "attempts", "runs", "last_checkpoint_at"]
 
     def get_runs(self, job: Job) -> dict:
         current = [a for a in job.all_allocations() if a.attempt == job.attempt]

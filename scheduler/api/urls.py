@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import loans, node, policies, service_keys, services, slurm, views
+from scheduler.api import checkpoints, loans, node, policies, service_keys, services, slurm, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/explain/", views.JobExplainAPI.as_view(), name="api-job-explain"),
     path("jobs/<int:job_id>/resubmit/", views.JobResubmitAPI.as_view(), name="api-job-resubmit"),
     path("jobs/<int:job_id>/logs/", views.JobLogsAPI.as_view(), name="api-job-logs"),
+    path("jobs/<int:job_id>/checkpoint/", checkpoints.JobCheckpointAPI.as_view(), name="api-job-checkpoint"),
     path("arrays/<int:array_id>/", views.JobArrayDetailAPI.as_view(), name="api-array"),
     path("arrays/<int:array_id>/cancel/", views.JobArrayCancelAPI.as_view(), name="api-array-cancel"),
     path("nodes/", views.NodeListAPI.as_view(), name="api-nodes"),

@@ -323,7 +323,12 @@ class Allocation(models.Model):
 
 
 class Preemption(models.Model):
-    """Who preempted whom, why, and the GPU-seconds of work lost (since the victim's last checkpoint)."""
+    """Who preempted whom, why, and the GPU-seconds of work lost (since the victim's last checkpoint).
+
+    Until ``completed_at`` (the moment the victim's processes were gone, its allocations closed)
+    ``gpu_seconds_lost`` is the engine's estimate at the decision; from then on it is the work the attempt
+    lost, measured from ``work_since`` (its last checkpoint, else its start) by ``scheduler.checkpoints``, and
+    credited back to the team (fair share and chargeback)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="preemptions")
     attempt = models.PositiveIntegerField()
@@ -332,6 +337,9 @@ class Preemption(models.Model):
     message = models.CharField(max_length=500)
     gpu_seconds_lost = models.FloatField(default=0)
     at = models.DateTimeField()
+    work_since = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-at"]
+        indexes = [models.Index(fields=["completed_at"], name="preemption_completed_idx")]

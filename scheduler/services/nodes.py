@@ -18,6 +18,7 @@ from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopR
 from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
 from scheduler.services.common import db_now, job_transition
+from scheduler.services.lost_work import preemption_complete
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.replica_health import restart_cause
 from scheduler.services.retries import job_retry
@@ -409,6 +410,7 @@ def _settle(job: Job, event: dict, now) -> None:
             _end_node_lost(job, cause, now, code)
     elif reason == StopReason.PREEMPT:
         cause = "preempted: requeued"
+        preemption_complete(job, now)  # the work lost since the last checkpoint, credited back to the team
         job_transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],

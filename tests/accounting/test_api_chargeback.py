@@ -85,7 +85,7 @@ def test_the_xlsx_reads_back_with_five_sheets_frozen_headers_and_text_formulas(a
     assert wb.sheetnames == ["Summary by team", "By user", "Job detail", "Rate card", "Fairness"]
     summary = wb["Summary by team"]
     assert summary.freeze_panes == "A2"
-    assert [c.value for c in summary[2]] == ["2026-11", "vision", "vision", 21.0, 82.5, 0, 82.5]  # no idle share
+    assert [c.value for c in summary[2]] == ["2026-11", "vision", "vision", 21.0, 82.5, 0, 0, 82.5]  # no idle, credit
     assert summary["E2"].number_format == "#,##0.00"
     detail = wb["Job detail"]
     names = [row[4] for row in detail.iter_rows(min_row=2, values_only=True)]

@@ -68,7 +68,7 @@ def test_the_xlsx_summary_has_an_idle_line_and_a_fairness_sheet(api, root, usage
     _, body = fetch(api(root), month="2026-10", format="xlsx")
     wb = load_workbook(io.BytesIO(body))
     summary = [list(r) for r in wb["Summary by team"].iter_rows(min_row=2, values_only=True)]
-    assert summary[-1] == ["2026-10", None, "(idle)", 4463.0, 0, 15620.0, 15620.0]
+    assert summary[-1] == ["2026-10", None, "(idle)", 4463.0, 0, 15620.0, 0, 15620.0]
     fairness = wb["Fairness"]
     assert fairness.freeze_panes == "A2"
     teams = [(r[1], r[2]) for r in fairness.iter_rows(min_row=2, values_only=True)]
@@ -79,7 +79,7 @@ def test_the_xlsx_summary_carries_the_share_under_share(api, alice, usage, setti
     settings.ROTA_IDLE_COST_POLICY = "share"
     _, body = fetch(api(alice), month="2026-10", format="xlsx")
     summary = [list(r) for r in load_workbook(io.BytesIO(body))["Summary by team"].iter_rows(values_only=True)]
-    assert summary[1] == ["2026-10", "vision", "vision", 1.0, 4.0, 15620.0, 15624.0]
+    assert summary[1] == ["2026-10", "vision", "vision", 1.0, 4.0, 15620.0, 0, 15624.0]
     assert len(summary) == 2  # no separate idle line
     fairness = load_workbook(io.BytesIO(body))["Fairness"]
     assert {r[1] for r in fairness.iter_rows(min_row=2, values_only=True)} == {"vision"}

@@ -9,7 +9,7 @@ import sys
 for name in ("django", "celery", "rest_framework", "psycopg", "redis"):
     sys.modules[name] = None
 import accounting.slicing, accounting.rating, accounting.periods, accounting.charts  # noqa
-import accounting.fairness, accounting.idle, accounting.capacity, accounting.numbers  # noqa
+import accounting.fairness, accounting.idle, accounting.capacity, accounting.numbers, accounting.credits  # noqa
 print("ok")
 """
 

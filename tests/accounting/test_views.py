@@ -23,7 +23,8 @@ NOVEMBER = {"preset": "custom", "start": "2026-11-01", "end": "2026-11-30"}
 
 def test_it_renders_charts_with_the_local_plotly_bundle(client, alice, usage, django_assert_max_num_queries):
     client.force_login(alice)
-    with django_assert_max_num_queries(27):  # (two read up to where the ledger's days are summed: usage, idle)
+    with django_assert_max_num_queries(28):  # (two read up to where the ledger's days are summed: usage, idle;
+        # one the work preemption lost, for the fairness statement)
         response = client.get(URL, NOVEMBER)
     assert response.status_code == 200
     html = response.content.decode()
@@ -202,7 +203,8 @@ def test_the_query_count_does_not_grow_with_the_number_of_jobs(
         Job.objects.filter(pk=job.pk).update(finished_at=at + timedelta(minutes=30))
     usage_rollup(until=start + timedelta(days=5), full=True)  # backdated rows: a repair run picks them up
     client.force_login(alice)
-    with django_assert_max_num_queries(27):  # (two read up to where the ledger's days are summed: usage, idle)
+    with django_assert_max_num_queries(28):  # (two read up to where the ledger's days are summed: usage, idle;
+        # one the work preemption lost, for the fairness statement)
         html = client.get(URL, {**NOVEMBER, "group_by": "user"}).content.decode()
     assert "sweep-" in html
     for fig in ("fig-wait", "fig-failures", "fig-queue", "fig-fairness", "fig-efficiency"):

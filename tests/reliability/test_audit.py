@@ -208,3 +208,20 @@ def test_the_auditor_reads_one_snapshot_while_others_commit(alice, cluster, monk
     monkeypatch.setattr(audit_module, "_rows", rows_with_a_commit_before_transitions)
     assert audit(ledger=False) == []
     assert moved and Job.objects.get(pk=job.pk).state == "held"  # the commit did land in between
+
+
+def test_it_finds_lost_work_beyond_what_the_attempt_held_and_a_checkpoint_in_the_future(busy):
+    from scheduler.models import Preemption
+
+    job = busy["done"]  # held 1 GPU for its attempt, which ended
+    alloc = Allocation.objects.get(job=job)
+    held = (alloc.ended_at - alloc.started_at).total_seconds()
+    preemption = Preemption.objects.create(job=job, attempt=1, reason="Priority", message="m", at=alloc.started_at,
+                                           work_since=alloc.started_at, completed_at=alloc.ended_at,
+                                           gpu_seconds_lost=held)
+    assert findings_of("lost_work") == []
+    Preemption.objects.filter(pk=preemption.pk).update(gpu_seconds_lost=held + 10)
+    assert any("GPU-s lost, but attempt 1 held" in line for line in findings_of("lost_work"))
+    running = Job.objects.get(pk=busy["running"].pk)
+    Job.objects.filter(pk=running.pk).update(last_checkpoint_at=running.started_at + timedelta(days=1))
+    assert any(f"job {running.pk}: checkpoint" in line for line in findings_of("lost_work"))

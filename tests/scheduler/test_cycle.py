@@ -205,8 +205,10 @@ def test_the_snapshot_reads_every_field_of_every_job(alice, cluster):
     any_model = submit(alice, gpus=1, gpu_model=None, nodes=1)
     held = job_hold(user=alice, job=submit(alice, gpus=1))
     t0 = db_now()
-    Job.objects.filter(pk=started.pk).update(stop_reason="preempt", last_checkpoint_at=t0, attained_gpu_seconds=1234.5,
-                                             started_at=t0 + timedelta(seconds=5))
+    Job.objects.filter(pk=started.pk).update(stop_reason="preempt", last_checkpoint_at=t0 + timedelta(seconds=9),
+                                             attained_gpu_seconds=1234.5, started_at=t0 + timedelta(seconds=5))
+    # a checkpoint from before the attempt started (an earlier attempt's) does not count for this one
+    Job.objects.filter(pk=share.pk).update(last_checkpoint_at=t0 - timedelta(days=1))
     with transaction.atomic():
         snapshot, gpu_nodes = build_snapshot(db_now())
     jobs = {j.id: j for j in snapshot.jobs}
@@ -217,9 +219,11 @@ def test_the_snapshot_reads_every_field_of_every_job(alice, cluster):
         RUNNING, "vision", "alice", "training", "training", 500)
     assert run.placements == tuple(Placement(g, 1.0) for g in sorted(gpus))
     assert run.started_at == (t0 + timedelta(seconds=5)).timestamp()  # started, not admitted
-    assert (run.last_checkpoint_at, run.terminating, run.attained_gpu_s) == (t0.timestamp(), True, 1234.5)
+    assert (run.last_checkpoint_at, run.terminating, run.attained_gpu_s) == ((t0 + timedelta(seconds=9)).timestamp(),
+                                                                            True, 1234.5)
     assert (run.time_limit_s, run.cpus, run.memory_mb, run.gpu_models) == (1800, 4, 16 * 1024, ("h100-80gb",))
     assert frac.started_at == Job.objects.get(pk=share.pk).admitted_at.timestamp()  # admitted, not started yet
+    assert frac.last_checkpoint_at is None
     assert (frac.gpu_fraction, frac.gpu_memory_mb) == (0.25, 10 * 1024)
     assert (lab.state, lab.pool, lab.node_labels, lab.min_driver_version, lab.kind) == (
         PENDING, "train", {"rack": "a"}, "550.54", "evaluation")

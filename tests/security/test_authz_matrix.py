@@ -178,6 +178,8 @@ JOB_MATRIX = [
     ("get", "/api/v1/jobs/{job}/logs/", (200, 200, 404, 200, 200, 401, 401)),
     ("post", "/api/v1/jobs/{job}/hold/", (200, 403, 404, 200, 200, 401, 401)),
     ("post", "/api/v1/jobs/{job}/cancel/", (200, 403, 404, 200, 200, 401, 401)),
+    # any member of the team may report a checkpoint; the job waits here, so a member hears 409 (not running)
+    ("post", "/api/v1/jobs/{job}/checkpoint/", (409, 409, 404, 409, 403, 401, 401)),
     ("get", "/jobs/{job}/", (200, 200, 404, 200, 200, "302L", "302L")),
     ("get", "/jobs/{job}/log/", (200, 200, 404, 200, 200, "302L", "302L")),
     ("post", "/jobs/{job}/cancel/", (302, 403, 404, 302, 302, "302L", "302L")),

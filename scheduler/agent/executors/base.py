@@ -395,7 +395,7 @@ class Executor:
     def acknowledge(self, event: JobEvent) -> None:
         """The portal has the end event (or refused it for good): stop keeping it for a resend."""
         key = job_key(event.job_id, event.attempt)
-        if event.type != "started" and key in self.unreported:
+        if event.type not in ("started", "checkpoint") and key in self.unreported:
             del self.unreported[key]
             self.save()
 

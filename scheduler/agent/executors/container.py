@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from scheduler.agent import procs
+from scheduler.agent.checkpoints import CHECKPOINT_ENV, checkpoint_file
 from scheduler.agent.executors import cgroups
 from scheduler.agent.executors.base import Executor, Launch, rota_env
 from scheduler.agent.executors.devices import GpuDeviceFiles
@@ -147,7 +148,9 @@ class ContainerExecutor(Executor):
         self.podman.remove(name)  # a leftover of an agent that died between create and record
         env_file = self.work_dir / "run" / f"{name}.env"
         with open(os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            env = {**rota_env(assignment), "HOME": JOB_DIR}
+            # the job's directory is mounted at JOB_DIR: its checkpoint file is the one the agent watches
+            inside = {"HOME": JOB_DIR, CHECKPOINT_ENV: str(checkpoint_file(Path(JOB_DIR)))}
+            env = {**rota_env(assignment), **inside}
             handle.writelines(f"{key}={value}\n" for key, value in env.items())
         user = f"{who.uid}:{who.gid}" if who.uid is not None else f"{os.geteuid()}:{os.getegid()}"
         limits = assignment.limits

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scheduler.agent.checkpoints import CHECKPOINT_ENV, checkpoint_file
 from scheduler.agent.executors.base import Executor, Launch
 from scheduler.agent.executors.identity import Identity
 from scheduler.agent.jobs import Assignment, Limits
@@ -36,7 +37,7 @@ class ProcessExecutor(Executor):
         if assignment.limits != Limits():
             limits = assignment.limits.describe()
             notes.append(f"limits ({limits}) not enforced: the process executor has no cgroups")
-        env = self.job_env(assignment)
+        env = {**self.job_env(assignment), CHECKPOINT_ENV: str(checkpoint_file(job_dir))}
         if who.uid is not None:  # the team's own home: the agent's is not the job's to read or write
             env.update(HOME=str(job_dir), USER=str(who.uid), LOGNAME=str(who.uid))
         return Launch(["/bin/sh", "-c", assignment.command], env, user, notes=tuple(notes))
