@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,11 +37,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from latency import journey, seed  # noqa: E402
 from load import _env, _free_port, _pctl, setup_database  # noqa: E402
+from peer_cpu import children_named, cpu_by_group, delta  # noqa: E402
 
 NODE = "peer-h100-01"
 CONTAINER_IMAGE = "localhost/rota/busybox:1"
 # (key, label, higher is better)
 ROWS = (("drain_jobs_per_s", "drain, jobs/s", True),
+        ("drain_backlog_jobs_per_s", "  once the submits returned, jobs/s", True),
         ("submit_to_running_p50_s", "idle submit -> running p50, s", False),
         ("submit_to_running_p99_s", "idle submit -> running p99, s", False),
         ("submit_to_running_container_p50_s", "  container executor p50, s", False),
@@ -63,6 +66,11 @@ def burst_figures(elapsed: float, latencies: list[float], clients: int) -> dict:
     return figures
 
 
+def backlog_figures(backlog: int, seconds: float) -> dict:
+    """The drain once every submit has returned: the jobs not finished then, and how fast they went."""
+    return {"drain_backlog_jobs": backlog, "drain_backlog_jobs_per_s": round(backlog / seconds, 1)}
+
+
 def run_slurm(args) -> dict:
     from peer_slurm import SlurmSide
 
@@ -76,10 +84,12 @@ def run_slurm(args) -> dict:
             figures.update(burst_figures(*side.submit_burst(clients, args.submits), clients))
         side.wait_empty(600)
         began = time.time()
-        side.submit_burst(8, args.drain_jobs)
+        drain_jobs = len(side.submit_burst(8, args.drain_jobs)[1])
+        submitted, backlog = time.time(), side.active()
         ended = side.wait_empty(900)
-        figures.update(drain_jobs=args.drain_jobs, drain_s=round(ended - began, 1),
-                       drain_jobs_per_s=round(args.drain_jobs / (ended - began), 1))
+        figures.update(drain_jobs=drain_jobs, drain_s=round(ended - began, 1),
+                       drain_jobs_per_s=round(drain_jobs / (ended - began), 1),
+                       **backlog_figures(backlog, ended - submitted))
         time.sleep(1)  # the completion log is written as jobs end; let the last lines land
         figures["final_states"] = side.completed()  # every job of the run, by its end state
         return figures
@@ -95,6 +105,7 @@ class RotaSide:
         self.logs.mkdir(parents=True, exist_ok=True)
         base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
         database_url = f"{base_url}/{args.database}"
+        self.database = args.database
         os.environ.update({**_env(database_url), "REDIS_URL": args.redis_url})
         setup_database(database_url, args.database)
         import redis
@@ -115,6 +126,7 @@ class RotaSide:
                     "ROTA_REQUIRE_ISOLATION": "0"}
         self.serve = self._start("serve", ["./scripts/serve.sh"])
         self.agent: subprocess.Popen | None = None
+        self.errors = 0  # submits answered 5xx (and tried again)
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
         return subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=open(self.logs / f"{name}.log", "w"),
@@ -136,16 +148,32 @@ class RotaSide:
         from scheduler.models import Node
 
         self._stop(self.agent)
+        deadline = time.monotonic() + 180
+        while True:  # serve.sh migrates and collects static files first: start the agent once the web answers
+            try:
+                requests.get(f"{self.base}/api/v1/", timeout=5)
+                break
+            except requests.RequestException:
+                if time.monotonic() > deadline or self.serve.poll() is not None:
+                    raise SystemExit(f"the portal did not come up; see {self.logs}") from None
+                time.sleep(0.5)
+        work_dir = self.logs / f"agent-{executor}"
+        shutil.rmtree(work_dir, ignore_errors=True)  # a fresh database numbers its jobs from 1 again
         self.agent = self._start(f"agent-{executor}", [
             sys.executable, "-m", "scheduler.agent", "--portal", self.base, "--token-file", str(self.token_file),
             "--gpu-backend", "fake", "--profile", "h100x8", "--hostname", NODE, "--executor", executor,
-            "--work-dir", str(self.logs / f"agent-{executor}"), "--log-level", "WARNING"])
+            "--work-dir", str(work_dir), "--log-level", "WARNING"])
         deadline = time.monotonic() + 120
         while not Node.objects.filter(name=NODE, state=Node.READY, executor=executor).exists():
             if time.monotonic() > deadline or self.serve.poll() is not None or self.agent.poll() is not None:
                 raise SystemExit(f"the node agent ({executor}) did not register; see {self.logs}")
             time.sleep(0.2)
         time.sleep(3)  # let every process finish starting (first heartbeats, worker ready)
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the web, Celery (worker and beat), the agent (with its jobs) and PostgreSQL."""
+        parts = children_named(self.serve.pid, {"gunicorn": "web", " worker": "worker", " beat": "beat"})
+        return cpu_by_group({**parts, "agent": self.agent.pid}, self.database)
 
     def close(self) -> None:
         self._stop(self.agent)
@@ -157,9 +185,15 @@ class RotaSide:
         return session
 
     def submit(self, session: requests.Session, name: str, image: str = "") -> int:
+        """One submit; a 5xx (the shared PostgreSQL out of connections, say) is counted and tried again."""
         body = {"name": name, "command": "true", "gpus": 1, "gpu_model": "h100-80gb"}
-        answer = session.post(f"{self.base}/api/v1/jobs/", json={**body, **({"image": image} if image else {})},
-                              timeout=30)
+        for _ in range(5):
+            answer = session.post(f"{self.base}/api/v1/jobs/",
+                                  json={**body, **({"image": image} if image else {})}, timeout=30)
+            if answer.status_code < 500:
+                break
+            self.errors += 1
+            time.sleep(0.5)
         answer.raise_for_status()
         return answer.json()["id"]
 
@@ -202,6 +236,19 @@ class RotaSide:
             thread.join()
         return time.perf_counter() - began, latencies
 
+    def cycles(self, first_id: int) -> int:
+        """How many cycles admitted the jobs from ``first_id`` on (a cycle stamps its admissions with its time)."""
+        from scheduler.models import JobTransition
+
+        return JobTransition.objects.filter(job_id__gte=first_id, to_state="admitted").values("at").distinct().count()
+
+    def active(self, first_id: int) -> int:
+        """How many jobs from ``first_id`` on have not finished yet."""
+        from scheduler.models import Job
+        from scheduler.models.jobs import ACTIVE_STATES
+
+        return Job.objects.filter(pk__gte=first_id, state__in=ACTIVE_STATES).count()
+
     def wait_drained(self, first_id: int, timeout_s: float) -> dict:
         from django.db.models import Count, Max
 
@@ -235,12 +282,21 @@ def run_rota(args) -> dict:
             figures.update(burst_figures(*side.submit_burst(clients, args.submits), clients))
         side.wait_drained(first, 600)
         first = Job.objects.order_by("-id").values_list("id", flat=True).first() + 1
+        cpu_before = side.cpu()
         began = time.time()
-        side.submit_burst(8, args.drain_jobs)
+        drain_jobs = len(side.submit_burst(8, args.drain_jobs)[1])
+        submitted, backlog = time.time(), side.active(first)
         drained = side.wait_drained(first, 900)
+        cpu = delta(cpu_before, side.cpu())
+        figures["drain_cpu_s"] = cpu
+        figures["drain_cpu_ms_per_job"] = round(sum(v for k, v in cpu.items() if "(" not in k) * 1000
+                                                / drain_jobs, 1)
         seconds = drained["last_end"] - began
-        figures.update(drain_jobs=args.drain_jobs, drain_s=round(seconds, 1),
-                       drain_jobs_per_s=round(args.drain_jobs / seconds, 1), drain_states=drained["states"])
+        figures["drain_cycles"] = side.cycles(first)  # that admitted them
+        figures.update(drain_jobs=drain_jobs, drain_s=round(seconds, 1),
+                       drain_jobs_per_s=round(drain_jobs / seconds, 1), drain_states=drained["states"],
+                       **backlog_figures(backlog, drained["last_end"] - submitted))
+        figures["submit_errors_5xx"] = side.errors
         if not args.no_container:
             side.start_agent("container")
             idle, _legs = side.idle_starts(args.idle_jobs, CONTAINER_IMAGE)
