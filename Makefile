@@ -52,7 +52,7 @@ clean:
 # Reliability tiers (tests/reliability, bench/): `make soak` restarts the shared PostgreSQL and Redis and
 # runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min) against
 # gunicorn under production settings, as `make serve` runs the portal.
-.PHONY: soak load latency
+.PHONY: soak load latency bench-peer
 soak: install
 	ROTA_SOAK=1 REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest -s -m soak tests/reliability $(PYTEST_ARGS)
 
@@ -62,3 +62,8 @@ load: install
 # Submit -> running on an idle cluster under make serve's processes, leg by leg (bench/README.md).
 latency: install
 	$(PY) bench/latency.py $(LATENCY_ARGS)
+
+# Rota beside tuned Slurm on this machine, one after the other: drain, idle submit -> running, submits
+# (bench/peer.py; writes var/bench-peer.json; needs root for Slurm's slurmd, ~10 min).
+bench-peer: install
+	$(PY) bench/peer.py $(PEER_ARGS)

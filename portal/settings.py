@@ -135,6 +135,8 @@ CELERY_TASK_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
+# A woken cycle rests after the last one this share (%) of that cycle's time: wake-ups meanwhile go together.
+ROTA_CYCLE_REST_PCT = env_int("ROTA_CYCLE_REST_PCT", 100, minimum=0, maximum=1000)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
 # how often the autoscaler of inference services measures their request rate (scheduler.services.autoscale)
 ROTA_AUTOSCALE_INTERVAL_S = env_int("ROTA_AUTOSCALE_INTERVAL_S", 15, minimum=1, maximum=3600)

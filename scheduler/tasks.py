@@ -1,5 +1,7 @@
 """Celery tasks: thin, named, id-free wrappers over the cycle and node liveness. Safe to run twice."""
 
+import time
+
 from celery import shared_task
 from django.conf import settings
 
@@ -21,11 +23,16 @@ class CycleTask(Task):
 @shared_task(base=CycleTask, name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)
 def run_cycle(wanted: bool = False, **_ignored) -> dict:
     """One scheduling cycle (single-flight: returns at once if another is running). A wake-up whose flag an
-    earlier cycle already answered is skipped; beat's periodic run (``wanted=False``) always runs. After a cycle
-    that ran, a wake-up that came meanwhile (while other tasks found the lock held) is asked for again."""
+    earlier cycle already answered is skipped, and one that comes right after a cycle rests first (as long as
+    that cycle took); beat's periodic run (``wanted=False``) always runs at once. After a cycle that ran, a
+    wake-up that came meanwhile (while other tasks found the lock held) is asked for again."""
     if wanted and not wake.cycle_requested():
         return {"ran": False, "skipped": "answered by an earlier cycle"}
+    if wanted and (rest := wake.cycle_rest_left()):
+        time.sleep(rest)  # the wake-ups of the rest are answered together (scheduler.wake.cycle_rest)
     report = _run_cycle()
+    if report.ran:
+        wake.cycle_rest(sum(report.phases_ms.values()) / 1000 * settings.ROTA_CYCLE_REST_PCT / 100)
     if report.ran and wake.cycle_requested():
         run_cycle.delay()
     elif report.ran and report.reclaim_in_s is not None and report.reclaim_in_s <= 2 * settings.ROTA_CYCLE_INTERVAL_S:

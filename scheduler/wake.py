@@ -8,7 +8,9 @@ into one, and one made while nobody waits is still there when the reader comes (
 - The cycle: a wake-up sets ``CYCLE_WANTED`` before it enqueues the Celery task; the cycle takes it
   (``cycle_claim``) once it holds the single-flight lock, before it reads anything. A task that finds the lock
   held returns at once; the cycle that held it looks at the flag after its commit and asks again
-  (``scheduler.tasks``), so a submit made while a cycle runs never waits for the periodic one.
+  (``scheduler.tasks``), so a submit made while a cycle runs never waits for the periodic one. A woken cycle
+  first rests after the last one as long as that one took (``ROTA_CYCLE_REST_PCT`` of it, ``cycle_rest``): on
+  an idle cluster a few milliseconds; under a busy node's exits, one cycle answers several of them.
 - Nodes: the cycle (starts, stops) and a cancel push ``node_notify`` on commit; a node agent long-polls
   ``POST /api/v1/node/wait/`` (``node_wait``), which returns as soon as its list has an item, and then sends
   its heartbeat, whose answer says what to run.
@@ -27,6 +29,8 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 CYCLE_WANTED = "rota:cycle:wanted"
+CYCLE_REST = "rota:cycle:rest"
+MAX_CYCLE_REST_S = 1.0  # whatever a cycle took, a woken one never waits longer
 NODE_NEWS = "rota:node:{}:news"
 NEWS_TTL_S = 120  # a node that never asks again leaves no key behind
 
@@ -80,6 +84,30 @@ def cycle_requested() -> bool:
         return bool(client.exists(CYCLE_WANTED))
     except redis.RedisError:
         return True
+
+
+def cycle_rest(seconds: float) -> None:
+    """A cycle just ran: a woken cycle waits until ``seconds`` have passed (``cycle_rest_left``), so the wake-ups
+    of that time (a busy node's exits, a burst of submits) are answered by one cycle instead of one each."""
+    client = _client()
+    milliseconds = int(min(seconds, MAX_CYCLE_REST_S) * 1000)
+    if client is None or milliseconds < 1:
+        return
+    try:
+        client.set(CYCLE_REST, 1, px=milliseconds)
+    except redis.RedisError as exc:
+        log.warning("cycle rest not recorded (Redis: %s)", exc)
+
+
+def cycle_rest_left() -> float:
+    """Seconds a woken cycle should still wait (0 when none, or when it cannot be known)."""
+    client = _client()
+    if client is None:
+        return 0.0
+    try:
+        return max(client.pttl(CYCLE_REST), 0) / 1000
+    except redis.RedisError:
+        return 0.0
 
 
 def nodes_notify(node_ids: Iterable[int]) -> None:

@@ -56,6 +56,7 @@ class PortalClient:
         self._token = token
         self._session = session or requests.Session()
         self._session.headers.update({"Authorization": f"Node {token}", "User-Agent": "rota-agent"})
+        self._batch_events = True  # until the portal answers that it has no batch endpoint
         self._wait_session = requests.Session()
         self._wait_session.headers["User-Agent"] = "rota-agent"
 
@@ -81,6 +82,34 @@ class PortalClient:
     def job_event(self, job_id: int, body: dict[str, Any]) -> None:
         """``POST /api/v1/node/jobs/{job_id}/events/``."""
         self._post(f"/api/v1/node/jobs/{job_id}/events/", body)
+
+    def job_events(self, events: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """``POST /api/v1/node/events/``: many ``(job_id, event body)`` in one request; one result per
+        event, ``{"job_id", "state"}`` or, refused, ``{"job_id", "status", "detail"}``. A portal without that
+        endpoint (404, 405), or one refusing the whole request (400: an event it cannot read), gets them one
+        by one, so each refusal is its event's alone. Unavailable or "register": raised, nothing popped."""
+        if self._batch_events:
+            try:
+                answer = self._post("/api/v1/node/events/", {"events": [{"job_id": job_id, **body}
+                                                                         for job_id, body in events]})
+                results = answer.get("results")
+                if isinstance(results, list) and len(results) == len(events):
+                    return results
+                raise PortalUnavailable("/api/v1/node/events/: an answer without one result per event")
+            except PortalRejected as error:
+                if error.status in (404, 405):
+                    log.info("the portal takes job events one by one (no /api/v1/node/events/)")
+                    self._batch_events = False
+                elif error.status != 400:
+                    raise
+        results: list[dict[str, Any]] = []
+        for job_id, body in events:
+            try:
+                self.job_event(job_id, body)
+                results.append({"job_id": job_id})
+            except PortalRejected as error:
+                results.append({"job_id": job_id, "status": error.status, "detail": error.detail})
+        return results
 
     def job_log(self, job_id: int, body: dict[str, Any]) -> None:
         """``POST /api/v1/node/jobs/{job_id}/log/``."""

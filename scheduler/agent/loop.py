@@ -41,6 +41,7 @@ from scheduler.agent.jobs import (
     job_key,
 )
 from scheduler.agent.logship import ship_log
+from scheduler.agent.outbox import flush_outbox
 from scheduler.agent.probes import HealthProbes, ProbeSettings
 from scheduler.agent.wakeups import Wakeups
 from scheduler.agent.wire import iso, register_body, telemetry_entries
@@ -50,7 +51,6 @@ AGENT_STATE_FILE = "agent.json"
 MAX_TELEMETRY_BUFFER = 4000  # rows kept while the portal is away; the oldest go first
 MAX_TELEMETRY_BATCH = 500  # rows per heartbeat
 MAX_REGISTER_BACKOFF_S = 30.0
-FINAL_LOG_BYTES_PER_PASS = 4 * 1024 * 1024  # so a huge log never holds up the heartbeats
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +102,7 @@ class Agent:
         self.portal_lost = False
         self.shutting_down = False
         self._next_heartbeat = 0.0
+        self._next_sample = 0.0  # GPUs are sampled once an interval, not at every heartbeat news brings
         self._next_register = 0.0
         self._register_backoff = 1.0
         self._failures = 0
@@ -167,11 +168,13 @@ class Agent:
         self.portal_lost = False
 
     def heartbeat(self) -> bool:
-        """Sample the GPUs, send one heartbeat and act on its assignments; True when it was answered."""
-        samples, events = self.backend.sample(), self.backend.events()
-        xids = self.health.observe(samples, events)
-        self.telemetry.extend(telemetry_entries(samples, xids))
-        del self.telemetry[:-MAX_TELEMETRY_BUFFER]
+        """Sample the GPUs (once an interval), send a heartbeat, act on its assignments; True if answered."""
+        if self._clock() >= self._next_sample:
+            self._next_sample = self._clock() + self.interval_s
+            samples, events = self.backend.sample(), self.backend.events()
+            xids = self.health.observe(samples, events)
+            self.telemetry.extend(telemetry_entries(samples, xids))
+            del self.telemetry[:-MAX_TELEMETRY_BUFFER]
         batch = self.telemetry[:MAX_TELEMETRY_BATCH]
         self.seq += 1
         self._save_state()
@@ -258,51 +261,9 @@ class Agent:
         return dataclasses.replace(event, address=address, health=health)
 
     def flush_outbox(self) -> None:
-        """Send queued job events in order; an end event first sends the rest of its log."""
-        while self.outbox:
-            event = self.outbox[0]
-            try:
-                if event.log_path and not self._ship_final_log(event):
-                    return  # more log than one pass sends: the rest (and the event) next time
-                self.client.job_event(event.job_id, event.body())
-            except PortalUnavailable as error:
-                log.debug("event for job %s waits: %s", event.job_id, error)
-                return
-            except RegisterRequired:
-                self.registered = False
-                return
-            except PortalRejected as error:
-                log.warning("the portal refused the %s event of job %s: %s", event.type, event.job_id, error)
-            self.outbox.popleft()
-            self.executor.acknowledge(event)
-
-    def _ship_final_log(self, event: JobEvent) -> bool:
-        """Send the rest of an ended attempt's log, a few MiB per pass; True once all of it is sent."""
-
-        def remember(offset: int) -> None:
-            self.outbox[0] = dataclasses.replace(self.outbox[0], log_offset=offset)
-            self.executor.update_unreported(self.outbox[0])
-
-        path = event.log_path or ""
-        for _ in range(2):  # a second pass from 0 when the portal holds less than we thought
-            try:
-                offset = ship_log(
-                    self.client,
-                    event.job_id,
-                    event.attempt,
-                    path,
-                    self.outbox[0].log_offset,
-                    max_bytes=FINAL_LOG_BYTES_PER_PASS,
-                    final=True,
-                    progress=remember,
-                )
-                return not os.path.exists(path) or offset >= os.path.getsize(path)
-            except PortalRejected as error:
-                log.warning("the portal refused the log of job %s: %s", event.job_id, error)
-                if not (error.status == 409 and error.field == "offset"):
-                    return True
-                remember(0)
-        return True
+        """Send queued job events in order, many per request; an end event first sends the rest of its log."""
+        if not flush_outbox(self.outbox, self.client, self.executor):
+            self.registered = False
 
     def ship_logs(self) -> None:
         """Send what running jobs wrote since the last heartbeat."""

@@ -224,6 +224,14 @@ class EventSerializer(serializers.Serializer):
     # started: "starting" when the node probes the service's health (it gets traffic once healthy)
     health = serializers.ChoiceField(choices=["", replica_health.STARTING], required=False, default="")
 
+    def validate(self, attrs):
+        if attrs["type"] == "checkpoint":  # when the file changed, by the node's clock (never in the portal's future)
+            try:
+                attrs["at"] = serializers.DateTimeField().run_validation(attrs.get("at") or None)
+            except ValidationError as exc:
+                raise ValidationError({"at": exc.detail}) from None
+        return attrs
+
 
 class LogSerializer(serializers.Serializer):
     attempt = serializers.IntegerField(min_value=1, max_value=MAX_ATTEMPT)
@@ -299,10 +307,6 @@ class NodeJobEventAPI(NodeAPIView):
     def post(self, request, job_id: int):
         event = self.parsed(request)
         if event["type"] == "checkpoint":  # the job's checkpoint file changed: scheduler/services/checkpoints.py
-            try:  # when the file changed, by the node's clock (the portal never records a time in its future)
-                event["at"] = serializers.DateTimeField().run_validation(event.get("at") or None)
-            except ValidationError as exc:
-                raise ValidationError({"at": exc.detail}) from None
             result = self.call(node_job_checkpoint, node=request.user.node, job_id=job_id, event=event)
             if isinstance(result, Response):
                 return result

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler.api import checkpoints, loans, node, policies, service_keys, services, slurm, views
+from scheduler.api import checkpoints, loans, node, node_events, policies, service_keys, services, slurm, views
 
 urlpatterns = [
     path("jobs/", views.JobListCreateAPI.as_view(), name="api-jobs"),
@@ -37,6 +37,7 @@ urlpatterns = [
     path("node/register/", node.NodeRegisterAPI.as_view(), name="node-register"),
     path("node/heartbeat/", node.NodeHeartbeatAPI.as_view(), name="node-heartbeat"),
     path("node/wait/", node.NodeWaitAPI.as_view(), name="node-wait"),
+    path("node/events/", node_events.NodeJobEventsAPI.as_view(), name="node-job-events"),
     path("node/jobs/<int:job_id>/events/", node.NodeJobEventAPI.as_view(), name="node-job-event"),
     path("node/jobs/<int:job_id>/log/", node.NodeJobLogAPI.as_view(), name="node-job-log"),
     path("node/slurm/accounting/", slurm.NodeSlurmAccountingAPI.as_view(), name="node-slurm-accounting"),

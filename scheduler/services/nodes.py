@@ -330,10 +330,10 @@ def _attempt_over(job_id: int, attempt: int) -> NodeProtocolError:
     return NodeProtocolError(f"attempt {attempt} of job {job_id} is over", status=409, field="attempt")
 
 
-def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
+def node_job_event(*, node: Node, job_id: int, event: dict, wake: bool = True) -> Job:
     """A node reports that a job's processes started, exited or could not start on it. A repeated event
-    about the job's current attempt that the node no longer holds (an answer was lost, see
-    ``_reported_attempt``) is accepted and changes nothing; one about an older attempt is refused (409)."""
+    about the job's current attempt that the node no longer holds (an answer was lost, see ``_reported_attempt``)
+    is accepted, changing nothing; an older attempt's is refused (409). An end wakes the cycle unless ``wake``."""
     kind = event["type"]
     with transaction.atomic():
         now = db_now()
@@ -351,7 +351,7 @@ def node_job_event(*, node: Node, job_id: int, event: dict) -> Job:
         else:
             _end_attempt_on_node(job, node, event, now)
         job.refresh_from_db()
-    if kind != "started":
+    if kind != "started" and wake:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()

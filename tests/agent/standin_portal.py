@@ -34,6 +34,8 @@ class StandInPortal:
         self.refuse_jobs: dict[int, tuple[int, dict[str, Any]]] = {}  # job id -> the answer to its reports
         self.refused: list[tuple[int, str, dict[str, Any]]] = []  # (job id, "events" or "log", body)
         self.last_seq = 0
+        self.batch_events = True  # False: a portal without POST /api/v1/node/events/ (answers 404)
+        self.batches: list[int] = []  # the number of events in each batch request
         self.token = TOKEN  # the one node token it accepts (a test rotates it)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -112,22 +114,35 @@ class StandInPortal:
                     "heartbeat_interval_s": self.interval_s,
                     "assignments": [dict(a) for a in self.assignments.values()],
                 }
+            if path == "/api/v1/node/events/" and self.batch_events:
+                self.batches.append(len(body["events"]))
+                return 200, {"results": [self._event(event.pop("job_id"), event) for event in body["events"]]}
             match = re.fullmatch(r"/api/v1/node/jobs/(\d+)/(events|log)/", path)
             if match is None:
                 return 404, {"detail": "not found"}
             job_id = int(match.group(1))
-            if job_id in self.refuse_jobs:
-                self.refused.append((job_id, match.group(2), body))
+            if job_id in self.refuse_jobs and match.group(2) == "log":
+                self.refused.append((job_id, "log", body))
                 return self.refuse_jobs[job_id]
             if match.group(2) == "events":
-                self.events.append((job_id, body))
-                return 200, {"job_id": job_id}
+                answer = self._event(job_id, body)
+                return answer.get("status", 200), answer
             stored = self.logs.get((job_id, body["attempt"]), b"")
             if body["offset"] > len(stored):
                 return 409, {"detail": "offset past the stored size", "field": "offset"}
             chunk = body["data"].encode()
             self.logs[(job_id, body["attempt"])] = stored + chunk[len(stored) - body["offset"] :]
             return 200, {"size": len(self.logs[(job_id, body["attempt"])])}
+
+
+    def _event(self, job_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One job event (under the lock): recorded, or refused as ``refuse_jobs`` says."""
+        if job_id in self.refuse_jobs:
+            self.refused.append((job_id, "events", body))
+            status, answer = self.refuse_jobs[job_id]
+            return {"job_id": job_id, "status": status, **answer}
+        self.events.append((job_id, body))
+        return {"job_id": job_id}
 
 
 def _handler_for(portal: StandInPortal) -> type[BaseHTTPRequestHandler]:

@@ -1,5 +1,6 @@
 """The executor on real processes: exit codes, logs, environment, stops, time limits, adoption."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -180,5 +181,5 @@ def test_an_unacknowledged_end_event_is_resent_after_a_restart(executor: Executo
 
 def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None:
     executor.start(assignment(1, "sleep 30"))
-    assert '"job_id": 1' in executor.state_path.read_text()
+    assert [job["job_id"] for job in json.loads(executor.state_path.read_text())["jobs"]] == [1]
     assert os.path.exists(executor.jobs["1:1"].log_path)

@@ -189,7 +189,7 @@ def test_a_job_stopped_before_it_started_is_reported_ended_without_running(porta
 def test_a_long_final_log_is_sent_over_several_passes_before_the_end_event(
     portal: StandInPortal, make_agent: MakeAgent, monkeypatch
 ) -> None:
-    monkeypatch.setattr("scheduler.agent.loop.FINAL_LOG_BYTES_PER_PASS", 64 * 1024)
+    monkeypatch.setattr("scheduler.agent.outbox.FINAL_LOG_BYTES_PER_PASS", 64 * 1024)
     portal.assign(1, "head -c 300000 /dev/zero | tr '\\0' x")
     with running(make_agent()):
         wait_until(lambda: portal.events_of(1, "exited"))

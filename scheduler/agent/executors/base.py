@@ -125,17 +125,14 @@ class Executor:
         return self.work_dir / STATE_FILE
 
     def save(self) -> None:
-        """Write the records atomically (called after every change)."""
-        recent = sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:]
-        self.finished = dict(recent)
-        data = {
-            "jobs": [job.to_json() for job in self.jobs.values()],
-            "finished": self.finished,
-            "unreported": [asdict(event) for event in self.unreported.values()],
-        }
+        """Write the records atomically (called after every change; compact: a busy node writes it often)."""
+        if len(self.finished) > FINISHED_KEPT:
+            self.finished = dict(sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:])
+        data = {"jobs": [job.to_json() for job in self.jobs.values()], "finished": self.finished,
+                "unreported": [asdict(event) for event in self.unreported.values()]}
         temporary = self.state_path.with_suffix(".tmp")
         with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(json.dumps(data, indent=1))
+            handle.write(json.dumps(data, separators=(",", ":")))
         os.replace(temporary, self.state_path)
 
     def adopt(self) -> list[JobEvent]:
@@ -392,11 +389,13 @@ class Executor:
             job.log_offset = offset
             self.save()
 
-    def acknowledge(self, event: JobEvent) -> None:
-        """The portal has the end event (or refused it for good): stop keeping it for a resend."""
-        key = job_key(event.job_id, event.attempt)
-        if event.type not in ("started", "checkpoint") and key in self.unreported:
+    def acknowledge(self, *events: JobEvent) -> None:
+        """The portal has these end events (or refused them for good): stop keeping them for a resend."""
+        ends = (e for e in events if e.type not in ("started", "checkpoint"))
+        keys = {job_key(e.job_id, e.attempt) for e in ends} & self.unreported.keys()
+        for key in keys:
             del self.unreported[key]
+        if keys:
             self.save()
 
     def update_unreported(self, event: JobEvent) -> None:
@@ -430,8 +429,10 @@ class Executor:
             procs.signal_group(job.pid, signum)
 
     def _alive(self, job: JobRecord) -> bool:
-        """True while any process of the attempt is left."""
-        return bool(procs.group_members(job.pid))
+        """True while any process of the attempt is left: its shim (our child) running says so without a walk
+        over every process of the host (asked at every pass); once the shim ended, any process it left."""
+        shim_runs = job.key in self._popens and not procs.child_exited(job.pid)
+        return shim_runs or bool(procs.group_members(job.pid))
 
     def _ended(
         self, job: JobRecord, exit_code: int | None, signum: int | None, message: str, started: bool

@@ -26,7 +26,6 @@ import signal
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from scheduler.agent import procs
 from scheduler.agent.checkpoints import CHECKPOINT_ENV, checkpoint_file
 from scheduler.agent.executors import cgroups
 from scheduler.agent.executors.base import Executor, Launch, rota_env
@@ -183,7 +182,7 @@ class ContainerExecutor(Executor):
 
     def _alive(self, job: JobRecord) -> bool:
         """The group (shim and podman) — and, when podman itself was killed, the container it left."""
-        if procs.group_members(job.pid):
+        if super()._alive(job):
             return True
         state = self.podman.inspect(job.container) if job.container else None
         return bool(state and state.get("Running"))

@@ -1,0 +1,50 @@
+"""Job events go to the portal many per request (``POST /api/v1/node/events/``), in order; a portal without
+that endpoint gets them one by one; a refused event is dropped alone."""
+
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.agent.loop import Agent
+from tests.agent.conftest import wait_until
+from tests.agent.standin_portal import StandInPortal
+
+MakeAgent = Callable[..., Agent]
+NODE = {"node": "test-node", "cpus": 8, "memory_mb": 64000, "gpus": [{"model": "a100-40gb", "count": 4}]}
+
+
+def _run_three(portal: StandInPortal, agent: Agent) -> None:
+    """One pass starts three jobs and sends their starts; once all three ended, one flush sends their ends."""
+    for job_id in (1, 2, 3):
+        portal.assign(job_id, f"echo job {job_id}")
+    assert agent.register()
+    agent.step()  # heartbeat: the three start; their started events go
+    assert not agent.outbox
+
+    def ended() -> bool:
+        agent.outbox.extend(agent.executor.poll())
+        return len(agent.outbox) == 3
+
+    wait_until(ended)
+    agent.flush_outbox()
+    assert not agent.outbox and not agent.executor.unreported
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_passes_starts_and_ends_go_together_or_one_by_one_to_an_older_portal(
+        portal: StandInPortal, make_agent: MakeAgent, batch: bool) -> None:
+    portal.batch_events = batch
+    _run_three(portal, make_agent(NODE))
+    assert portal.batches == ([3, 3] if batch else [])
+    for job_id in (1, 2, 3):
+        assert [e["type"] for e in portal.events_of(job_id)] == ["started", "exited"]
+        assert portal.log_text(job_id) == f"job {job_id}\n"  # the log went before its end event
+
+
+def test_an_event_refused_in_a_batch_is_dropped_alone(portal: StandInPortal, make_agent: MakeAgent) -> None:
+    portal.refuse_jobs[2] = (409, {"detail": "attempt 1 of job 2 is over", "field": "attempt"})
+    _run_three(portal, make_agent(NODE))
+    assert [body["type"] for _, kind, body in portal.refused if kind == "events"] == ["started", "exited"]
+    assert [e["type"] for e in portal.events_of(1)] == ["started", "exited"]
+    assert [e["type"] for e in portal.events_of(3)] == ["started", "exited"]
+    assert portal.events_of(2) == []
