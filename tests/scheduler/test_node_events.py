@@ -2,6 +2,7 @@
 judges it, in order, and the cycle woken once for the batch."""
 
 import json
+from datetime import timedelta
 
 import pytest
 import redis
@@ -69,6 +70,23 @@ def test_a_refused_event_is_answered_in_its_place_and_the_others_are_applied(ali
     assert results[1]["status"] == 404 and results[1]["field"] == "job_id"
     assert results[2:] == [{"job_id": job.pk, "state": "running"}, {"job_id": job.pk, "state": "succeeded"}]
     assert Job.objects.get(pk=elsewhere.pk).state == "admitted"
+
+
+def test_a_checkpoint_goes_in_the_batch_before_the_end_of_its_attempt(alice, node_client):
+    [job] = admitted(alice, 1)
+    client = node_client()
+    client.post(URL, {"events": [{"job_id": job.pk, "attempt": 1, "type": "started"}]}, format="json")
+    job.refresh_from_db()
+    at = job.started_at + timedelta(milliseconds=1)
+    events = [{"job_id": job.pk, "attempt": 1, "type": "checkpoint", "at": at.isoformat()},
+              {"job_id": job.pk, "attempt": 1, "type": "exited", "exit_code": 0}]
+    results = client.post(URL, {"events": events}, format="json").json()["results"]
+    assert results == [{"job_id": job.pk, "state": "running", "recorded": True},
+                       {"job_id": job.pk, "state": "succeeded"}]
+    assert Job.objects.get(pk=job.pk).last_checkpoint_at == at
+    bad = client.post(URL, {"events": [{"job_id": job.pk, "attempt": 1, "type": "checkpoint", "at": "soon"}]},
+                      format="json")
+    assert bad.status_code == 400 and "at" in json.dumps(bad.json())
 
 
 @pytest.mark.parametrize("body, field", [
