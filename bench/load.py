@@ -61,6 +61,15 @@ def _rss_mb(pid: int) -> dict[str, float]:
     return {"rss_mb": round(out.get("VmRSS", 0), 1), "peak_rss_mb": round(out.get("VmHWM", 0), 1)}
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -278,6 +287,8 @@ def main() -> int:
     stop = threading.Event()
     agent = [None]  # the real node agent's process, once started
     peak: dict[str, float] = defaultdict(float)  # peak RSS (VmHWM), MiB, of each kind of process
+    web_cpu: dict[int, float] = {}  # CPU seconds of each gunicorn worker
+    web_cpu_at_start: dict[int, float] = {}
 
     def sample_memory():
         while not stop.is_set():
@@ -287,6 +298,8 @@ def main() -> int:
                 for pid in pids:
                     peak[name] = max(peak[name], _rss_mb(pid)["peak_rss_mb"])
             peak["web_workers"] = max(peak["web_workers"], len(workers))
+            for pid in workers:  # the last reading of each worker: its CPU up to then
+                web_cpu[pid] = _cpu_s(pid) or web_cpu.get(pid, 0.0)
             stop.wait(1)
 
     threading.Thread(target=sample_memory, daemon=True).start()
@@ -305,6 +318,7 @@ def main() -> int:
         from scheduler.models.jobs import ACTIVE_STATES
 
         nodes = list(seeded["node_tokens"].items())
+        web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for pid in _children(server.pid)})  # imports done
         drain_started = time.monotonic()
         if args.agent:
             agent[0] = start_agent(*nodes.pop(), base, logs)
@@ -337,6 +351,7 @@ def main() -> int:
     usage_rollup()
     findings = audit()
     states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
+    served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"])
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
@@ -355,7 +370,12 @@ def main() -> int:
                      "p50": round(_pctl(ran_cycles, .5), 1), "max": round(max(ran_cycles, default=0), 1),
                      "mean": round(statistics.fmean(ran_cycles), 1) if ran_cycles else None},
         "drain_s": round(drained, 1) if drained is not None else None,
-        "memory_peak_mb": dict(peak), "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
+        "memory_peak_mb": dict(peak),
+        # the web tier's CPU per request served (API, heartbeats, node events): steadier than latency on a shared
+        # machine, where other work decides how long a request waits for a core
+        "web_cpu_ms_per_request": round(1000 * sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items())
+                                        / max(1, served), 2),
+        "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
         "final_states": states, "audit_findings": findings,
         # nothing lost: every job queued or accepted is there, and every one ended as it should
         "lost": args.jobs + submitted - sum(states.values()),
