@@ -273,8 +273,9 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
                                from_state=JobState.ADMITTED, to_state=JobState.STARTING,
                                cause=f"delivered to node {node.name}")
         # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
-        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked.
-        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING))
+        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked (so a
+        # node that held nothing above has nothing to be told).
+        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING)) if held else []
     if faults:
         from scheduler.tasks import run_cycle
 

@@ -63,10 +63,12 @@ def test_the_job_list_costs_the_same_queries_for_2_or_40_jobs_with_their_allocat
 def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, cluster, node_client):
     node = cluster["nodes"][0]
     client = node_client(node)
+    idle = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json"))
+    assert not any('FROM "scheduler_allocation"' in q.split("WHERE")[0] for q in idle), "nothing held: no lookup"
     _running(alice, 1)
-    one = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json"))
+    one = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 2}, format="json"))
     _running(alice, 3)
-    four = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 2}, format="json"))
+    four = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 3}, format="json"))
     assert len(four) == len(one), four
     assert not any('FROM "scheduler_gpu"' in q for q in four), "no GPU verdicts: the node's GPUs are not read"
 
