@@ -51,7 +51,8 @@ clean:
 
 # Reliability tiers (tests/reliability, bench/): `make soak` restarts the shared PostgreSQL and Redis and
 # runs the long fault tests; `make load` runs the loopback load benchmark (reduced default, < 10 min) against
-# gunicorn under production settings, as `make serve` runs the portal.
+# gunicorn under production settings, as `make serve` runs the portal; `make load LOAD_ARGS="--preset full"`
+# is the issue's size (10,000 pending, 500 nodes, 50 clients; the drain gives up after 15 min).
 .PHONY: soak load latency bench-peer
 soak: install
 	ROTA_SOAK=1 REDIS_URL=$${ROTA_TEST_REDIS_URL:-redis://localhost:6379/15} $(PY) -m pytest -s -m soak tests/reliability $(PYTEST_ARGS)

@@ -10,8 +10,10 @@ emits, submit throughput, API p50/p99 latency, cycle time, time to drain the bac
 and cycle processes, and the invariant auditor's findings at the end (exit 1 if the auditor finds anything or
 the backlog did not drain).
 
-Full size from the issue: ``--jobs 10000 --nodes 500 --clients 50``; ``make load`` runs a reduced default
-that finishes in a few minutes on a 2-core machine.
+Full size from the issue: ``--preset full`` (``--jobs 10000 --nodes 500 --clients 50``, the drain bounded at 15
+minutes: ``make load LOAD_ARGS="--preset full"``); ``make load`` runs a reduced default that finishes in a few
+minutes on a 2-core machine. The traffic (``bench/loadgen.py``) runs in processes of its own; one of the nodes
+is a real node agent (fake GPUs, the process executor) so that its memory under the load is measured too.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from loadgen import Traffic  # noqa: E402
 
 
 def _pctl(values: list[float], q: float) -> float:
@@ -54,6 +59,15 @@ def _rss_mb(pid: int) -> dict[str, float]:
     except FileNotFoundError:
         pass
     return {"rss_mb": round(out.get("VmRSS", 0), 1), "peak_rss_mb": round(out.get("VmHWM", 0), 1)}
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:
@@ -76,6 +90,9 @@ def _env(database_url: str) -> dict[str, str]:
         "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "LOG_LEVEL": "WARNING",
         "REDIS_URL": os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
         "PYTHONUNBUFFERED": "1",
+        # The fake nodes run nothing (they only report): production's refusal of nodes whose executor does not
+        # isolate tenants (ROTA_REQUIRE_ISOLATION) would turn every one of them away with 409.
+        "ROTA_REQUIRE_ISOLATION": "0",
     }
 
 
@@ -186,122 +203,22 @@ def seed(args) -> dict:
     return {"api_tokens": tokens, "node_tokens": node_tokens, "teams": [t.name for t in teams]}
 
 
-# ------------------------------------------------------------------------------------------------------
-# Fake nodes: registered through the node API, heartbeating from a pool of threads.
+def start_agent(name: str, token: str, base: str, logs: Path) -> subprocess.Popen:
+    """A real node agent for node ``name`` (fake GPUs, 8 of them; the process executor runs the jobs' ``true``)."""
+    token_file = logs / "agent.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    work = logs / "agent"
+    subprocess.run(["rm", "-rf", str(work)], check=False)  # a fresh database numbers its jobs from 1 again
+    return subprocess.Popen(
+        [sys.executable, "-m", "scheduler.agent", "--portal", base, "--token-file", str(token_file), "--gpu-backend",
+         "fake", "--profile", "h100x8", "--hostname", name, "--executor", "process", "--work-dir", str(work),
+         "--log-level", "WARNING"], cwd=ROOT, stdout=open(logs / "agent.log", "w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
 
 
-class FakeNode:
-    def __init__(self, name: str, token: str, gpus: int):
-        self.name, self.gpus, self.seq = name, gpus, 0
-        self.headers = {"Authorization": f"Node {token}"}
-        self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
-        self.done: set[tuple[int, int]] = set()
-
-    def register(self, base: str, session: requests.Session) -> None:
-        body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
-                "memory_mb": 512 * 1024,
-                "gpus": [{"index": i, "uuid": f"GPU-{self.name}-{i}", "model": "h100-80gb", "memory_mb": 81559}
-                         for i in range(self.gpus)]}
-        session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
-
-    def beat(self, base: str, session: requests.Session, duration: tuple[float, float], stats) -> None:
-        self.seq += 1
-        started = time.perf_counter()
-        answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
-                              timeout=30)
-        stats["heartbeat"].append((time.perf_counter() - started) * 1000)
-        if answer.status_code == 409:
-            self.register(base, session)
-            return
-        answer.raise_for_status()
-        now = time.monotonic()
-        listed = set()
-        for item in answer.json()["assignments"]:
-            key = (item["job_id"], item["attempt"])
-            listed.add(key)
-            if key in self.done:
-                continue
-            if item["desired"] == "stopped":
-                self._event(base, session, key, {"type": "stopped", "signal": 15}, stats)
-            elif key not in self.running:
-                self._event(base, session, key, {"type": "started", "pid": 1}, stats)
-                self.running[key] = now + random.uniform(*duration)
-        for key, until in list(self.running.items()):
-            if key not in listed:
-                self.running.pop(key)
-            elif until <= now:
-                self._event(base, session, key, {"type": "exited", "exit_code": 0}, stats)
-
-    def _event(self, base, session, key, event, stats) -> None:
-        started = time.perf_counter()
-        response = session.post(f"{base}/api/v1/node/jobs/{key[0]}/events/", json={"attempt": key[1], **event},
-                                headers=self.headers, timeout=30)
-        stats["event"].append((time.perf_counter() - started) * 1000)
-        if event["type"] != "started" or response.status_code >= 400:
-            self.running.pop(key, None)
-            self.done.add(key)
-
-
-def run_nodes(nodes: list[FakeNode], base: str, interval: float, threads: int, duration, stop: threading.Event,
-              stats) -> list[threading.Thread]:
-    def worker(mine: list[FakeNode]) -> None:
-        session = requests.Session()
-        for node in mine:
-            for _ in range(10):
-                try:
-                    node.register(base, session)
-                    break
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-                    time.sleep(1)
-        while not stop.is_set():
-            round_started = time.monotonic()
-            for node in mine:
-                if stop.is_set():
-                    return
-                try:
-                    node.beat(base, session, duration, stats)
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-            stop.wait(max(0.0, interval - (time.monotonic() - round_started)))
-
-    pool = [threading.Thread(target=worker, args=(nodes[i::threads],), daemon=True) for i in range(threads)]
-    for thread in pool:
-        thread.start()
-    return pool
-
-
-# ------------------------------------------------------------------------------------------------------
-# API clients: submit and list.
-
-
-def run_clients(base: str, tokens: list[str], clients: int, requests_each: int, stats) -> float:
-    def client(i: int) -> None:
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
-        for n in range(requests_each):
-            started = time.perf_counter()
-            kind = "submit" if n % 2 == 0 else "list"
-            try:
-                if kind == "submit":
-                    response = session.post(f"{base}/api/v1/jobs/", json={
-                        "name": f"c{i}-{n}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}, timeout=60)
-                else:
-                    response = session.get(f"{base}/api/v1/jobs/?limit=50", timeout=60)
-            except requests.RequestException as exc:  # an overloaded server resets connections: count it
-                stats["api_errors"].append(f"{kind} {type(exc).__name__}")
-                continue
-            stats[kind].append((time.perf_counter() - started) * 1000)
-            if response.status_code >= 500 or response.status_code not in (200, 201):
-                stats["api_errors"].append(f"{kind} {response.status_code}")
-
-    started = time.monotonic()
-    pool = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    return time.monotonic() - started
+# The issue's size, bounded: 10,000 pending, 500 nodes of 8 GPUs, 50 clients; the drain gives up after 15 min.
+PRESETS = {"full": {"jobs": 10000, "nodes": 500, "clients": 50, "drain_timeout": 900.0}}
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -321,6 +238,13 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="heartbeat interval of each node, s")
     parser.add_argument("--job-seconds", type=float, nargs=2, default=(0.5, 3.0), help="simulated run time range")
     parser.add_argument("--drain-timeout", type=float, default=420, help="give up draining after this many s")
+    parser.add_argument("--node-procs", type=int, default=2, help="processes the fake nodes are spread over")
+    parser.add_argument("--client-procs", type=int, default=2, help="processes the API clients are spread over")
+    parser.add_argument("--no-agent", dest="agent", action="store_false",
+                        help="no real node agent (by default one of the nodes is a real agent, fake GPUs and the "
+                             "process executor, for its memory under the load)")
+    parser.add_argument("--preset", choices=tuple(PRESETS), help="full: the issue's size (" +
+                        ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in PRESETS["full"].items()) + ")")
     parser.add_argument("--server", choices=("gunicorn", "runserver"), default="gunicorn",
                         help="the portal as make serve runs it, or Django's development server to compare")
     parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
@@ -329,6 +253,8 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cycle-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for key, value in PRESETS.get(args.preset, {}).items():
+        setattr(args, key, value)
     base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
     database_url = f"{base_url}/{args.database}"
     os.environ.update(_env(database_url))
@@ -359,15 +285,25 @@ def main() -> int:
     threading.Thread(target=lambda: [cycle_ms.append(json.loads(line)) for line in cycles.stdout],
                      daemon=True).start()
     stop = threading.Event()
-    peak = {"server": {}, "cycle": {}}
+    agent = [None]  # the real node agent's process, once started
+    peak: dict[str, float] = defaultdict(float)  # peak RSS (VmHWM), MiB, of each kind of process
+    web_cpu: dict[int, float] = {}  # CPU seconds of each gunicorn worker
+    web_cpu_at_start: dict[int, float] = {}
 
-    def sample_memory():  # gunicorn: its largest worker
+    def sample_memory():
         while not stop.is_set():
-            for name, pids in (("server", _children(server.pid) or [server.pid]), ("cycle", [cycles.pid])):
-                peak[name] = max((_rss_mb(pid) for pid in pids), key=lambda m: m.get("rss_mb", 0)) or peak[name]
+            workers = _children(server.pid)
+            for name, pids in (("web_worker", workers), ("web_master", [server.pid]), ("cycle", [cycles.pid]),
+                               ("agent", [agent[0].pid] if agent[0] else [])):
+                for pid in pids:
+                    peak[name] = max(peak[name], _rss_mb(pid)["peak_rss_mb"])
+            peak["web_workers"] = max(peak["web_workers"], len(workers))
+            for pid in workers:  # the last reading of each worker: its CPU up to then
+                web_cpu[pid] = _cpu_s(pid) or web_cpu.get(pid, 0.0)
             stop.wait(1)
 
     threading.Thread(target=sample_memory, daemon=True).start()
+    traffic = Traffic(base, args)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -381,10 +317,13 @@ def main() -> int:
         from scheduler.models import Job
         from scheduler.models.jobs import ACTIVE_STATES
 
-        nodes = [FakeNode(name, token, args.gpus_per_node) for name, token in seeded["node_tokens"].items()]
+        nodes = list(seeded["node_tokens"].items())
+        web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for pid in _children(server.pid)})  # imports done
         drain_started = time.monotonic()
-        run_nodes(nodes, base, args.interval, args.node_threads, tuple(args.job_seconds), stop, stats)
-        client_s = run_clients(base, seeded["api_tokens"], args.clients, args.requests, stats)
+        if args.agent:
+            agent[0] = start_agent(*nodes.pop(), base, logs)
+        traffic.start_nodes(nodes)
+        client_s = traffic.run_clients(seeded["api_tokens"], stats)
         submitted = len(stats["submit"])
         print(f"clients done in {client_s:.1f} s; draining", flush=True)
         drained = None
@@ -395,7 +334,8 @@ def main() -> int:
             time.sleep(1)
     finally:
         stop.set()
-        for proc in (cycles, server):  # each leads its own process group (gunicorn: with its workers)
+        traffic.stop(stats)
+        for proc in [p for p in (agent[0], cycles, server) if p]:  # each leads its own process group
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(25)
@@ -411,6 +351,7 @@ def main() -> int:
     usage_rollup()
     findings = audit()
     states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
+    served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"])
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
@@ -429,15 +370,23 @@ def main() -> int:
                      "p50": round(_pctl(ran_cycles, .5), 1), "max": round(max(ran_cycles, default=0), 1),
                      "mean": round(statistics.fmean(ran_cycles), 1) if ran_cycles else None},
         "drain_s": round(drained, 1) if drained is not None else None,
-        "memory": peak, "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
+        "memory_peak_mb": dict(peak),
+        # the web tier's CPU per request served (API, heartbeats, node events): steadier than latency on a shared
+        # machine, where other work decides how long a request waits for a core
+        "web_cpu_ms_per_request": round(1000 * sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items())
+                                        / max(1, served), 2),
+        "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
         "final_states": states, "audit_findings": findings,
+        # nothing lost: every job queued or accepted is there, and every one ended as it should
+        "lost": args.jobs + submitted - sum(states.values()),
+        "not_succeeded": sum(n for state, n in states.items() if state != "succeeded"),
     }
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
         for key, value in figures.items():
             print(f"{key:>14}: {value}")
-    return 1 if findings or drained is None or cycle_errors else 0
+    return 1 if findings or drained is None or cycle_errors or figures["lost"] else 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ from django.http import HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import parsers, status
 from rest_framework.exceptions import ParseError
+from rest_framework.fields import Field, SkipField
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.relations import PKOnlyObject
 from rest_framework.response import Response
 
 API_PREFIX = "/api/"
@@ -92,3 +94,51 @@ def server_error(request):
     if is_api(request):
         return JsonResponse({"detail": "A server error occurred."}, status=500)
     return defaults.server_error(request)
+
+
+class PlannedRepresentation:
+    """For output serializers whose fields need no context (no request, no per-call options): render through
+    fields bound once per serializer class, in one prototype instance, instead of the fields DRF deep-copies
+    (a ModelSerializer: builds from the model) for every serializer made. A job's serializer took 3.8 ms to
+    build its ~45 fields and 0.3 ms to render a row, so one submit's answer paid 4 ms and a page of 50 jobs
+    18 ms; the loop below is DRF's own (``Serializer.to_representation``), over the prototype's fields. Fields
+    only read their prototype (``SerializerMethodField`` calls its method there), so threads share it safely;
+    a serializer given a context renders the ordinary way."""
+
+    @classmethod
+    def _planned_fields(cls) -> list[tuple]:
+        """``(name, column, field)`` per readable field; ``column``: the model column the field reads as it is
+        (a plain ``getattr``, DRF's lookup without its checks for mappings, callables and missing relations),
+        None where DRF's own ``get_attribute`` must look (dotted sources, methods, relations)."""
+        planned = cls.__dict__.get("_planned")
+        if planned is None:  # per class (a subclass has fields of its own); two threads may both build it: harmless
+            meta = getattr(cls, "Meta", None)
+            model = getattr(meta, "model", None)
+            columns = {f.attname for f in model._meta.concrete_fields if not f.is_relation} if model else set()
+            planned = []
+            for field in cls()._readable_fields:
+                plain = (len(field.source_attrs) == 1 and field.source_attrs[0] in columns
+                         and type(field).get_attribute is Field.get_attribute)
+                planned.append((field.field_name, field.source_attrs[0] if plain else None, field))
+            cls._planned = planned
+        return planned
+
+    def to_representation(self, instance):
+        if self._context:
+            return super().to_representation(instance)
+        planned = self._planned_fields()
+        model = self.Meta.model if hasattr(self, "Meta") else None
+        columns = model is not None and isinstance(instance, model)  # else (a mapping, say) DRF's lookup for all
+        ret = {}
+        for name, column, field in planned:
+            if column is not None and columns:
+                value = getattr(instance, column)
+                ret[name] = None if value is None else field.to_representation(value)
+                continue
+            try:  # DRF's own steps (``Serializer.to_representation``)
+                attribute = field.get_attribute(instance)
+            except SkipField:
+                continue
+            check_for_none = attribute.pk if isinstance(attribute, PKOnlyObject) else attribute
+            ret[name] = None if check_for_none is None else field.to_representation(attribute)
+        return ret

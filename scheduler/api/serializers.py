@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.api import PlannedRepresentation
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Job, JobArray, JobTransition, Node, PriorityClass
 from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES, RETRY_KINDS
@@ -119,8 +120,9 @@ class TransitionSerializer(serializers.ModelSerializer):
         fields = ["from_state", "to_state", "at", "cause", "actor", "details"]
 
 
-class JobSerializer(serializers.ModelSerializer):
-    """A job as clients see it (the contract in DESIGN.md)."""
+class JobSerializer(PlannedRepresentation, serializers.ModelSerializer):
+    """A job as clients see it (the contract in DESIGN.md). Rendered through fields bound once (see
+    ``PlannedRepresentation``): every method field here reads the job alone, never the context."""
 
     team = serializers.CharField(source="team.name")
     submitted_by = serializers.CharField(source="submitted_by.username")

@@ -52,3 +52,24 @@ def job_transition(
     )
     job_transitioned.send(sender=JobTransition, transition=transition)
     return True
+
+
+def jobs_transition_locked(job_ids: list[int], *, from_state: str, to_state: str, cause: str,
+                           at: datetime) -> list[int]:
+    """``job_transition`` for many jobs at once, in two statements: those of ``job_ids`` still in ``from_state``
+    move to ``to_state`` (the caller holds their rows locked, as a heartbeat does its node's jobs) and each move
+    is recorded. Returns the ids moved. Not for an end (``job_transition`` clears an ending job's reasons)."""
+    if to_state in FINAL_STATES:
+        raise ValueError(f"{to_state} is an end: use job_transition")
+    if not job_ids:
+        return []
+    marks = ", ".join(["%s"] * len(job_ids))
+    with connection.cursor() as cursor:  # one UPDATE that says which rows it moved
+        cursor.execute(f'UPDATE "{Job._meta.db_table}" SET "state" = %s WHERE "id" IN ({marks}) AND "state" = %s '
+                       'RETURNING "id"', [to_state, *job_ids, from_state])
+        moved = sorted(row[0] for row in cursor.fetchall())
+    for transition in JobTransition.objects.bulk_create(
+            JobTransition(job_id=job_id, from_state=from_state, to_state=to_state, at=at, cause=cause[:300], details={})
+            for job_id in moved):
+        job_transitioned.send(sender=JobTransition, transition=transition)
+    return moved

@@ -182,8 +182,8 @@ def job_request_build(
         team_obj = allowed.filter(pk=team.pk).first()
     elif team:
         team_obj = allowed.filter(name=team).first()
-    elif allowed.count() == 1:
-        team_obj = allowed.first()
+    elif len(only := list(allowed[:2])) == 1:  # one query: the team when it is the user's only one
+        team_obj = only[0]
     if team_obj is None:
         errors["team"] = (
             "you are not a member of that team" if team else "choose a team (you belong to several or none)"
@@ -250,7 +250,7 @@ def job_request_build(
                           "the month ends")
     elif budget and budget[0] == Budget.LOWER:
         lowest = PriorityClass.objects.usable_by(team_obj).order_by("value").first()
-        pc_name = lowest.name if lowest else pc_name  # ``job_submit`` records why
+        pc_name = lowest.name if lowest else pc_name
     pc = PriorityClass.objects.filter(name=pc_name).first()
     if pc is None:
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
@@ -275,7 +275,7 @@ def job_request_build(
     if preemptible is None:
         preemptible = pc.preemptible if priority_class else defaults.preemptible
 
-    return Job(
+    job = Job(
         team=team_obj, submitted_by=user, name=name, kind=kind, command=command, image=image,
         gpus=gpus, gpu_fraction=gpu_fraction, gpu_model=model_obj, gpu_memory_gb=gpu_memory_gb or 0,
         cpus=cpus or 0, memory_gb=memory_gb or 0, nodes=nodes, pool=pool_obj, node_labels=labels,
@@ -285,6 +285,8 @@ def job_request_build(
         retry_backoff_s=retry_backoff_s,
         **waiting_for_cycle(),
     )
+    job.lowered_by_budget = budget[1] if budget and budget[0] == Budget.LOWER else ""  # ``job_submit`` says why
+    return job
 
 
 def _retry_errors(errors: dict, max_retries, retry_on, backoff_s) -> None:
@@ -326,10 +328,8 @@ def job_submit(*, user, **request) -> Job:
     """Validate a request (see ``job_request_checked``) and queue it as a pending job of its team; nothing
     is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
     job, deps = job_request_checked(user=user, **request)
-    budget = budget_action(job.team)
-    cause = "submitted"
-    if budget and budget[0] == Budget.LOWER:
-        cause = f"submitted at priority class {job.priority_class.name}: {budget[1]}"[:300]
+    cause = (f"submitted at priority class {job.priority_class.name}: {job.lowered_by_budget}"[:300]
+             if job.lowered_by_budget else "submitted")
     with transaction.atomic():
         now = db_now()
         job.save()

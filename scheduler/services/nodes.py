@@ -17,7 +17,7 @@ from scheduler.models import Allocation, Gpu, GpuModel, Job, JobLog, Node, Sched
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
 from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
 from scheduler.services import runtime
-from scheduler.services.common import db_now, job_transition
+from scheduler.services.common import db_now, job_transition, jobs_transition_locked
 from scheduler.services.lost_work import preemption_complete
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.replica_health import restart_cause
@@ -220,12 +220,11 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
         if alloc.share < 1:  # a fraction of a GPU: the job learns its share and the memory it may use
             entry["env"]["ROTA_GPU_FRACTION"] = f"{alloc.share:g}"
             entry["env"]["ROTA_GPU_MEMORY_LIMIT_MB"] = str(int(alloc.share * alloc.gpu.memory_mb))
-    # Members of a multi-node gang learn their peers: node names in a stable order and their own rank.
+    # Members of a multi-node gang (a job not all here) learn their peers: node names in order, their own rank.
     peers: dict[int, list[str]] = {}
-    for job_id, name in (
-        Allocation.objects.filter(job_id__in=by_job, ended_at__isnull=True).values_list("job_id", "node__name")
-        .distinct().order_by("job_id", "node__name")
-    ):
+    spread = [job_id for job_id, entry in by_job.items() if len(entry["gpus"]) < jobs[job_id][0].gpus]
+    rows = Allocation.objects.filter(job_id__in=spread, ended_at__isnull=True).values_list("job_id", "node__name")
+    for job_id, name in rows.distinct().order_by("job_id", "node__name"):
         peers.setdefault(job_id, []).append(name)
     node_gpus = None  # counted once, for the first job on a share of a GPU
     for job_id, entry in by_job.items():
@@ -274,13 +273,13 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
                 run_cycle.delay_on_commit()
                 return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": [],
                         "node_state": node_state_view(node, engine)}
-        for job_id, state in held:
-            if state == JobState.ADMITTED:
-                job_transition(job_id, from_states=(JobState.ADMITTED,), to_state=JobState.STARTING,
-                               cause=f"delivered to node {node.name}", at=now)
+        jobs_transition_locked([job_id for job_id, state in held if state == JobState.ADMITTED], at=now,
+                               from_state=JobState.ADMITTED, to_state=JobState.STARTING,
+                               cause=f"delivered to node {node.name}")
         # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
-        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked.
-        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING))
+        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked (so a
+        # node that held nothing above has nothing to be told).
+        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING)) if held else []
     if faults:
         from scheduler.tasks import run_cycle
 

@@ -110,6 +110,8 @@ def health_update(*, node: Node, reports: list[dict], now: datetime) -> list[str
     """Apply the agent's health verdicts. A GPU turning unhealthy is taken out of scheduling, its node
     becomes ``unhealthy`` with the reason ("XID 79 on GPU 3"), and the jobs on it are asked to stop and
     are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults."""
+    if not reports:  # most heartbeats carry no verdicts: no need to read the node's GPUs
+        return []
     gpus = _node_gpus(node)
     faults = []
     for i, item in enumerate(reports):

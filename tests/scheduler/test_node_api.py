@@ -275,13 +275,13 @@ def test_a_job_preempted_while_a_heartbeat_waits_for_its_row_is_told_to_stop(ali
     client = node_client()
     client.post("/api/v1/node/register/", H100_REPORT, format="json")
     job = admitted_job(alice, gpus=1)
-    real = nodes.job_transition
+    real = nodes.jobs_transition_locked
 
-    def cycle_preempts_first(job_id, **kw):
-        Job.objects.filter(pk=job_id).update(stop_reason="preempt")  # what the cycle committed meanwhile
-        return real(job_id, **kw)
+    def cycle_preempts_first(job_ids, **kw):
+        Job.objects.filter(pk__in=job_ids).update(stop_reason="preempt")  # what the cycle committed meanwhile
+        return real(job_ids, **kw)
 
-    monkeypatch.setattr(nodes, "job_transition", cycle_preempts_first)
+    monkeypatch.setattr(nodes, "jobs_transition_locked", cycle_preempts_first)
     [assignment] = beat(client, 1).json()["assignments"]
     assert assignment["job_id"] == job.pk and assignment["desired"] == "stopped"
     assert assignment["stop_reason"] == "preempt"

@@ -1,0 +1,141 @@
+"""Where an API request's time goes, in-process: ``python bench/api_profile.py [--jobs N] [--requests R]``.
+
+On a scratch database (``rota_api_profile`` by default, dropped and re-created; never the dev or test one) it
+seeds the load test's world (``bench/load.py``: teams, users with API tokens, nodes with their tokens, N pending
+jobs; the nodes registered, a few jobs running on them), then sends the requests that ``make load`` sends
+through Django's test client under the production settings (no HTTP, no server: the request path alone):
+submit (``POST /api/v1/jobs/``), the job list (``GET /api/v1/jobs/?limit=50``) and a node's heartbeat. For each
+it prints the SQL queries per request (counted by an execute wrapper), the median and p90 time of R requests
+and the median CPU time this process spent on one (the portal's side of it, PostgreSQL's excluded: steadier than
+wall time on a shared machine);
+``--profile KIND`` adds cProfile's top functions for that kind (cumulative time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from load import _env, seed, setup_database  # noqa: E402
+
+KINDS = ("submit", "list", "heartbeat")
+
+
+def _requests(client, tokens: dict, node: tuple[str, str]):
+    """One request of each kind, as a function returning its status code."""
+    api = {"HTTP_AUTHORIZATION": f"Token {tokens['api_tokens'][0]}"}
+    node_auth = {"HTTP_AUTHORIZATION": f"Node {node[1]}"}
+    count = iter(range(10**9))
+    seq = iter(range(1, 10**9))
+
+    def submit():
+        body = {"name": f"p-{next(count)}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}
+        return client.post("/api/v1/jobs/", body, content_type="application/json", **api).status_code
+
+    def listing():
+        return client.get("/api/v1/jobs/?limit=50", **api).status_code
+
+    def heartbeat():
+        return client.post("/api/v1/node/heartbeat/", {"seq": next(seq)}, content_type="application/json",
+                           **node_auth).status_code
+
+    return {"submit": submit, "list": listing, "heartbeat": heartbeat}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10000, help="pending jobs queued first (make load: 10000)")
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=100, help="requests of each kind timed")
+    parser.add_argument("--profile", choices=KINDS, action="append", default=[])
+    parser.add_argument("--profile-lines", type=int, default=45, help="functions shown per profile")
+    parser.add_argument("--database", default="rota_api_profile")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
+    database_url = f"{base_url}/{args.database}"
+    os.environ.update(_env(database_url))
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0"})
+    setup_database(database_url, args.database)
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from scheduler.cycle import run_cycle
+
+    setup_test_environment()  # the test client's response hooks; DEBUG stays off
+    seeded = seed(SimpleNamespace(jobs=args.jobs, nodes=args.nodes, gpus_per_node=8, teams=10, guaranteed=0.0))
+    client = Client()
+    node = next(iter(seeded["node_tokens"].items()))
+    for name, token in seeded["node_tokens"].items():  # registered, so the cycle places work on them
+        body = {"hostname": name, "agent_version": "profile", "gpu_backend": "fake", "cpus": 64,
+                "memory_mb": 512 * 1024, "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "h100-80gb",
+                                                   "memory_mb": 81559} for i in range(8)]}
+        client.post("/api/v1/node/register/", body, content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Node {token}")
+    run_cycle()  # some of the backlog runs: heartbeats carry assignments, the list shows allocations
+    calls = _requests(client, seeded, node)
+    figures = {}
+    for kind in KINDS:
+        call = calls[kind]
+        for _ in range(3):  # warm: imports, first connection
+            call()
+        queries: list[str] = []
+
+        def counted(execute, sql, params, many, context, seen=queries):
+            seen.append(sql)
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(counted):
+            status = call()
+        times, cpu = [], []
+        for _ in range(args.requests):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            call()
+            times.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - cpu_started) * 1000)
+        times.sort()
+        figures[kind] = {"status": status, "queries": len(queries), "median_ms": round(statistics.median(times), 2),
+                         "p90_ms": round(times[int(0.9 * len(times))], 2),
+                         "cpu_ms": round(statistics.median(cpu), 2),
+                         "sql": [q[:160] for q in queries]}
+        if kind in args.profile:
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(args.requests):
+                call()
+            profile.disable()
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(args.profile_lines)
+            figures[kind]["profile"] = out.getvalue()
+    if args.json:
+        print(json.dumps({k: {x: y for x, y in v.items() if x != "profile"} for k, v in figures.items()}, indent=2))
+        return 0
+    for kind, f in figures.items():
+        print(f"{kind:>10}: HTTP {f['status']}, {f['queries']} queries, median {f['median_ms']} ms, "
+              f"p90 {f['p90_ms']} ms; this process's CPU {f['cpu_ms']} ms (median)")
+        for sql in f["sql"]:
+            print(f"{'':>12}{sql}")
+        if "profile" in f:
+            print(f["profile"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

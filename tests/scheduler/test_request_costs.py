@@ -1,0 +1,106 @@
+"""What the busiest requests cost in queries (submit, the job list, a node's heartbeat): a fixed number however
+many jobs there are, so an N+1 that comes back fails here; and the job rendering that skips DRF's per-request
+field building gives exactly DRF's own answer."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework import serializers
+
+from scheduler.api.serializers import JobDetailSerializer, JobSerializer
+from scheduler.cycle import run_cycle
+from scheduler.models import Job
+from scheduler.models.jobs import PREFETCHED_ALLOCATIONS
+from scheduler.services.jobs import job_submit
+from tests.factories import GpuFactory, NodeFactory
+
+pytestmark = pytest.mark.django_db
+
+VALID = {"name": "resnet", "command": "python train.py", "gpus": 1, "gpu_model": "h100-80gb"}
+
+
+def _queries(call) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        response = call()
+    assert response.status_code in (200, 201), response.content
+    return [q["sql"] for q in captured.captured_queries]
+
+
+def _running(user, count: int, **kw) -> list[Job]:
+    jobs = [job_submit(user=user, name=f"j{i}", command="true", gpu_model="h100-80gb", **kw) for i in range(count)]
+    run_cycle()
+    return jobs
+
+
+def test_a_submit_costs_the_same_few_queries_whatever_the_queue_holds(api, alice):
+    client = api(alice)
+    first = _queries(lambda: client.post("/api/v1/jobs/", VALID, format="json"))
+    _running(alice, 4)
+    for i in range(20):
+        job_submit(user=alice, name=f"queued{i}", command="true", gpu_model="h100-80gb")
+    later = _queries(lambda: client.post("/api/v1/jobs/", VALID, format="json"))
+    assert len(later) == len(first), later
+    # the user's team (once), GPU model, kinds' images, pools, budget, priority class, clock, job, transition,
+    # and the transaction's savepoint or BEGIN/COMMIT as the test's transaction makes them
+    assert len(later) <= 12, later
+
+
+def test_the_job_list_costs_the_same_queries_for_2_or_40_jobs_with_their_allocations(api, alice, cluster):
+    for i in range(4):  # room for 40 one-GPU jobs, every one of them running with its allocation
+        node = NodeFactory(name=f"node-x{i}", pool=cluster["pool"])
+        for k in range(8):
+            GpuFactory(node=node, index=k, model=cluster["h100"], uuid=f"GPU-x{i}-{k}")
+    cluster["vision"].quotas.update(limit=64)
+    client = api(alice)
+    _running(alice, 2)
+    few = _queries(lambda: client.get("/api/v1/jobs/"))
+    _running(alice, 38)
+    assert Job.objects.filter(allocations__isnull=False).distinct().count() >= 30
+    many = _queries(lambda: client.get("/api/v1/jobs/"))
+    assert len(many) == len(few) <= 4, many  # count, the page, its allocations (node, GPU, model joined)
+
+
+def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, cluster, node_client):
+    node = cluster["nodes"][0]
+    client = node_client(node)
+    idle = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 1}, format="json"))
+    assert not any('FROM "scheduler_allocation"' in q.split("WHERE")[0] for q in idle), "nothing held: no lookup"
+    _running(alice, 1)
+    one = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 2}, format="json"))
+    _running(alice, 3)
+    four = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 3}, format="json"))
+    assert len(four) == len(one), four
+    assert not any('FROM "scheduler_gpu"' in q for q in four), "no GPU verdicts: the node's GPUs are not read"
+
+
+def test_a_gang_member_still_learns_its_peers(alice, cluster, node_client):
+    """Peers are looked up only for a job with GPUs elsewhere: a job wholly on this node has none to ask for."""
+    second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
+    for i in range(4):
+        GpuFactory(node=second, index=i, model=cluster["h100"], uuid=f"GPU-h100-b{i}")
+    gang = job_submit(user=alice, name="gang", command="torchrun", gpu_model="h100-80gb", gpus=4, nodes=2)
+    run_cycle()
+    answer = node_client(second).post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").json()
+    [assignment] = [a for a in answer["assignments"] if a["job_id"] == gang.pk]
+    assert assignment["env"]["ROTA_NODES"] == "node-h100,node-h100-b"
+    assert assignment["env"]["ROTA_NODE_RANK"] == "1" and assignment["env"]["ROTA_NUM_NODES"] == "2"
+
+
+@pytest.mark.parametrize("serializer", [JobSerializer, JobDetailSerializer])
+def test_the_planned_rendering_is_drfs_own_answer(alice, cluster, serializer):
+    from decimal import Decimal
+
+    _running(alice, 2)
+    job_submit(user=alice, name="slice", command="x", gpu_model="h100-80gb", gpu_fraction=Decimal("0.25"),
+               env={"A": "1"}, node_labels={"zone": "a"})
+    job_submit(user=alice, name="any model", command="x", time_limit_minutes=5)  # no model: nulls through sources
+    run_cycle()
+    jobs = list(Job.objects.select_related("team", "submitted_by", "gpu_model", "priority_class", "pool")
+                .prefetch_related("transitions__actor", "allocations__node", "allocations__gpu__model"))
+    for job in jobs:
+        setattr(job, PREFETCHED_ALLOCATIONS, list(job.allocations.all()))
+    plain = serializers.ModelSerializer.to_representation  # DRF's own loop over freshly built fields
+    assert any(job.all_allocations() for job in jobs) and any(job.gpu_model is None for job in jobs)
+    for job in jobs:
+        assert serializer(job).data == plain(serializer(job), job)
+    assert serializer(jobs, many=True).data == [plain(serializer(job), job) for job in jobs]
