@@ -79,11 +79,13 @@ def req_devices(job: JobInfo) -> int:
 
 
 def victim_order(rec: Running, borrowed: bool, now: float) -> tuple:
-    """Preference among victims: borrowed first, lowest priority, most recent start, least lost work."""
+    """Preference among victims: borrowed first, lowest priority, then the least work lost: the shortest time
+    since its last checkpoint, or since its start when it has none (so, without checkpoints, the most recent
+    start), then the most recent start."""
     job = rec.job
     started = job.started_at if job.started_at is not None else now
     since = job.last_checkpoint_at if job.last_checkpoint_at is not None else started
-    return (0 if borrowed else 1, job.priority, -started, now - since, job.id)
+    return (0 if borrowed else 1, job.priority, now - since, -started, job.id)
 
 
 def eligible(rec: Running, classes: dict[str, PriorityClassInfo], now: float, taken: set[int]) -> bool:

@@ -98,6 +98,18 @@ def test_it_counts_lost_work_from_the_last_checkpoint():
     assert d.preemptions[0].gpu_seconds_lost == 300 * 2
 
 
+def test_it_preempts_the_job_that_loses_the_least_work_since_its_checkpoint_not_the_youngest():
+    saved = running(1, "vision", gpu_ids(N1, 4), priority=100, started_at=0, last_checkpoint_at=960)
+    young = running(4, "vision", gpu_ids(N1, 4, start=4), priority=100, started_at=100)  # past its min runtime
+    s = snap([N1], [saved, young, JobInfo(2, "vision", gpus=4, priority=500)], [quota("vision", limit=8)])
+    d = schedule(s)
+    assert [p.job_id for p in d.preemptions] == [1]  # 40 s lost since its checkpoint, against 900 s
+    assert d.preemptions[0].gpu_seconds_lost == (s.now - 960) * 4
+    without = schedule(snap([N1], [replace(saved, last_checkpoint_at=None), young,
+                                   JobInfo(2, "vision", gpus=4, priority=500)], [quota("vision", limit=8)]))
+    assert [p.job_id for p in without.preemptions] == [4]  # no checkpoint: the most recent start loses least
+
+
 def test_it_never_preempts_when_the_job_still_would_not_fit():
     jobs = [running(1, "vision", gpu_ids(N1, 2), priority=100), running(2, "nlp", gpu_ids(N1, 6, start=2)),
             JobInfo(3, "vision", gpus=4, priority=500)]

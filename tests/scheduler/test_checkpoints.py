@@ -140,8 +140,8 @@ def test_without_a_checkpoint_the_whole_attempt_is_lost(alice, node_client):
 def test_the_live_cycle_preempts_the_job_that_loses_the_least_work(alice, node_client):
     """Two equal batch jobs of vision, started together an hour ago, fill the node; one saved its work a
     minute ago. A training job needs two GPUs: the cycle stops the one that checkpointed, which loses a
-    minute, not the other's hour. (The engine ranks the most recently started victim first and lost work
-    after it: between jobs started at different times the start decides.)"""
+    minute, not the other's hour. (Among victims of one priority the engine ranks the least work lost since
+    a checkpoint, or the start, first: tests/core/test_preemption.py has jobs started at different times.)"""
     client = node_client()
     saved = running(alice, client, gpus=2, priority_class="batch", name="saved")
     unsaved = running(alice, client, gpus=2, priority_class="batch", name="unsaved")
