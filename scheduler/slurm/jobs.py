@@ -104,7 +104,7 @@ def run_as(assignment: dict) -> tuple[int, int]:
 def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], output: str,
                 partition: str | None, as_team: bool = False) -> list[str]:
     """``sbatch`` pinned to what Rota chose: the node, the GPUs' GRES type and count, CPUs, memory and time
-    limit, named by the attempt's comment, never requeued by Slurm (a node failure ends the attempt; Rota
+    limit, charged to its team's account, named by the attempt's comment, never requeued by Slurm (a node failure ends the attempt; Rota
     requeues it as a new attempt, whatever the site's ``JobRequeue``). With ``as_team`` (a bridge running as
     root) the job runs as its team's uid and gid (``--uid``/``--gid``; Slurm needs both to resolve on its
     hosts) in ``/tmp``. The script comes on stdin (``batch_script``)."""
@@ -126,6 +126,9 @@ def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], outp
         argv += [f"--uid={uid}", f"--gid={gid}", "--chdir=/tmp"]
     if partition:
         argv.append(f"--partition={partition}")
+    team = (assignment.get("run_as") or {}).get("team")
+    if team:  # the team as Slurm's account: squeue, sacct and the completion log show whose job it is
+        argv.append(f"--account={team}")
     if counts:
         argv.append("--gres=" + ",".join(f"gpu:{t}:{n}" if t else f"gpu:{n}" for t, n in sorted(counts.items())))
     limits = assignment.get("limits") or {}  # the job's request on this node (null: none)

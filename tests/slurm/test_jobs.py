@@ -19,6 +19,13 @@ def test_sbatch_is_pinned_to_the_node_gpus_cpus_memory_and_time_rota_chose():
                     "--cpus-per-task=4", "--mem=8192M", "--time=61"]
 
 
+def test_sbatch_charges_the_jobs_team_as_its_account():
+    assignment = {**ASSIGNMENT, "run_as": {"uid": 20001, "gid": 20001, "team": "vision"}}
+    argv = sbatch_argv(assignment, node="n1", gres_types={"U0": "h100", "U1": "h100"}, output="o", partition=None,
+                       as_team=True)
+    assert "--account=vision" in argv and "--uid=20001" in argv and "--gid=20001" in argv
+
+
 def test_a_fraction_of_a_gpu_or_a_gpu_not_on_the_node_cannot_be_launched():
     shared = {**ASSIGNMENT, "gpus": [{"index": 0, "uuid": "U0", "share": 0.5}]}
     with pytest.raises(LaunchError, match="fraction of a GPU"):
