@@ -7,7 +7,7 @@ import math
 import shlex
 from pathlib import Path
 
-from portal.cli_client import Client, CliError, client_from_config, print_json, print_table
+from portal.cli_client import ApiError, Client, CliError, client_from_config, print_json, print_table
 
 SCRIPT_PREFIX = "#ROTA"
 # CLI flag (dest) -> API field for ``rota submit``.
@@ -117,6 +117,12 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
     data["command"] = command_text
     fallback = command[0] if command else (args.template if getattr(args, "template", None) else "job")
     data.setdefault("name", fallback.rsplit("/", 1)[-1][:100])
+    env = service_env(data, template, getattr(args, "env", None) or [], getattr(args, "health_path", None))
+    if env:
+        data["env"] = env
+    replicas = getattr(args, "replicas", None)
+    if replicas is not None:
+        return submit_replicas(args, data, replicas)
     job = client_from_config().post("/api/v1/jobs/", data)
     if args.json:
         print_json(job)
@@ -125,6 +131,49 @@ def cmd_submit(args, parser: argparse.ArgumentParser) -> int:
               f"{job['ids'][0]}-{job['ids'][-1]}, to team {job['team']}")
     else:
         print(f"Submitted job {job['id']} ({job['name']}) to team {job['team']}: {job['state']}")
+    return 0
+
+
+def service_env(data: dict, template: dict, pairs: list[str], health_path: str | None) -> dict:
+    """The job's environment: the template's, then each ``--env KEY=VALUE``, then an inference service's
+    ``--health-path`` (``ROTA_HEALTH_PATH``, which its node probes)."""
+    env = dict(template.get("env") or {})
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"env: give KEY=VALUE; got {pair!r}")
+        env[key] = value
+    if health_path is not None:
+        if data.get("kind") != "inference":
+            raise CliError("health_path: only an inference service (--kind inference) is probed")
+        if not health_path.startswith("/"):
+            raise CliError(f"health_path: must start with /; got {health_path!r}")
+        env["ROTA_HEALTH_PATH"] = health_path
+    return env
+
+
+def submit_replicas(args, data: dict, replicas: int) -> int:
+    """An inference service of ``replicas`` jobs ``<name>-1`` … ``<name>-N``: the first submitted, the others
+    made by scaling the service to N (``POST /api/v1/services/<team>/<name>/scale/``), as its page does."""
+    if data.get("kind") != "inference":
+        raise CliError("replicas: only an inference service (--kind inference) has replicas")
+    if replicas < 1:
+        raise CliError(f"replicas: must be at least 1; got {replicas}")  # the most: the portal's limit (scale)
+    client = client_from_config()
+    service = data["name"][:96]
+    first = client.post("/api/v1/jobs/", {**data, "name": f"{service}-1"})
+    scaled = {"started": []}
+    if replicas > 1:
+        try:
+            scaled = client.post(f"/api/v1/services/{first['team']}/{service}/scale/", {"replicas": replicas})
+        except ApiError:  # all or none: the first replica goes too
+            client.post(f"/api/v1/jobs/{first['id']}/cancel/")
+            raise
+    if args.json:
+        print_json({"service": service, "team": first["team"], "ids": [first["id"], *scaled["started"]]})
+    else:
+        ids = ", ".join(f"#{i}" for i in [first["id"], *scaled["started"]])
+        print(f"Submitted inference service {first['team']}/{service}: {replicas} replicas ({ids})")
     return 0
 
 
@@ -158,4 +207,8 @@ def add_submit_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-on", type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
                    help="ends to retry, comma-separated: node-lost, failed, start-failed, timed-out")
     p.add_argument("--retry-backoff", type=int, help="seconds before the first retry (doubling after)")
+    p.add_argument("--env", action="append", metavar="KEY=VALUE", help="an environment variable of the job "
+                                                                     "(repeat for more)")
+    p.add_argument("--replicas", type=int, help="an inference service: run this many replicas (NAME-1 … NAME-N)")
+    p.add_argument("--health-path", help="an inference service: the path its node probes, e.g. /health")
     p.add_argument("--array", help='a job array: one task per index, e.g. 0-99, 1,3,5 or 0-99%%8 (at most 8 at once)')

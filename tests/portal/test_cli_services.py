@@ -34,3 +34,22 @@ def test_it_shows_scales_and_autoscales_a_service(rota, alice, charlie, capsys):
     assert rota(charlie, "service", "scale", "vision/llm", "3") == 1
     assert rota(charlie, "service", "show", "vision/llm") == 1
     assert Job.objects.filter(state="pending").count() == 1
+
+
+def test_rota_submit_makes_a_probed_service_of_several_replicas(rota, alice, capsys):  # noqa: F811
+    assert rota(alice, "submit", "--kind", "inference", "--name", "llm", "--gpu-model", "h100-80gb", "--replicas",
+                "3", "--health-path", "/health", "--env", "MODEL=tiny", "--", "python3", "serve.py") == 0
+    assert "Submitted inference service vision/llm: 3 replicas" in out_of(capsys)[0]
+    jobs = Job.objects.filter(kind="inference").order_by("name")
+    assert [j.name for j in jobs] == ["llm-1", "llm-2", "llm-3"]
+    assert all(j.env == {"MODEL": "tiny", "ROTA_HEALTH_PATH": "/health"} for j in jobs)
+    assert rota(alice, "submit", "--kind", "training", "--replicas", "2", "--", "train") == 1
+    assert "replicas: only an inference service" in out_of(capsys)[1]
+    assert rota(alice, "submit", "--kind", "inference", "--health-path", "health", "--", "serve") == 1
+    assert "health_path: must start with /" in out_of(capsys)[1]
+    assert rota(alice, "submit", "--kind", "inference", "--env", "NOVALUE", "--", "serve") == 1
+    assert "env: give KEY=VALUE" in out_of(capsys)[1]
+    assert rota(alice, "submit", "--kind", "inference", "--name", "big", "--replicas", "17", "--", "serve") == 1
+    assert "replicas" in out_of(capsys)[1]  # over the portal's limit: nothing is left running
+    assert not Job.objects.filter(name__startswith="big", state__in=["pending", "admitted", "running"]).exists()
+    assert Job.objects.exclude(name__startswith="big").count() == 3
