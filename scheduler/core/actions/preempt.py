@@ -17,6 +17,7 @@ from scheduler.core import stopping
 from scheduler.core.cluster import EPS, Group
 from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request
+from scheduler.core.plugins import gang
 from scheduler.core.preemption import RECLAIM, Plan, eligible, plan_on_nodes
 from scheduler.core.session import Session
 from scheduler.core.types import JobInfo, Placement, Preemption
@@ -35,6 +36,11 @@ def run(s: Session, job: JobInfo, req: Request, groups: tuple[Group, ...], allow
     for group in groups:
         key = (job.team, job.priority, job.preemptible, id(group), id(req))
         if key in no_plan:
+            continue
+        if gang.bound_to_block(group, req):
+            # Victim plans do not know topology: they could free nodes in no single block, so a gang
+            # that must land inside one block waits for free nodes instead of preempting.
+            no_plan.add(key)
             continue
         if group not in allowed and not _credit_may_admit(s, job, req, group):
             no_plan.add(key)

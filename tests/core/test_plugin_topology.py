@@ -1,0 +1,107 @@
+"""Topology-aware gangs: inside one switch (or NVLink domain) when one could hold them, best fit among
+blocks, a ``Topology`` reason while they wait for one, spanning only when no block ever could."""
+
+from scheduler.core import reasons as R
+from scheduler.core import schedule
+from scheduler.core.plugins import gang
+from scheduler.core.session import Session
+from scheduler.core.topology import NVLINK_DOMAIN, SWITCH
+from scheduler.core.types import JobInfo
+from tests.core.builders import gpu_ids, node, quota, running, snap
+
+H100 = "h100-80gb"
+QUOTAS = [quota("a", guaranteed=64, limit=64), quota("b", guaranteed=64, limit=64)]
+
+
+def _nodes(layout, gpus=8):
+    """Nodes named n0, n1, ... with the switch (and NVLink domain) labels of ``layout``."""
+    out = []
+    for i, labels in enumerate(layout):
+        if isinstance(labels, str):
+            labels = {SWITCH: labels} if labels else {}
+        out.append(node(f"n{i}", gpus=gpus, first_id=100 * i, labels=labels))
+    return out
+
+
+def _switch_of(nodes, placements):
+    by_id = {g.id: n for n in nodes for g in n.gpus}
+    return {by_id[p.gpu_id].labels.get(SWITCH) for p in placements}, {by_id[p.gpu_id].name for p in placements}
+
+
+def _place(nodes, job, jobs=()):
+    s = Session(snap(nodes, list(jobs), QUOTAS))
+    group = s.cluster.groups[("train", H100)]
+    req = s.request(job)
+    return s, group, req, gang.place(s.cluster, group, req, req.gpus // req.nodes, req.nodes, None)
+
+
+def test_a_gang_lands_inside_one_switch_the_tightest_that_fits():
+    # Flat best fit would take n0 and n1 (name order): two switches. Switch "b" has 3 free nodes, "a" has 2:
+    # "a" fits the gang exactly, so the gang goes there and "b" keeps its nodes whole.
+    nodes = _nodes(["a", "b", "a", "b", "b"])
+    _s, _g, _r, placements = _place(nodes, JobInfo(1, "a", gpus=16, nodes=2))
+    switches, names = _switch_of(nodes, placements)
+    assert switches == {"a"} and names == {"n0", "n2"}
+
+
+def test_without_topology_labels_the_gang_is_placed_as_before():
+    nodes = _nodes(["", "", "", "", ""])
+    _s, _g, _r, placements = _place(nodes, JobInfo(1, "a", gpus=16, nodes=2))
+    assert _switch_of(nodes, placements)[1] == {"n0", "n1"}
+
+
+def test_an_nvlink_domain_that_fits_comes_before_the_rest_of_its_switch():
+    layout = [{SWITCH: "a"}, {SWITCH: "a", NVLINK_DOMAIN: "r1"}, {SWITCH: "a"}, {SWITCH: "a", NVLINK_DOMAIN: "r1"}]
+    nodes = _nodes(layout)
+    _s, _g, _r, placements = _place(nodes, JobInfo(1, "a", gpus=16, nodes=2))
+    assert _switch_of(nodes, placements)[1] == {"n1", "n3"}
+
+
+def test_a_gang_that_one_switch_could_hold_waits_for_it_and_says_so():
+    # Switch "a" has 3 nodes (one busy), "b" has 2: 4 free nodes in all, but at most 2 in one switch.
+    nodes = _nodes(["a", "a", "a", "b", "b"])
+    busy = running(9, "b", gpu_ids(nodes[0], 1), preemptible=False)
+    d = schedule(snap(nodes, [busy, JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
+    assert not d.starts and not d.preemptions
+    (info,) = d.pending
+    reason = info.reason
+    assert reason.code == R.TOPOLOGY and reason.details["plugin"] == "gang"
+    assert reason.details["largest_free_block_nodes"] == 2 and reason.details["nodes"] == 3
+    assert reason.details["nodes_ready"] == 4 and reason.details["block"] == "a"
+    assert "largest free block has 2 of 3 nodes with 8 free GPUs (switch a)" in reason.message
+
+
+def test_the_same_wait_without_labels_starts_across_nodes():
+    nodes = _nodes(["", "", "", "", ""])
+    busy = running(9, "b", gpu_ids(nodes[0], 1), preemptible=False)
+    d = schedule(snap(nodes, [busy, JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
+    assert [s.job_id for s in d.starts] == [1]
+
+
+def test_a_gang_bound_to_a_switch_does_not_preempt_across_switches():
+    nodes = _nodes(["a", "a", "a", "b", "b"])
+    low = running(9, "a", gpu_ids(nodes[0], 1), priority=0)
+    d = schedule(snap(nodes, [low, JobInfo(1, "a", gpus=24, nodes=3, priority=10)], QUOTAS))
+    assert not d.preemptions and d.pending[0].reason.code == R.TOPOLOGY
+
+
+def test_a_gang_no_switch_could_ever_hold_spans_switches():
+    nodes = _nodes(["a", "a", "b", "b"])
+    d = schedule(snap(nodes, [JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
+    (start,) = d.starts
+    assert _switch_of(nodes, start.placements)[0] == {"a", "b"}
+
+
+def test_a_gang_short_of_nodes_everywhere_is_still_incomplete_not_topology():
+    nodes = _nodes(["a", "a", "a", "b"])
+    busy = [running(9, "b", gpu_ids(nodes[0], 1), preemptible=False),
+            running(10, "b", gpu_ids(nodes[3], 1), preemptible=False)]
+    d = schedule(snap(nodes, [*busy, JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
+    assert d.pending[0].reason.code == R.GANG_INCOMPLETE
+
+
+def test_unhealthy_or_unlabelled_nodes_do_not_make_a_switch_able_to_hold_a_gang():
+    nodes = _nodes(["a", "a", "", "b"])
+    nodes[1] = node("n1", gpus=8, first_id=100, labels={SWITCH: "a"}, schedulable=False)
+    s, group, req, placements = _place(nodes, JobInfo(1, "a", gpus=16, nodes=2))
+    assert not gang.bound_to_block(group, req) and placements is not None
