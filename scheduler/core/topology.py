@@ -98,6 +98,12 @@ def _fit(group: Group, req: Request, per: int, n: int, veto: Veto | None,
     return sum(k for k, *_ in ok) - per * n, [(node, devs) for _k, _o, node, devs in ok[:n]]
 
 
+def block_orders(group: Group) -> list[frozenset[int]]:
+    """Every block of the group (both levels, in name order) as the orders of its nodes."""
+    return [frozenset(node.order for node in nodes)
+            for label in LEVELS for _name, nodes in sorted(blocks(group, label).items())]
+
+
 def largest_free_block(group: Group, per: int) -> tuple[str, str, int]:
     """(label, block, nodes): the block with the most nodes that have ``per`` free devices now, over both
     levels (ties: the coarser level, then the block name); ("", "", 0) when the group has no blocks."""

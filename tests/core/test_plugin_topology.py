@@ -2,7 +2,7 @@
 blocks, a ``Topology`` reason while they wait for one, spanning only when no block ever could."""
 
 from scheduler.core import reasons as R
-from scheduler.core import schedule
+from scheduler.core import schedule, topology
 from scheduler.core.plugins import gang
 from scheduler.core.session import Session
 from scheduler.core.topology import NVLINK_DOMAIN, SWITCH
@@ -78,10 +78,20 @@ def test_the_same_wait_without_labels_starts_across_nodes():
     assert [s.job_id for s in d.starts] == [1]
 
 
-def test_a_gang_bound_to_a_switch_does_not_preempt_across_switches():
+def test_a_gang_bound_to_a_switch_preempts_inside_that_switch():
+    # Free nodes n1, n3, n4 would do on a flat cluster; inside switch "a" the gang needs n0 back.
     nodes = _nodes(["a", "a", "a", "b", "b"])
     low = running(9, "a", gpu_ids(nodes[0], 1), priority=0)
     d = schedule(snap(nodes, [low, JobInfo(1, "a", gpus=24, nodes=3, priority=10)], QUOTAS))
+    assert [p.job_id for p in d.preemptions] == [9] and d.pending[0].reason.code == R.PREEMPTING
+
+
+def test_a_gang_bound_to_a_switch_does_not_preempt_in_another_switch():
+    # Switch "a" is held by non-preemptible work; the only victim sits in switch "b", too small for the gang.
+    nodes = _nodes(["a", "a", "a", "b", "b"])
+    jobs = [running(8, "b", gpu_ids(nodes[0], 1), preemptible=False), running(9, "a", gpu_ids(nodes[3], 1)),
+            JobInfo(1, "a", gpus=24, nodes=3, priority=10)]
+    d = schedule(snap(nodes, jobs, QUOTAS))
     assert not d.preemptions and d.pending[0].reason.code == R.TOPOLOGY
 
 
@@ -105,3 +115,18 @@ def test_unhealthy_or_unlabelled_nodes_do_not_make_a_switch_able_to_hold_a_gang(
     nodes[1] = node("n1", gpus=8, first_id=100, labels={SWITCH: "a"}, schedulable=False)
     s, group, req, placements = _place(nodes, JobInfo(1, "a", gpus=16, nodes=2))
     assert not gang.bound_to_block(group, req) and placements is not None
+
+
+def test_a_bound_gang_reserves_inside_one_switch():
+    # n1, n2 (switch a) and n4 (switch b) are free now, but the gang can only start in switch a once the
+    # job on n0 ends (at 1,100): that is its reservation, not "now" across switches.
+    nodes = _nodes(["a", "a", "a", "b", "b"])
+    jobs = [running(8, "b", gpu_ids(nodes[0], 1), preemptible=False, started_at=1000.0, time_limit_s=100.0),
+            running(9, "b", gpu_ids(nodes[3], 1), preemptible=False, started_at=1000.0, time_limit_s=50.0)]
+    s, group, req, placements = _place(nodes, JobInfo(1, "a", gpus=24, nodes=3), jobs)
+    assert placements is None
+    bound = s.timeline.reserve(group, req, 1, topology.block_orders(group))
+    assert bound.start == 1100.0 and sorted(bound.slack) == [0, 1, 2]
+    assert s.timeline.reserve(group, req, 1).start == 1000.0  # flat: n1, n2 and n4 now
+    d = schedule(snap(nodes, [*jobs, JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
+    assert d.pending[-1].reason.code == R.TOPOLOGY and d.pending[-1].estimated_start == 1100.0
