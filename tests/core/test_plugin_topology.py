@@ -1,8 +1,10 @@
 """Topology-aware gangs: inside one switch (or NVLink domain) when one could hold them, best fit among
 blocks, a ``Topology`` reason while they wait for one, spanning only when no block ever could."""
 
+import random
+
+from scheduler.core import check_invariants, schedule, topology
 from scheduler.core import reasons as R
-from scheduler.core import schedule, topology
 from scheduler.core.plugins import gang
 from scheduler.core.session import Session
 from scheduler.core.topology import NVLINK_DOMAIN, SWITCH
@@ -130,3 +132,31 @@ def test_a_bound_gang_reserves_inside_one_switch():
     assert s.timeline.reserve(group, req, 1).start == 1000.0  # flat: n1, n2 and n4 now
     d = schedule(snap(nodes, [*jobs, JobInfo(1, "a", gpus=24, nodes=3)], QUOTAS))
     assert d.pending[-1].reason.code == R.TOPOLOGY and d.pending[-1].estimated_start == 1100.0
+
+
+def test_random_labelled_clusters_never_spread_a_gang_one_block_could_hold():
+    spans = inside = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        layout = [{SWITCH: f"s{rng.randrange(3)}"} if rng.random() < 0.9 else {} for _ in range(rng.randrange(4, 12))]
+        nodes = _nodes(layout, gpus=4)
+        jobs = [running(100 + i, "b", gpu_ids(n, rng.randrange(0, 5)), preemptible=False)
+                for i, n in enumerate(nodes) if rng.random() < 0.4]
+        jobs = [j for j in jobs if j.placements]
+        jobs += [JobInfo(i + 1, "a", gpus=4 * k, nodes=k, submitted_at=i) for i, k in
+                 enumerate(rng.choice((2, 3, 4)) for _ in range(4))]
+        s = snap(nodes, jobs, QUOTAS)
+        d = schedule(s)
+        assert check_invariants(s, d) == []
+        switch_size = {}
+        for n in nodes:
+            if n.labels:
+                switch_size[n.labels[SWITCH]] = switch_size.get(n.labels[SWITCH], 0) + 1
+        for start in d.starts:
+            switches, names = _switch_of(nodes, start.placements)
+            if len(switches) == 1 and None not in switches:
+                inside += 1
+            else:
+                spans += 1
+                assert max(switch_size.values(), default=0) < len(names), (seed, start)
+    assert inside and spans  # both cases occur in these 40 clusters
