@@ -100,11 +100,17 @@ def _plan(s: Session, job: JobInfo, req: Request, group: Group) -> Plan | None:
 def _plan_in_one_block(s: Session, group: Group, req: Request, cands: list, room: dict[str, float]) -> Plan | None:
     """For a gang that must land inside one topology block: the plan with the fewest victims among the
     plans confined to one block each (ties: the first block by level and name), or None."""
+    nodes = s.cluster.nodes
+    touched = {nodes[name].order for _key, rec, _rule in cands for name in rec.nodes}
     best: Plan | None = None
     for within in topology.block_orders(group):
+        if touched.isdisjoint(within):
+            continue  # no victim there: the block's free nodes alone do not hold the gang (placement said so)
         plan = plan_on_nodes(s.cluster, group, req, cands, room, limit=len(cands), within=within)
         if plan is not None and (best is None or len(plan.victims) < len(best.victims)):
             best = plan
+            if len(plan.victims) == 1:
+                break  # nothing smaller exists
     return best
 
 
