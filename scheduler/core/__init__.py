@@ -8,8 +8,9 @@ Reading order: ``engine`` (``schedule()``: the actions in order) → ``session``
 (priority, fairshare, quota, placement, gang, sharing, kinds) → ``statement`` (the only writer, commit and
 discard). Below them: ``cluster`` (devices and free-capacity buckets), ``quota`` (the quota book),
 ``timeline`` (releases and reservations), ``placement`` and ``feasibility`` (static filters and node
-search), ``preemption`` and ``victim_index`` (victim rules and plans), ``stopping`` (devices of stopping
-jobs), ``memo`` (per-cycle look-up tables).
+search), ``topology`` (switches and NVLink domains from node labels: where a gang lands), ``preemption``
+and ``victim_index`` (victim rules and plans), ``stopping`` (devices of stopping jobs), ``memo`` (per-cycle
+look-up tables).
 """
 
 from scheduler.core.engine import schedule

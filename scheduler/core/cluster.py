@@ -61,8 +61,8 @@ class Node:
 class Group:
     """Schedulable nodes of one pool that carry one GPU model, indexed by free whole devices."""
 
-    __slots__ = ("all_counts", "buckets", "capacity", "count", "device_ids", "healthy_counts", "max_devices",
-                 "min_memory_mb", "model", "nodes", "partial", "pool", "version")
+    __slots__ = ("all_counts", "blocks", "buckets", "capacity", "count", "device_ids", "healthy_counts",
+                 "max_devices", "min_memory_mb", "model", "nodes", "partial", "pool", "version")
 
     def __init__(self, pool: str, model: str):
         self.pool = pool
@@ -78,6 +78,7 @@ class Group:
         self.min_memory_mb = 0  # the smallest device memory of the model in the group
         self.version = 0  # bumped whenever a node of the group changes (results computed on it go stale)
         self.device_ids: dict[str, set[int]] = {}  # node name -> ids of its devices of the model (filled lazily)
+        self.blocks: dict[str, dict[str, list[Node]]] = {}  # topology label -> value -> nodes (``topology``)
 
     def max_free(self) -> int:
         """The largest number of whole free devices on a single node of this group."""

@@ -110,14 +110,16 @@ def reclaimable_at(job: JobInfo, classes: dict[str, PriorityClassInfo], interval
 
 
 def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iterable[tuple[tuple, Running, str]],
-                  lender_room: dict[str, float], limit: int = PLAN_LIMIT) -> Plan | None:
+                  lender_room: dict[str, float], limit: int = PLAN_LIMIT,
+                  within: frozenset[int] | None = None) -> Plan | None:
     """Smallest victim set that frees room for ``req`` in ``group``, or None.
 
     ``candidates`` come in preference order (key, record, rule); at most ``limit`` are looked at, and
     nodes are evaluated in the order their first candidate appears, stopping at a one-victim plan (the
     smallest possible). A job of several parts (a gang, or a job larger than any node: see
     ``part_sizes``) gets a node per part; parts may also go to nodes that are free already, which the
-    plan then holds. ``lender_room`` caps, per team, how much reclaim may take from it.
+    plan then holds. ``lender_room`` caps, per team, how much reclaim may take from it. ``within``: only
+    these nodes (by order) may hold the job (a gang bound to one topology block).
     """
     parts = part_sizes(req, group)
     if not parts:
@@ -140,7 +142,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
     id_sets = group.device_ids
     for name, cands in per_node.items():
         node = cluster.nodes[name]
-        if node.pool != group.pool or not node.schedulable:
+        if node.pool != group.pool or not node.schedulable or (within is not None and node.order not in within):
             continue
         if not fits_host(node, req, n_parts):
             continue
@@ -172,7 +174,7 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
             if all(len(options[need]) >= enough[need] for need in needs):
                 break
     if n_parts > 1:
-        _add_free_nodes(cluster, group, req, needs, parts, options)
+        _add_free_nodes(cluster, group, req, needs, parts, options, within)
     chosen: list[tuple] = []
     used: set[int] = set()
     for need in needs:
@@ -209,14 +211,15 @@ def plan_on_nodes(cluster: Cluster, group: Group, req: Request, candidates: Iter
 
 
 def _add_free_nodes(cluster: Cluster, group: Group, req: Request, needs: list[int], parts: tuple[int, ...],
-                    options: dict[int, list]) -> None:
+                    options: dict[int, list], within: frozenset[int] | None) -> None:
     """Parts of a multi-node job may also go to nodes that already have the devices free (no victims):
-    per part size, the best-fitting such nodes, as many as the job has parts."""
+    per part size, the best-fitting such nodes (of ``within``, when given), as many as the job has parts."""
     n_parts = len(parts)
+    outside = set(group.count) - within if within is not None else set()
     for need in needs:
         seen: list[int] = []
         while len(seen) < n_parts:
-            found = best_node(cluster, group, req, need, n_parts, False, None, exclude=seen)
+            found = best_node(cluster, group, req, need, n_parts, False, None, exclude=outside.union(seen))
             if found is None:
                 break
             node, devs = found

@@ -20,6 +20,7 @@ NO_MATCHING_GPU_MODEL = "NoMatchingGpuModel"  # no node in the allowed pools car
 IMAGE_NOT_ALLOWED = "ImageNotAllowed"  # no pool the job may use allows its container image
 UNSATISFIABLE = "Unsatisfiable"  # no node could ever hold the job, even on an empty cluster
 GANG_INCOMPLETE = "GangIncomplete"  # some but not all members of a multi-node gang could be placed
+TOPOLOGY = "Topology"  # a gang that one switch / NVLink domain could hold waits for one (enough nodes, spread)
 NODES_UNHEALTHY = "NodesUnhealthy"  # only nodes/GPUs that are down, draining or unhealthy could hold it
 HELD = "Held"  # held by a user or admin: skipped until released
 PREEMPTING = "Preempting"  # victims are being stopped for this job; it starts once they are gone
@@ -36,6 +37,7 @@ ALL_CODES = (
     IMAGE_NOT_ALLOWED,
     UNSATISFIABLE,
     GANG_INCOMPLETE,
+    TOPOLOGY,
     NODES_UNHEALTHY,
     HELD,
     PREEMPTING,

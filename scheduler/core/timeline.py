@@ -76,12 +76,15 @@ class Timeline:
             self._by_node = out
         return self._by_node
 
-    def reserve(self, group: Group, req: Request, job_id: int) -> Reservation | None:
+    def reserve(self, group: Group, req: Request, job_id: int,
+                blocks: list[frozenset[int]] | None = None) -> Reservation | None:
         """The earliest start for ``req`` in ``group`` and the slack it leaves; None when unknown.
 
         The job's shape (``part_sizes``: one node, a gang's members, or the fewest nodes for a job larger
         than any node) is reserved part by part, largest first, each on the node that frees enough
-        devices earliest among those not taken yet; the start is the latest of those times."""
+        devices earliest among those not taken yet; the start is the latest of those times. ``blocks``
+        (node orders per topology block, for a gang bound to one): the reservation inside one block, the
+        earliest of them (ties: the first)."""
         parts = part_sizes(req, group)
         if not parts:
             return None
@@ -97,9 +100,18 @@ class Timeline:
                     found.append((got[0], order, got[1]))
             found.sort()
             options[need] = found
+        if blocks is None:
+            return self._pick(parts, options, None, job_id)
+        inside = [r for r in (self._pick(parts, options, block, job_id) for block in blocks) if r is not None]
+        return min(inside, key=lambda r: r.start, default=None)
+
+    def _pick(self, parts: tuple[int, ...], options: dict[int, list[tuple[float, int, float]]],
+              within: frozenset[int] | None, job_id: int) -> Reservation | None:
+        """Each part on the node (of ``within``, when given) that frees enough devices earliest."""
         res = Reservation(job_id, self.now)
         for need in parts:
-            pick = next((o for o in options[need] if o[1] not in res.slack), None)
+            pick = next((o for o in options[need] if o[1] not in res.slack and (within is None or o[1] in within)),
+                        None)
             if pick is None:
                 return None
             res.start = max(res.start, pick[0])

@@ -1,8 +1,9 @@
 """Backfill: a job that cannot start holds its place, and later jobs may use what it cannot yet.
 
 EASY backfill (the policy's ``backfill``): the first blocked job of a group (pool × GPU model) reserves the
-earliest time its devices free up (``timeline.Timeline.reserve``); later jobs may start on the reserved nodes
-only if they end before that time or take no more than the nodes' slack. Work inside its team's guarantee
+earliest time its devices free up (``timeline.Timeline.reserve``; inside one switch or NVLink domain for a
+gang bound to one, ``topology``); later jobs may start on the reserved nodes only if they end before that
+time or take no more than the nodes' slack. Work inside its team's guarantee
 is never kept off by a borrower's reservation. Without backfill the first blocked job holds the whole group
 for everyone behind it (strict order). A blocked job is then told why it waits: reclaim under way (see
 ``actions.reclaim``), an incomplete gang, or not enough free devices, with the numbers.
@@ -11,10 +12,11 @@ for everyone behind it (strict order). A blocked job is then told why it waits: 
 from __future__ import annotations
 
 from scheduler.core import reasons as R
+from scheduler.core import topology
 from scheduler.core.actions import reclaim
 from scheduler.core.cluster import EPS, Group, Node
 from scheduler.core.placement import Request
-from scheduler.core.plugins import placement, priority
+from scheduler.core.plugins import gang, placement, priority
 from scheduler.core.session import Look, Session
 from scheduler.core.timeline import Reservation
 from scheduler.core.types import JobInfo, Placement, Reason
@@ -29,7 +31,8 @@ def block(s: Session, job: JobInfo, req: Request, group: Group) -> None:
     if not s.policy.backfill:
         st.block(gkey, job.id)
     elif gkey not in st.reservations:
-        res = s.timeline.reserve(group, req, job.id)
+        bound = topology.block_orders(group) if gang.bound_to_block(group, req) else None
+        res = s.timeline.reserve(group, req, job.id, bound)
         if res is not None:
             res.borrowing = not s.quota.within_guarantee(job.team, group.model, req.amount)
             st.reserve(gkey, res)

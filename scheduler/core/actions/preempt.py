@@ -4,19 +4,20 @@ First, devices of jobs already stopping (earlier victims) are claimed if they ma
 (``stopping.claim``). Otherwise victims are planned group by group: the priority plugin offers lower-priority
 jobs (of the job's team, or of any team with cluster scope, if the job's class may preempt), the quota
 plugin offers borrowers' jobs when the job is inside its team's guarantee and reclaim is open
-(``actions.reclaim``). The plan is the smallest victim set on one node (or per gang member), in victim
-preference order (``victim_index``, ``preemption.plan_on_nodes``); the quota must admit the job once the
-team's own victims are gone. Victims keep their devices this cycle; the job waits (``Preempting``) with
-what it needs held for it.
+(``actions.reclaim``). The plan is the smallest victim set on one node (or per gang member, inside one
+switch or NVLink domain for a gang bound to one: ``topology``), in victim preference order
+(``victim_index``, ``preemption.plan_on_nodes``); the quota must admit the job once the team's own victims
+are gone. Victims keep their devices this cycle; the job waits (``Preempting``) with what it needs held.
 """
 
 from __future__ import annotations
 
 from scheduler.core import reasons as R
-from scheduler.core import stopping
+from scheduler.core import stopping, topology
 from scheduler.core.cluster import EPS, Group
 from scheduler.core.feasibility import shape_text
 from scheduler.core.placement import Request
+from scheduler.core.plugins import gang
 from scheduler.core.preemption import RECLAIM, Plan, eligible, plan_on_nodes
 from scheduler.core.session import Session
 from scheduler.core.types import JobInfo, Placement, Preemption
@@ -79,7 +80,10 @@ def _plan(s: Session, job: JobInfo, req: Request, group: Group) -> Plan | None:
     if not index.has_candidates(job, group, reclaim):
         return None
     cands = index.candidates(job, group, reclaim, room)
-    plan = plan_on_nodes(s.cluster, group, req, cands, room, limit=len(cands))
+    if gang.bound_to_block(group, req):
+        plan = _plan_in_one_block(s, group, req, cands, room)
+    else:
+        plan = plan_on_nodes(s.cluster, group, req, cands, room, limit=len(cands))
     if plan is None:
         return None
     # Only the team's own victims give quota back to it (with cluster scope, others' do not).
@@ -91,6 +95,23 @@ def _plan(s: Session, job: JobInfo, req: Request, group: Group) -> Plan | None:
             s.free_of_model[model] + credit, s.nl_teams.get(model, []), credit=credit) is not None:
         return None
     return plan
+
+
+def _plan_in_one_block(s: Session, group: Group, req: Request, cands: list, room: dict[str, float]) -> Plan | None:
+    """For a gang that must land inside one topology block: the plan with the fewest victims among the
+    plans confined to one block each (ties: the first block by level and name), or None."""
+    nodes = s.cluster.nodes
+    touched = {nodes[name].order for _key, rec, _rule in cands for name in rec.nodes}
+    best: Plan | None = None
+    for within in topology.block_orders(group):
+        if touched.isdisjoint(within):
+            continue  # no victim there: the block's free nodes alone do not hold the gang (placement said so)
+        plan = plan_on_nodes(s.cluster, group, req, cands, room, limit=len(cands), within=within)
+        if plan is not None and (best is None or len(plan.victims) < len(best.victims)):
+            best = plan
+            if len(plan.victims) == 1:
+                break  # nothing smaller exists
+    return best
 
 
 def _commit(s: Session, job: JobInfo, req: Request, group: Group, plan: Plan) -> None:

@@ -6,7 +6,7 @@
 | ``fairshare`` | usage / entitlement | | | | |
 | ``quota`` | | limits, guarantee, borrowing | | reclaim (borrowers) | QuotaExceeded, OverLimit, … |
 | ``placement`` | | pools, models, labels | best fit or spread | | Resources, Unsatisfiable |
-| ``gang`` | | | one member per node | | GangIncomplete |
+| ``gang`` | | | one member per node, inside one switch (``topology``) | | GangIncomplete, Topology |
 | ``sharing`` | | | tightest partly used device | | Resources (largest free share) |
 | ``kinds`` | | | inference spreads | | |
 
