@@ -104,10 +104,10 @@ def run_as(assignment: dict) -> tuple[int, int]:
 def sbatch_argv(assignment: dict, *, node: str, gres_types: dict[str, str], output: str,
                 partition: str | None, as_team: bool = False) -> list[str]:
     """``sbatch`` pinned to what Rota chose: the node, the GPUs' GRES type and count, CPUs, memory and time
-    limit, charged to its team's account, named by the attempt's comment, never requeued by Slurm (a node failure ends the attempt; Rota
-    requeues it as a new attempt, whatever the site's ``JobRequeue``). With ``as_team`` (a bridge running as
-    root) the job runs as its team's uid and gid (``--uid``/``--gid``; Slurm needs both to resolve on its
-    hosts) in ``/tmp``. The script comes on stdin (``batch_script``)."""
+    limit, charged to its team's account, named by the attempt's comment, never requeued by Slurm (a node
+    failure ends the attempt; Rota requeues it as a new attempt, whatever the site's ``JobRequeue``). With
+    ``as_team`` (a bridge running as root) the job runs as its team's uid and gid (``--uid``/``--gid``; Slurm
+    needs both to resolve on its hosts) in ``/tmp``. The script comes on stdin (``batch_script``)."""
     counts: dict[str, int] = {}
     for gpu in assignment.get("gpus") or []:
         if float(gpu.get("share", 1.0)) < 1.0:
