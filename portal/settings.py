@@ -257,6 +257,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduler.models.jobs.JobState.choices",
         "NodeStateEnum": "scheduler.models.cluster.Node.STATES",
+        "ReplicaHealthEnum": "scheduler.services.replica_health.HEALTH_STATES",
+        "StartedHealthEnum": "scheduler.services.replica_health.STARTED_HEALTH",
     },
 }
 

@@ -262,7 +262,8 @@ class JobSubmitForm(forms.Form):
         data = super().clean()
         team, model, pool = data.get("team"), data.get("gpu_model"), data.get("pool")
         if not (data.get("command") or "").strip() and not KINDS.get(data.get("kind"), KINDS["training"]).command:
-            self.add_error("command", "This field is required.")  # a notebook's blank command runs JupyterLab
+            # (a notebook's blank command runs JupyterLab); coded "required" like any missing field
+            self.add_error("command", ValidationError("This field is required.", code="required"))
         if team and model and model not in self.models_by_team.get(team, []):
             allowed = ", ".join(self.models_by_team.get(team, [])) or "none"
             self.add_error("gpu_model", f"{model} is in no pool team {team} may use; allowed: {allowed}")

@@ -222,7 +222,7 @@ class EventSerializer(serializers.Serializer):
     address = serializers.RegexField(SERVICE_ADDRESS, max_length=300, required=False, allow_blank=True,
                                      default="", error_messages={"invalid": "address: must be host:port"})
     # started: "starting" when the node probes the service's health (it gets traffic once healthy)
-    health = serializers.ChoiceField(choices=["", replica_health.STARTING], required=False, default="")
+    health = serializers.ChoiceField(choices=replica_health.STARTED_HEALTH, required=False, default="")
 
     def validate(self, attrs):
         if attrs["type"] == "checkpoint":  # when the file changed, by the node's clock (never in the portal's future)

@@ -17,6 +17,7 @@ from scheduler.services.common import db_now
 
 STARTING, HEALTHY, UNHEALTHY = "starting", "healthy", "unhealthy"
 HEALTH_STATES = (STARTING, HEALTHY, UNHEALTHY)
+STARTED_HEALTH = ("", STARTING)  # a started event's: probed from now on, or not probed
 ROUTABLE = ("", HEALTHY)  # the health values the gateway forwards to
 
 
