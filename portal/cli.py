@@ -110,6 +110,8 @@ def cmd_show(args) -> int:
         ("created_at", job["created_at"]), ("started_at", job["started_at"]),
         ("finished_at", job["finished_at"]), ("exit_code", job["exit_code"]),
     ]
+    if job.get("last_checkpoint_at"):
+        rows.append(("last_checkpoint_at", job["last_checkpoint_at"]))
     if job.get("failure_reason"):
         rows.append(("failure_reason", f"{job['failure_reason']}: {job['failure_message']}"))
     if job.get("restarts"):

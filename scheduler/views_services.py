@@ -34,7 +34,7 @@ def _act(request, team, service) -> bool:
         if action == "scale":
             form = ScaleForm(request.POST)
             if not form.is_valid():
-                raise ValidationError(form.errors.get_json_data())
+                raise ValidationError(form.errors.as_data())
             done = inference.service_scale(user=request.user, team=team, service=service,
                                            replicas=form.cleaned_data["replicas"])
             messages.success(request, f"{service}: {done['before']} -> {done['replicas']} replicas "
@@ -42,7 +42,7 @@ def _act(request, team, service) -> bool:
         elif action == "autoscale":
             form = AutoscaleForm(request.POST)
             if not form.is_valid():
-                raise ValidationError(form.errors.get_json_data())
+                raise ValidationError(form.errors.as_data())
             row = inference.service_autoscale_set(user=request.user, team=team, service=service,
                                                   **form.cleaned_data)
             messages.success(request, f"Autoscale {'on' if row.autoscale else 'off'} for {service}.")
@@ -56,8 +56,7 @@ def _act(request, team, service) -> bool:
             raise ValidationError({"action": "must be scale, autoscale, key-create or key-revoke"})
     except ValidationError as exc:
         for field, errors in (exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}).items():
-            for error in errors:
-                text = error["message"] if isinstance(error, dict) else error
+            for text in errors:
                 messages.error(request, f"{field}: {text}" if field else text)
         return False
     return True

@@ -73,7 +73,7 @@ cat <<MSG
   Inference demo (scripts/images/serve.py, a small HTTP inference server): as alice, Submit -> Inference service,
     name llm, ${SERVE_CMD}, Replicas 2, Health path /health;
     then on http://127.0.0.1:${PORT}/services/vision/llm/ create a key (scale, autoscale there or with
-    `rota service scale vision/llm 3`), and
+    \`rota service scale vision/llm 3\`), and
     curl -H "Authorization: Bearer KEY" -d '{"prompt": "hello rota"}' http://127.0.0.1:${PORT}/serve/vision/llm/v1/generate
 
 MSG

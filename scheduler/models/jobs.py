@@ -218,12 +218,14 @@ class Job(models.Model):
 
     @property
     def connect_url(self) -> str | None:
-        """Where a running notebook (the portal's proxy: ``notebook_url``) or inference service (its node and
-        port) answers."""
+        """Where a running notebook (the portal's proxy: ``notebook_url``) or inference replica (its service's
+        gateway, ``/serve/<team>/<service>/``, with a key: docs/gateway.md) is reached."""
         if self.kind == "notebook":
             return self.notebook_url
         if self.service_port is None or self.state != JobState.RUNNING:
             return None
+        if self.kind == "inference" and self.service_name:
+            return f"/serve/{self.team.name}/{self.service_name}/"
         alloc = next((a for a in self.all_allocations() if a.ended_at is None), None)
         return f"http://{alloc.node.name}:{self.service_port}/" if alloc else None
 

@@ -26,7 +26,8 @@ def restart_cause(failure: str, message: str, code: int | None, signal: int | No
     probe's message) or how it exited."""
     if failure:
         return f"service {failure}: {message}"[:250] if message else f"service {failure}"
-    return f"service failed (exit {code}, signal {signal})"
+    how = f"killed by signal {signal}" if signal else (f"exit code {code}" if code is not None else "no exit code")
+    return f"service failed ({how})"
 
 
 def replica_health_record(*, node, running: list[dict]) -> int:

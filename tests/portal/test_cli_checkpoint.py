@@ -44,6 +44,8 @@ def test_it_reports_a_checkpoint_of_a_named_job(rota, bob, job, capsys):
     assert rota(bob, "--json", "checkpoint", str(job.pk)) == 0
     assert '"attempt": 1' in capsys.readouterr().out
     assert Job.objects.get(pk=job.pk).last_checkpoint_at is not None
+    assert rota(bob, "show", str(job.pk)) == 0
+    assert "last_checkpoint_at:" in capsys.readouterr().out
 
 
 def test_another_team_cannot_checkpoint_the_job(rota, charlie, job, capsys):

@@ -207,6 +207,7 @@ def test_the_job_page_shows_the_last_checkpoint_and_the_credited_lost_work(alice
     job.refresh_from_db()
     assert api(alice).get(f"/api/v1/jobs/{job.pk}/").json()["last_checkpoint_at"] is not None
     node.post(EVENTS.format(job.pk), {"attempt": 1, "type": "exited", "exit_code": 0}, format="json")  # done
+    assert 'id="last-checkpoint"' in client.get(f"/jobs/{job.pk}/").content.decode()  # still shown once ended
 
     victim, preemption = preempted_after_a_checkpoint(alice, node)
     page = client.get(f"/jobs/{victim.pk}/").content.decode()

@@ -167,6 +167,7 @@ def test_the_page_names_the_field_of_a_bad_scale_or_autoscale(alice, cluster, cl
     client.force_login(alice)
     page = client.post("/services/vision/llm/", {"action": "scale", "replicas": "99"}, follow=True)
     assert "replicas: Ensure this value is less than or equal to 16." in page.content.decode()
+    assert "max_value" not in page.content.decode()  # the message only, never its code
     page = client.post("/services/vision/llm/", {"action": "autoscale", "enabled": "on", "min_replicas": "3",
                                                  "max_replicas": "2", "target_rps": "5",
                                                  "scale_down_delay_s": "60"}, follow=True)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def started(user, client, **kw):
-    job = job_submit(user=user, name="svc", command="serve", gpu_model="h100-80gb", **kw)
+    job = job_submit(user=user, name=kw.pop("name", "svc"), command="serve", gpu_model="h100-80gb", **kw)
     run_cycle()
     job.refresh_from_db()
     assert job.state == "admitted", job.pending_reason_message
@@ -104,6 +104,14 @@ def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_cl
     assert listed["connect_url"] == listed["notebook_url"] == f"/notebooks/{job.pk}/"
     second = started(alice, client, kind="notebook")
     assert second.service_port == 30001
+
+
+def test_an_inference_replicas_connect_url_is_its_services_gateway(alice, node_client, api):
+    client = node_client()
+    job = started(alice, client, kind="inference", name="llm-2")
+    assert job.connect_url == "/serve/vision/llm/"  # with a key of the service, never the node's own port
+    [listed] = api(alice).get("/api/v1/jobs/", {"state": "active"}).json()["results"]
+    assert listed["connect_url"] == "/serve/vision/llm/"
 
 
 def test_an_idle_notebook_is_reclaimed_but_a_busy_one_is_not(alice, cluster, node_client):
