@@ -2,28 +2,17 @@
 portal records it; when reclaim preempts the job, the checkpoint it writes in its grace period is the one the
 lost work is counted from, and that work is credited back to its team's fair-share usage."""
 
-import json
-from pathlib import Path
-
 import pytest
-from rest_framework.test import APIClient
 
 from scheduler.models import Job, Preemption
-from tests.factories import MembershipFactory, UserFactory
+from tests.e2e.test_preemption_live import client_for, lender_and_small_node
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-PROFILES = Path(__file__).resolve().parents[2] / "scheduler" / "agent" / "profiles"
 # Saves at start, then again when asked to stop (in its grace period), and exits; resumes at once on attempt 2.
 SAVING = ('if [ "$ROTA_ATTEMPT" -gt 1 ]; then exit 0; fi; echo start > "$ROTA_CHECKPOINT_FILE"; '
           "trap 'echo stop > \"$ROTA_CHECKPOINT_FILE\"; exit 0' TERM; while true; do sleep 0.1; done")
-
-
-def client_for(user):
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def test_a_checkpoint_file_written_in_the_grace_period_bounds_the_work_reclaim_loses(
@@ -33,12 +22,7 @@ def test_a_checkpoint_file_written_in_the_grace_period_bounds_the_work_reclaim_l
     from scheduler.services.common import db_now
 
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
-    nina = UserFactory(username="nina")
-    MembershipFactory(user=nina, team=cluster["nlp"])
-    profile = json.loads((PROFILES / "h100x8.json").read_text())
-    profile["gpus"][0]["count"] = 4  # the node the fixture declares: 4 GPUs, so vision must borrow
-    (tmp_path / "h100x4.json").write_text(json.dumps(profile))
-    start_agent(cluster["nodes"][0], profile=str(tmp_path / "h100x4.json"))
+    nina = lender_and_small_node(cluster, start_agent, tmp_path)
     vision = client_for(alice)
     jobs = [vision.post("/api/v1/jobs/", {"name": f"v{i}", "gpu_model": "h100-80gb", "command": SAVING},
                         format="json").json()["id"] for i in range(4)]

@@ -24,16 +24,23 @@ def client_for(user):
     return client
 
 
-def test_reclaim_frees_the_lenders_gpus_on_the_node_and_the_victim_resumes(
-    alice, cluster, celery_worker, start_agent, settings, tmp_path
-):
-    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
+def lender_and_small_node(cluster, start_agent, tmp_path):
+    """nina of nlp (the lender, who reclaims) and an agent on the fixture's first node with 4 GPUs, so vision
+    must borrow; returns nina."""
     nina = UserFactory(username="nina")
     MembershipFactory(user=nina, team=cluster["nlp"])
     profile = json.loads((PROFILES / "h100x8.json").read_text())
     profile["gpus"][0]["count"] = 4  # the node the fixture declares: 4 GPUs, so vision must borrow
     (tmp_path / "h100x4.json").write_text(json.dumps(profile))
     start_agent(cluster["nodes"][0], profile=str(tmp_path / "h100x4.json"))
+    return nina
+
+
+def test_reclaim_frees_the_lenders_gpus_on_the_node_and_the_victim_resumes(
+    alice, cluster, celery_worker, start_agent, settings, tmp_path
+):
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
+    nina = lender_and_small_node(cluster, start_agent, tmp_path)
     vision = client_for(alice)
     borrowers = [
         vision.post("/api/v1/jobs/", {"name": f"v{i}", "gpu_model": "h100-80gb", "command": RESUMABLE},
