@@ -6,7 +6,7 @@ another team who is signed in gets the portal's 404 at the same address."""
 import pytest
 from rest_framework.test import APIClient
 
-from tests.browser.test_pages import browser_instance, shot  # noqa: F401 (fixtures)
+from tests.browser.test_pages import browser_instance, shot, sign_in  # noqa: F401 (fixtures)
 from tests.notebooks import asgi_portal, notebook_image, notebook_node, wait_running_notebook  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -19,14 +19,6 @@ def asgi_page(browser_instance, asgi_portal):  # noqa: F811
     page.set_default_timeout(30_000)
     yield page
     context.close()
-
-
-def sign_in(page, username):
-    page.goto("/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw-Example-123")
-    page.click("button[type=submit]")
-    page.wait_for_url("**/")
 
 
 def test_a_kernel_runs_code_in_jupyterlab_through_the_portal_and_an_outsider_gets_404(
