@@ -380,6 +380,7 @@ def main() -> int:
         # nothing lost: every job queued or accepted is there, and every one ended as it should
         "lost": args.jobs + submitted - sum(states.values()),
         "not_succeeded": sum(n for state, n in states.items() if state != "succeeded"),
+        "preemptions": preemption_figures(states.get("succeeded", 0)),
     }
     if args.json:
         print(json.dumps(figures, indent=2))
@@ -387,6 +388,20 @@ def main() -> int:
         for key, value in figures.items():
             print(f"{key:>14}: {value}")
     return 1 if findings or drained is None or cycle_errors or figures["lost"] else 0
+
+
+def preemption_figures(finished: int) -> dict:
+    """How often the run preempted (issue 21: reclaim that converges): in all, per finished job, and the most
+    times one job was preempted."""
+    from django.db.models import Count, Max
+
+    from scheduler.models import Preemption
+
+    per_job = Preemption.objects.values("job_id").annotate(n=Count("id"))
+    total = sum(row["n"] for row in per_job)
+    most = per_job.aggregate(most=Max("n"))["most"] or 0
+    return {"total": total, "per_finished_job": round(total / finished, 3) if finished else None,
+            "most_on_one_job": most}
 
 
 if __name__ == "__main__":
