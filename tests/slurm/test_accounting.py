@@ -85,6 +85,7 @@ def test_a_job_that_ended_while_the_bridge_was_down_past_min_job_age_is_not_subm
     while slurm_jobs(slurm, job.pk) and time.monotonic() < deadline:
         time.sleep(1)
     assert slurm_jobs(slurm, job.pk) == [], "slurmctld kept the ended job past MinJobAge"
+    time.sleep(settings.ROTA_SLURM_ACCOUNTING_TOLERANCE_S + 1)  # down long enough that the gap shows, however fast
     restarted = make_bridge()
     job = poll_until(restarted, job, ("succeeded", "failed"))
     for _ in range(3):
