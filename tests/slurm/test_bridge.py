@@ -3,6 +3,7 @@ nodes with their GPUs, CPUs, memory and features; drains and downs flow both way
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from scheduler.services.nodes import node_set_state
 from scheduler.slurm.bridge import Bridge
 from scheduler.slurm.commands import Slurm
 from scheduler.slurm.inventory import GpuModelMap
-from scheduler.slurm.localcluster import SlurmCluster
+from scheduler.slurm.localcluster import SlurmCluster, SlurmClusterError
 from tests.slurm.conftest import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def test_a_node_drained_in_slurm_is_drained_in_rota_with_its_reason_until_slurm_
     assert (node.state, node.state_reason, node.state_changed_by) == (Node.DRAINED, "slurm: fan failure", None)
     bridge.poll()  # Slurm's own drain is not mirrored back into Slurm
     assert "fan failure" in slurm.client("sinfo", "-h", "-N", "-o", "%E")
-    slurm.client("scontrol", "update", f"nodename={slurm.node}", "state=resume")
+    resume(slurm)
     bridge.poll()
     node.refresh_from_db()
     assert (node.state, node.state_reason) == (Node.READY, "slurm: in service")
@@ -103,7 +104,7 @@ def test_a_node_slurm_marks_down_is_down_in_rota_its_job_requeued_and_back_when_
     assert (node.state, node.state_reason) == (Node.DOWN, "slurm: power supply")
     assert (job.state, job.attempt) == ("pending", 2) and not job.allocations.filter(ended_at__isnull=True)
     assert bridge.poll() == {slurm.node: "heartbeat"}  # a node Slurm calls down keeps reporting
-    slurm.client("scontrol", "update", f"nodename={slurm.node}", "state=resume")
+    resume(slurm)  # (slurmctld may refuse it while the down node's job is completing)
     slurm.wait_for_node(("IDLE",))
     assert bridge.poll() == {slurm.node: "registered"}
     node.refresh_from_db()
@@ -132,3 +133,17 @@ def test_the_command_line_prints_how_to_enroll_and_then_registers_the_node(enrol
                           "--gpu-model", MODELS[0], *conf], capture_output=True, text=True, cwd=ROOT)
     assert (run.returncode, run.stdout) == (0, f"{slurm.node}\tregistered\n"), run.stderr
     assert Job.objects.count() == 0 and Gpu.objects.filter(node=node).count() == 8
+
+
+def resume(slurm) -> None:
+    """``scontrol update state=resume``, again while slurmctld still refuses it ("Invalid node state
+    specified" while the down node's job is completing)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            slurm.client("scontrol", "update", f"nodename={slurm.node}", "state=resume")
+            return
+        except SlurmClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
