@@ -2,7 +2,8 @@
 the service's running, healthy replicas (jobs ``<service>`` or ``<service>-N`` of kind ``inference``), in turn
 (round-robin), after checking the caller's service API key (``Authorization: Bearer <key>`` or
 ``X-Rota-Key``). A replica that refuses the connection is skipped and the next one tried; with none left the
-answer is 502, with none running 503. A wrong, revoked or missing key, or an unknown team or service, is the
+answer is 502, with none running 503 (404 when the team has no such service at all: the caller holds one of
+its keys, so this reveals nothing). A wrong, revoked or missing key, or an unknown team or service, is the
 same 401, revealing nothing about which teams or services exist."""
 
 import itertools
@@ -18,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from portal.models import Team
 from scheduler.models import Job, ServiceKey, ServiceTraffic
 from scheduler.models.jobs import JobState
+from scheduler.selectors_services import service_exists
 from scheduler.services.replica_health import ROUTABLE
 
 FORWARD_TIMEOUT_S = 30
@@ -79,6 +81,8 @@ def serve(request, team: str, service: str, path: str = ""):
 def _route(request, team: Team, service: str, path: str) -> HttpResponse:
     running = replicas(team, service)
     if not running:
+        if not service_exists(team, service):
+            return JsonResponse({"detail": f"{team.name} has no inference service {service}."}, status=404)
         return JsonResponse({"detail": f"Service {service} has no running replica."}, status=503)
     start = _next_turn(team, service)
     for i in range(len(running)):

@@ -2,12 +2,32 @@
 restarts and the last restart's cause), its traffic (requests, failures, mean and percentile latency from the
 gateway's histogram) and its autoscale settings and last decision. A fixed number of queries."""
 
+from django.http import Http404
+
 from portal.models import Team
-from scheduler.models import Allocation, InferenceService, JobTransition, ServiceKey, ServiceTraffic
+from scheduler.models import Allocation, InferenceService, Job, JobTransition, ServiceKey, ServiceTraffic
 from scheduler.models.gateway import LATENCY_BUCKETS
-from scheduler.services.inference import service_replicas
+from scheduler.services.inference import replica_pattern, service_replicas
+from scheduler.services.service_keys import team_of_member
 
 QUANTILES = (0.5, 0.95, 0.99)
+
+
+def service_exists(team: Team, service: str) -> bool:
+    """Whether ``team`` has an inference service ``service``: a job of kind ``inference`` named ``<service>`` or
+    ``<service>-N``, in any state (a service whose replicas all ended still has its page, keys and traffic)."""
+    return Job.objects.filter(team=team, kind="inference", name__startswith=service,
+                              name__regex=replica_pattern(service)).exists()
+
+
+def service_of_member(user, team_name: str, service: str) -> Team:
+    """The team of ``team_name``'s inference service ``service`` when ``user`` is one of its members and the
+    service exists, else 404: an outsider hears the same as for a missing team, a member that no such
+    service exists (no page, no keys for it)."""
+    team = team_of_member(user, team_name)
+    if not service_exists(team, service):
+        raise Http404("No such inference service.")
+    return team
 
 
 def latency_quantile(counts: list[int], q: float) -> float | None:

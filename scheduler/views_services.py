@@ -1,6 +1,7 @@
 """The service page ``/services/<team>/<service>/``: an inference service's replicas (node, address, health,
 restarts and why), its traffic (requests, failures, mean and percentile latency), its API keys (create,
-revoke), its replica count (changed while it runs) and its autoscale. Members of the team only (others 404)."""
+revoke), its replica count (changed while it runs) and its autoscale. Members of the team only (others 404); a
+service the team does not have is 404 too."""
 
 from django import forms
 from django.contrib import messages
@@ -8,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
 
-from scheduler.selectors_services import service_summary
+from scheduler.selectors_services import service_of_member, service_summary
 from scheduler.services import inference
 from scheduler.services import service_keys as keys
 
@@ -64,7 +65,7 @@ def _act(request, team, service) -> bool:
 
 @login_required
 def service_detail(request, team: str, service: str):
-    found = keys.team_of_member(request.user, team)
+    found = service_of_member(request.user, team, service)
     if request.method == "POST":
         _act(request, found, service)
         return redirect("service-detail", team=found.name, service=service)

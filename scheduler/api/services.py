@@ -1,6 +1,6 @@
 """``/api/v1/services/<team>/<service>/``: an inference service as a whole (its replicas, traffic and
 autoscale), changing its replica count while it runs (``scale/``) and its autoscale (``autoscale/``). Members of
-the team only; to anyone else the team does not exist (404)."""
+the team only; to anyone else the team does not exist (404), and a service the team does not have is 404 too."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
@@ -9,9 +9,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler.selectors_services import service_summary
+from scheduler.selectors_services import service_of_member, service_summary
 from scheduler.services import inference
-from scheduler.services.service_keys import team_of_member
 
 
 class ScaleSerializer(serializers.Serializer):
@@ -44,13 +43,13 @@ def _call(fn, **kwargs):
 class ServiceDetailAPI(APIView):
     @extend_schema(responses=dict)
     def get(self, request, team: str, service: str):
-        return Response(service_summary(team_of_member(request.user, team), service))
+        return Response(service_summary(service_of_member(request.user, team, service), service))
 
 
 class ServiceScaleAPI(APIView):
     @extend_schema(request=ScaleSerializer, responses=ScaledSerializer)
     def post(self, request, team: str, service: str):
-        found = team_of_member(request.user, team)
+        found = service_of_member(request.user, team, service)
         data = ScaleSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         result = _call(inference.service_scale, user=request.user, team=found, service=service,
@@ -61,7 +60,7 @@ class ServiceScaleAPI(APIView):
 class ServiceAutoscaleAPI(APIView):
     @extend_schema(request=AutoscaleSerializer, responses=AutoscaleSerializer)
     def put(self, request, team: str, service: str):
-        found = team_of_member(request.user, team)
+        found = service_of_member(request.user, team, service)
         data = AutoscaleSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         row = _call(inference.service_autoscale_set, user=request.user, team=found, service=service,

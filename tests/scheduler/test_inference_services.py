@@ -154,6 +154,39 @@ def test_the_page_and_api_show_a_service_to_its_team_and_404_to_others(alice, bo
     assert names(cluster["vision"]) == ["llm-1"]
 
 
+def test_a_service_the_team_does_not_have_is_404_on_the_page_the_api_and_its_keys(alice, charlie, client, api):
+    replica(alice, "llm-1")
+    replica(charlie, "summarizer")  # nlp's service: vision's members hear about it as about a missing one
+    job_submit(user=alice, name="trainer", command="train", gpu_model="h100-80gb")  # a job, not a service
+    client.force_login(alice)
+    for team, service in (("vision", "nope"), ("vision", "trainer"), ("vision", "llm-1x"), ("nlp", "summarizer")):
+        base = f"/services/{team}/{service}/"
+        assert client.get(base).status_code == 404, base
+        assert client.post(base, {"action": "key-create"}).status_code == 404, base
+        assert api(alice).get(f"/api/v1{base}").status_code == 404, base
+        assert api(alice).get(f"/api/v1{base}keys/").status_code == 404, base
+        assert api(alice).post(f"/api/v1{base}keys/").status_code == 404, base
+        assert api(alice).delete(f"/api/v1{base}keys/1/").status_code == 404, base
+        assert api(alice).post(f"/api/v1{base}scale/", {"replicas": 1}, format="json").status_code == 404, base
+        assert api(alice).put(f"/api/v1{base}autoscale/", {"enabled": False}, format="json").status_code == 404
+    assert not ServiceKey.objects.exists() and not InferenceService.objects.exists()
+    # a service whose replicas all ended still has its page and keys
+    Job.objects.filter(name="llm-1").update(state="succeeded")
+    assert client.get("/services/vision/llm/").status_code == 200
+    assert api(alice).post("/api/v1/services/vision/llm/keys/").status_code == 201
+
+
+def test_the_gateway_answers_a_key_of_a_service_that_does_not_exist_404_and_no_key_401(alice, client):
+    replica(alice, "llm")
+    vision = Job.objects.get().team
+    _, raw = ServiceKey.issue(vision, "ghost", alice)  # made before keys needed a service
+    assert client.get("/serve/vision/ghost/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 404
+    assert client.get("/serve/vision/nope/").status_code == 401
+    assert client.get("/serve/nlp/llm/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
+    _, llm = ServiceKey.issue(vision, "llm", alice)
+    assert client.get("/serve/vision/llm/", HTTP_AUTHORIZATION=f"Bearer {llm}").status_code == 503
+
+
 def test_the_submit_form_refuses_a_health_path_the_probe_could_not_use(alice):
     from tests.scheduler.test_templates import client_for, form_data
 
