@@ -4,10 +4,11 @@ them), an ASGI app in front of Django's (``portal/asgi.py``).
 Each request is checked against the portal's session: a member of the job's team goes through, with the
 notebook server's token added here (``Authorization: token …``), so nobody needs or sees it; anyone else,
 platform admins included, gets the same 404 as for a missing job; someone not signed in is sent to the login
-page (a websocket: 404). The portal's own cookies (session, CSRF) are taken out of what is forwarded, and a
-websocket or a state-changing request from another site's page (its ``Origin``) is refused (403): the token
-added here would otherwise let such a page drive the notebook with the visitor's session. Paths pass through
-unchanged: the server runs with ``/notebooks/<id>/`` as its base URL (``scheduler.notebooks``)."""
+page (a websocket: 404). A member opening a notebook that has ended hears 410 Gone, with a page saying when and
+how to start another; one not running yet, 503. The portal's own cookies (session, CSRF) are taken out of what
+is forwarded, and a websocket or a state-changing request from another site's page (its ``Origin``) is refused
+(403): the token added here would otherwise let such a page drive the notebook with the visitor's session. Paths
+pass through unchanged: the server runs with ``/notebooks/<id>/`` as its base URL (``scheduler.notebooks``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from django.shortcuts import resolve_url
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from scheduler.models.jobs import FINAL_STATES
 from scheduler.notebooks import Upstream, upstream
 
 PREFIX = "/notebooks/"
@@ -44,9 +46,9 @@ executor = None  # the threads that run the session and access checks: portal/as
 class Refused(Exception):
     """Answer the request with ``status`` (and ``location`` for a redirect) instead of forwarding it."""
 
-    def __init__(self, status: int, message: str, location: str = "") -> None:
+    def __init__(self, status: int, message: str, location: str = "", page: str = "") -> None:
         super().__init__(message)
-        self.status, self.message, self.location = status, message, location
+        self.status, self.message, self.location, self.page = status, message, location, page
 
 
 def _header(scope, name: bytes) -> str:
@@ -81,11 +83,31 @@ def _target(cookie_header: str, job_id: int, path: str) -> Upstream:
         except Http404:
             raise Refused(404, "No such notebook.") from None
         target = upstream(job)
+        if target is None and job.state in FINAL_STATES:
+            raise Refused(410, _ended_message(job), page=_ended_page(user, job, path))
         if target is None:
             raise Refused(503, f"Notebook {job_id} is not running ({job.state}); open it from its job page.")
         return target
     finally:
         close_old_connections()
+
+
+def _ended_message(job) -> str:
+    from django.utils import timezone
+
+    when = f" at {timezone.localtime(job.finished_at):%Y-%m-%d %H:%M %Z}" if job.finished_at else ""
+    return (f"Notebook {job.pk} has ended{when} ({job.state}). Start another from "
+            f"{resolve_url('job-submit')}?copy={job.pk} (a copy of this one) or ?kind=notebook.")
+
+
+def _ended_page(user, job, path: str) -> str:
+    """The page a member's browser shows for an ended notebook (the portal's own layout and navigation)."""
+    from django.http import HttpRequest
+    from django.template.loader import render_to_string
+
+    request = HttpRequest()
+    request.method, request.path, request.user = "GET", path, user
+    return render_to_string("notebooks/ended.html", {"job": job}, request=request)
 
 
 def _same_origin(scope) -> bool:
@@ -106,13 +128,15 @@ def _forwarded_headers(scope) -> list[tuple[bytes, bytes]]:
     return keep
 
 
-async def _answer(send, status: int, message: str, location: str = "", websocket: bool = False) -> None:
-    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+async def _answer(send, status: int, message: str, location: str = "", websocket: bool = False,
+                  page: str = "") -> None:
+    kind = b"text/html" if page else b"text/plain"
+    headers = [(b"content-type", kind + b"; charset=utf-8")]
     if location:
         headers.append((b"location", location.encode()))
     prefix = "websocket.http.response" if websocket else "http.response"
     await send({"type": f"{prefix}.start", "status": status, "headers": headers})
-    await send({"type": f"{prefix}.body", "body": message.encode()})
+    await send({"type": f"{prefix}.body", "body": (page or message).encode()})
 
 
 async def app(scope, receive, send) -> None:
@@ -136,7 +160,7 @@ async def app(scope, receive, send) -> None:
             else:
                 await send({"type": "websocket.close", "code": 1008})
         else:
-            await _answer(send, refused.status, refused.message, refused.location)
+            await _answer(send, refused.status, refused.message, refused.location, page=refused.page)
         return
     if websocket:
         await _websocket(scope, receive, send, target)

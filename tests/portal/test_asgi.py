@@ -41,3 +41,27 @@ def test_the_proxy_answers_a_member_an_outsider_and_a_visitor_before_reaching_an
         with pytest.raises(InvalidStatus) as refused:
             connect(ws, additional_headers={"Cookie": cookie} if cookie else {}, open_timeout=10)
         assert refused.value.response.status_code == status
+
+
+def test_a_notebook_that_has_ended_is_410_gone_to_its_team_with_when_and_how_to_start_another(
+    asgi_portal, alice, charlie  # noqa: F811
+):
+    from datetime import UTC, datetime
+
+    from scheduler.models import Job
+
+    job = job_submit(user=alice, name="lab", command="", kind="notebook", gpu_model="h100-80gb")
+    Job.objects.filter(pk=job.pk).update(state="succeeded", stop_reason="idle",
+                                         finished_at=datetime(2026, 3, 4, 5, 6, tzinfo=UTC))
+    url = f"{asgi_portal}/notebooks/{job.pk}/lab"
+    member = requests.get(url, headers={"Cookie": session_cookie(alice)}, timeout=10)
+    assert member.status_code == 410 and member.headers["Content-Type"].startswith("text/html")
+    page = member.text
+    assert f"Notebook #{job.pk} (lab) has ended" in page and "2026-03-04 05:06" in page and "idle" in page
+    assert f'href="/jobs/new/?copy={job.pk}"' in page and 'href="/jobs/new/?kind=notebook"' in page
+    assert "alice" in page  # the portal's own layout, signed in
+    assert requests.get(url, headers={"Cookie": session_cookie(charlie)}, timeout=10).status_code == 404
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url.replace("http://", "ws://"), additional_headers={"Cookie": session_cookie(alice)},
+                open_timeout=10)
+    assert refused.value.response.status_code == 410 and b"has ended" in refused.value.response.body
