@@ -239,9 +239,9 @@ class LoanRow:
     can_cancel: bool
 
 
-def team_loans(*, team: Team, user: User, now: datetime) -> list[LoanRow]:
-    """The quota loans ``team`` gives or takes (newest window first, at most 50)."""
-    manages = can_manage_team(user, team)
+def team_loans(*, team: Team, manages: bool, now: datetime) -> list[LoanRow]:
+    """The quota loans ``team`` gives or takes (newest window first, at most 50); ``manages``: whether the reader
+    manages the team (``can_manage_team``, asked once by the page), so may decide and cancel its loans."""
     rows = []
     for loan in QuotaLoan.objects.filter(Q(lender=team) | Q(borrower=team)).select_related(
             "lender", "borrower", "gpu_model", "requested_by", "decided_by")[:50]:

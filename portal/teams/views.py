@@ -40,7 +40,7 @@ def _dashboard_context(request, team, form=None):
         "form": form or MemberForm(),
         "columns": DEFAULT_COLUMNS,
         "failure_columns": FAILURE_COLUMNS,
-        "loans": selectors.team_loans(team=team, user=request.user, now=now),
+        "loans": selectors.team_loans(team=team, manages=can_manage, now=now),
         "budgets": selectors.team_budgets(team=team, now=now),
     }
 

@@ -145,7 +145,7 @@ def test_the_dashboard_runs_a_fixed_number_of_queries(alice, cluster):
     with CaptureQueriesContext(connection) as many:
         assert client.get("/teams/vision/").status_code == 200
     assert len(many) == len(few), [q["sql"] for q in many]
-    assert len(many) <= 21, [q["sql"][:150] for q in many]  # 21: the active policy and the lost work credited
+    assert len(many) <= 20, [q["sql"][:150] for q in many]  # 20: the active policy and the lost work credited
 
 
 def test_members_do_not_see_or_use_member_management(alice, bob):
