@@ -5,9 +5,10 @@ from dataclasses import dataclass, field, replace
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 
 from portal.access import jobs_for
+from scheduler.core.reasons import ALL_CODES
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node
-from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, HOLDING_STATES, JobState
+from scheduler.models.jobs import ACTIVE_STATES, FINAL_STATES, HOLDING_STATES, WAITING_STATES, JobState
 
 MAX_PAGE = 10_000_000  # any page past it is past the end too; SQL offsets stay far inside bigint
 
@@ -16,9 +17,11 @@ SORTS = {
     "team": "team__name", "-team": "-team__name", "gpus": "gpus", "-gpus": "-gpus",
     "position": "queue_position", "-position": "-queue_position",
 }
-# ``state`` filters of the jobs table and the jobs API: a state, or a group of them.
-STATE_GROUPS = {"active": ACTIVE_STATES, "finished": FINAL_STATES}
-STATE_RULE = f"active, finished or one of {', '.join(JobState.values)}"
+# ``state`` filters of the jobs table and the jobs API: a state, or a group of them (``holding``: admitted,
+# starting or running, as the dashboards count "running"; ``waiting``: pending or held).
+STATE_GROUPS = {"active": ACTIVE_STATES, "waiting": WAITING_STATES, "holding": HOLDING_STATES,
+                "finished": FINAL_STATES}
+STATE_RULE = f"{', '.join(STATE_GROUPS)} or one of {', '.join(JobState.values)}"
 
 
 def valid_state(state: str) -> bool:
@@ -48,12 +51,13 @@ DEFAULT_COLUMNS = ("id", "name", "team", "kind", "gpus", "state", "reason", "sub
 
 @dataclass
 class JobFilter:
-    """The jobs table's query: scope (mine/team/all), state group or exact state, kind, team, free text,
-    sort and the columns to show. Unknown values fall back to the defaults."""
+    """The jobs table's query: scope (mine/team/all), state group or exact state, kind, team, pending reason
+    code, free text, sort and the columns to show. Unknown values fall back to the defaults."""
 
     scope: str = "team"
     state: str = ""
     kind: str = ""
+    reason: str = ""
     team: str = ""
     q: str = ""
     sort: str = "-id"
@@ -79,6 +83,10 @@ class JobFilter:
         if f.kind and f.kind not in KINDS:
             f.errors.append(f"kind must be one of {', '.join(KINDS)}")
             f.kind = ""
+        f.reason = params.get("reason", "")
+        if f.reason and f.reason not in ALL_CODES:
+            f.errors.append(f"reason must be one of {', '.join(ALL_CODES)}")
+            f.reason = ""
         array = params.get("array", "")
         if array.isascii() and array.isdigit() and len(array) <= 18:
             f.array = int(array)
@@ -94,13 +102,13 @@ class JobFilter:
     @property
     def narrowed(self) -> bool:
         """Whether anything but the default scope is filtered (an empty table then says "no match")."""
-        return bool(self.state or self.kind or self.team or self.q or self.scope != "team")
+        return bool(self.state or self.kind or self.reason or self.team or self.q or self.scope != "team")
 
     def as_query(self) -> str:
         from urllib.parse import urlencode
 
         pairs = [(k, v) for k, v in [("scope", self.scope), ("state", self.state), ("kind", self.kind),
-                                     ("team", self.team), ("q", self.q), ("sort", self.sort),
+                                     ("reason", self.reason), ("team", self.team), ("q", self.q), ("sort", self.sort),
                                      ("array", self.array)] if v]
         pairs += [("cols", c) for c in self.columns]
         if self.page > 1:
@@ -124,6 +132,8 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
     qs = filter_state(qs, f.state)
     if f.kind:
         qs = qs.filter(kind=f.kind)
+    if f.reason:
+        qs = qs.filter(pending_reason_code=f.reason)
     if f.team:
         qs = qs.filter(team__name=f.team)
     if f.q:

@@ -26,3 +26,58 @@ def test_home_summarizes_why_your_work_waits_and_nothing_of_other_teams(alice, c
     other = client_for(charlie).get("/").content.decode()
     assert "Nothing of yours is waiting." in other and 'href="/teams/nlp/"' in other
     assert 'href="/teams/vision/"' not in other
+
+
+def _listed_ids(client, link: str) -> list[int]:
+    import html
+    import re
+
+    page = client.get(html.unescape(link))
+    assert page.status_code == 200, link
+    return sorted(int(i) for i in re.findall(r'<tr class="row-[a-z-]+">\s*<td><a href="/jobs/(\d+)/"',
+                                              page.content.decode()))
+
+
+def test_every_counter_links_to_a_list_of_exactly_the_jobs_it_counted(alice, charlie):
+    import re
+
+    from scheduler.models import Job
+
+    states = {"running": "running", "admitted": "admitted", "starting": "starting", "pending-r": "pending",
+              "pending-q": "pending", "held": "held", "failed": "failed", "timed": "timed-out", "done": "succeeded"}
+    reasons = {"pending-r": "Resources", "pending-q": "QuotaExceeded", "held": "Held"}
+    ids = {}
+    for name, state in states.items():
+        ids[name] = job_submit(user=alice, name=name, command="true", gpu_model="h100-80gb").pk
+        Job.objects.filter(pk=ids[name]).update(state=state, pending_reason_code=reasons.get(name, ""))
+    theirs = job_submit(user=charlie, name="theirs", command="true", gpu_model="h100-80gb")
+    Job.objects.filter(pk=theirs.pk).update(state="pending", pending_reason_code="Resources")
+    client = client_for(alice)
+    home = client.get("/").content.decode()
+
+    tiles = re.findall(r'<a class="tile" href="([^"]+)"[^>]*><b>(\d+)</b><span>(\w+)</span>', home)
+    expected = {"running": ["running", "admitted", "starting"], "pending": ["pending-r", "pending-q"],
+                "held": ["held"], "failed": ["failed"]}
+    assert sorted(label for _, _, label in tiles) == sorted(expected)
+    for link, count, label in tiles:
+        want = sorted(ids[n] for n in expected[label])
+        assert int(count) == len(want) and _listed_ids(client, link) == want, label
+
+    waits = re.findall(r'<span class="code">(\w+)</span></td><td class="num"><a href="([^"]+)">(\d+)</a>', home)
+    assert sorted(code for code, _, _ in waits) == ["Held", "QuotaExceeded", "Resources"]
+    for code, link, count in waits:
+        want = sorted(ids[n] for n, r in reasons.items() if r == code)
+        assert int(count) == len(want) and _listed_ids(client, link) == want, code
+
+    team = client.get("/teams/vision/").content.decode()
+    counters = dict((label, link) for link, _, label in re.findall(r'<a href="([^"]+)">(\d+) (running|waiting)</a>',
+                                                                   team))
+    assert _listed_ids(client, counters["running"]) == sorted(ids[n] for n in expected["running"])
+    assert _listed_ids(client, counters["waiting"]) == sorted(ids[n] for n in ("pending-r", "pending-q", "held"))
+    all_its = re.search(r'<a class="button" href="([^"]+)">All its jobs</a>', team).group(1)
+    assert _listed_ids(client, all_its) == sorted(ids.values())
+
+
+def test_the_jobs_table_names_a_reason_it_does_not_know(alice):
+    page = client_for(alice).get("/jobs/?reason=Bogus").content.decode()
+    assert "reason must be one of" in page and "Resources" in page

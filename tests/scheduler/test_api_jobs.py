@@ -214,7 +214,8 @@ def test_the_job_list_filters_by_state_group_and_refuses_an_unknown_state(api, a
     assert [j["id"] for j in client.get("/api/v1/jobs/?state=active").json()["results"]] == [waiting]
     assert [j["id"] for j in client.get("/api/v1/jobs/?state=finished").json()["results"]] == [done]
     response = client.get("/api/v1/jobs/?state=bogus")
-    assert response.status_code == 400 and "active, finished or one of pending" in str(response.json()["errors"])
+    assert response.status_code == 400
+    assert "active, waiting, holding, finished or one of pending" in str(response.json()["errors"])
 
 
 def test_the_job_list_filters_by_kind_and_team_and_names_a_bad_one(api, alice, charlie, staff):
