@@ -203,7 +203,8 @@ def cmd_nodes(args) -> int:
             executor += " (NOT isolated)"
         rows.append([n["name"], n["pool"], n["state"], f"{healthy}/{len(n['gpus'])}", ",".join(models), executor,
                      n["state_reason"][:40]])
-    print_table(["NAME", "POOL", "STATE", "GPUS", "MODELS", "EXECUTOR", "REASON"], rows)
+    # healthy of present GPUs (not free ones: the nodes API does not say which are held; `rota queue` does)
+    print_table(["NAME", "POOL", "STATE", "GPUS(HEALTHY/TOTAL)", "MODELS", "EXECUTOR", "REASON"], rows)
     return 0
 
 

@@ -234,9 +234,15 @@ def test_logs_follow_polls_with_the_offset(rota, alice, capsys, monkeypatch):
 
 
 def test_it_lists_nodes(rota, alice, capsys):
+    from scheduler.models import Gpu
+
+    Gpu.objects.filter(node__name="node-h100", index=0).update(healthy=False, health_reason="XID 79")
     assert rota(alice, "nodes") == 0
     out, _ = out_of(capsys)
-    assert "node-h100" in out and "4/4" in out and "h100-80gb" in out
+    header, *lines = out.splitlines()
+    assert header.split()[3] == "GPUS(HEALTHY/TOTAL)"
+    h100 = next(line.split() for line in lines if line.startswith("node-h100"))
+    assert h100[3] == "3/4" and "h100-80gb" in out
     assert "EXECUTOR" in out and "? (NOT isolated)" in out  # an agent that did not say how it runs jobs
     assert rota(alice, "nodes", "--json") == 0
     assert {n["name"] for n in json.loads(out_of(capsys)[0])} == {"node-h100", "node-a100"}
