@@ -4,8 +4,25 @@ the fields they name."""
 
 from django import forms
 
+from portal.durations import EXAMPLE, duration_parse, duration_words
 from portal.governance.forms import ReasonMixin
 from scheduler.models.policies import KNOBS, ORDERINGS, PLACEMENTS, PREEMPTION_SCOPES, PolicyVersion
+
+
+class DurationField(forms.CharField):
+    """A duration typed and shown in words ("7 days", "36 hours"; a bare number is seconds), cleaned to seconds."""
+
+    def prepare_value(self, value):
+        return duration_words(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in self.empty_values:
+            return None
+        try:
+            return duration_parse(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class PolicyKnobsForm(ReasonMixin):
@@ -26,8 +43,8 @@ class PolicyKnobsForm(ReasonMixin):
                                                           "preemption (needs preemption)")
     guarantee_first = forms.BooleanField(required=False, label="Guarantee first", help_text=(
         "within a priority level, admit work inside its team's guarantee before work that would borrow"))
-    fair_share_half_life_s = forms.FloatField(label="Fair-share half-life (seconds)", help_text=(
-        "how fast past usage is forgotten: 604800 is a week; from 60 (a minute) to 31536000 (a year)"))
+    fair_share_half_life_s = DurationField(label="Fair-share half-life", help_text=(
+        f"how fast past usage is forgotten: {EXAMPLE}; from 1 minute to 365 days"))
     las_thresholds_gpu_s = forms.CharField(required=False, label="Service-level thresholds (GPU-seconds)",
                                            help_text="ordering las only: ascending, separated by commas "
                                                      "(3600, 36000); empty: continuous LAS")

@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from portal.durations import duration_words
 from portal.governance.forms_policies import ActivateForm, NewPolicyForm, PolicyKnobsForm, knob_initial
 from portal.governance.views import _save, staff_only
 from scheduler.models import PolicyVersion, SchedulingPolicy
@@ -40,6 +41,8 @@ def _history(policy: SchedulingPolicy) -> list[dict]:
     for version in versions:
         knobs = version.knobs()
         changed = {k: v for k, v in knobs.items() if before.get(k) != v} if before else {}
+        if "fair_share_half_life_s" in changed:
+            changed["fair_share_half_life_s"] = duration_words(changed["fair_share_half_life_s"])
         rows.append({"version": version, "changed": changed, "activations": list(version.activations.all())})
         before = knobs
     return rows[::-1]

@@ -28,7 +28,8 @@ def test_the_page_lists_the_policies_and_names_the_active_version(staff):
     html = page.content.decode()
     assert '<strong id="active-policy">rota v1</strong>' in html
     assert 'href="/govern/policies/rota/"' in html and "binpack" in html
-    assert 'value="604800.0"' in html  # the new-policy form starts from the active version's values
+    assert 'value="7 days"' in html  # the new-policy form starts from the active version's values, in words
+    assert "604800" not in html and ">7 days</td>" in html
     assert 'aria-current="page">Policies</a>' in html
 
 
@@ -51,6 +52,24 @@ def test_a_bad_knob_is_named_on_its_field_and_nothing_is_saved(staff):
     assert "thresholds must be strictly ascending; got 36000, 3600" in html
     assert "must be from 60 s (a minute)" in html
     assert PolicyVersion.objects.count() == 1 and not AuditEntry.objects.exists()
+
+
+def test_the_half_life_is_shown_in_words_and_the_form_takes_back_what_it_shows(staff):
+    client = client_for(staff)
+    page = client.get("/govern/policies/rota/").content.decode()
+    shown = page.split('name="fair_share_half_life_s"', 1)[1].split('value="', 1)[1].split('"', 1)[0]
+    assert shown == "7 days"
+    assert client.post("/govern/policies/rota/", {**FORM, "fair_share_half_life_s": shown, "backfill": "",
+                                                  "reason": "as shown"}).status_code == 302
+    assert PolicyVersion.objects.get(number=2).fair_share_half_life_s == 604800.0
+    for typed, seconds in (("36 hours", 129600.0), ("90 min", 5400.0), ("2w", 1209600.0), ("3600", 3600.0)):
+        assert client.post("/govern/policies/rota/", {**FORM, "fair_share_half_life_s": typed,
+                                                      "reason": typed}).status_code == 302, typed
+        assert PolicyVersion.objects.order_by("-number").first().fair_share_half_life_s == seconds
+    page = client.get("/govern/policies/rota/").content.decode()
+    assert "<code>fair_share_half_life_s</code> = 90 minutes" in page and 'value="1 hour"' in page
+    bad = client.post("/govern/policies/rota/", {**FORM, "fair_share_half_life_s": "a fortnight", "reason": "x"})
+    assert bad.status_code == 400 and "such as 7 days, 36 hours" in bad.content.decode()
 
 
 def test_an_edit_of_the_active_policy_is_a_new_version_that_goes_live(staff):
