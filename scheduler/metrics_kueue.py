@@ -11,7 +11,8 @@ that takes whichever model is free). The mapping:
 * ``kueue_admission_wait_time_seconds{cluster_queue}`` (histogram): for each admission, the time since the
   attempt entered the queue (the transition before the admission).
 
-One query each; the wait histogram is bucketed in PostgreSQL."""
+One query each, reading the admissions alone (a partial index), not every transition; the wait histogram is
+bucketed in PostgreSQL."""
 
 from django.db import connection
 from django.db.models import Count
@@ -55,23 +56,36 @@ def _admitted_lines() -> list[str]:
     return lines
 
 
-def _wait_rows() -> list[tuple]:
-    """Per team and GPU model: the count of admissions at or under each bucket, the count and the sum."""
-    buckets = ", ".join(f"count(*) FILTER (WHERE wait <= {b})" for b in WAIT_BUCKETS_S)
-    sql = f"""
+def _wait_sql() -> str:
+    """Per team and GPU model: the count of admissions at or under each bucket, the count and the sum. Reads
+    only the admissions (``transition_admitted_idx``) and, for each, the one transition before it (by
+    ``at`` then ``id``, through ``transition_job_at_idx``), not every transition ever recorded."""
+    buckets = ", ".join(f"count(*) FILTER (WHERE wait <= {b}) AS le_{i}" for i, b in enumerate(WAIT_BUCKETS_S))
+    read = ", ".join(f"q.le_{i}" for i in range(len(WAIT_BUCKETS_S)))
+    transitions = JobTransition._meta.db_table
+    return f"""
         WITH waits AS (
-            SELECT job_id, to_state,
-                   EXTRACT(EPOCH FROM at - LAG(at) OVER (PARTITION BY job_id ORDER BY at, id)) AS wait
-            FROM {JobTransition._meta.db_table})
-        SELECT t.name, m.name, {buckets}, count(*), COALESCE(sum(wait), 0)
-        FROM waits w
-        JOIN {Job._meta.db_table} j ON j.id = w.job_id
-        JOIN {Job._meta.get_field("team").related_model._meta.db_table} t ON t.id = j.team_id
-        LEFT JOIN {GpuModel._meta.db_table} m ON m.id = j.gpu_model_id
-        WHERE w.to_state = %s AND w.wait IS NOT NULL
-        GROUP BY t.name, m.name ORDER BY t.name, m.name"""
+            SELECT a.job_id, EXTRACT(EPOCH FROM a.at - before.at) AS wait
+            FROM {transitions} a
+            CROSS JOIN LATERAL (
+                SELECT p.at FROM {transitions} p
+                WHERE p.job_id = a.job_id AND (p.at, p.id) < (a.at, a.id)
+                ORDER BY p.at DESC, p.id DESC LIMIT 1) before
+            WHERE a.to_state = %s),
+        per_queue AS (
+            SELECT j.team_id, j.gpu_model_id, {buckets}, count(*) AS n, COALESCE(sum(wait), 0) AS total
+            FROM waits w JOIN {Job._meta.db_table} j ON j.id = w.job_id
+            GROUP BY j.team_id, j.gpu_model_id)
+        SELECT t.name, m.name, {read}, q.n, q.total
+        FROM per_queue q
+        JOIN {Job._meta.get_field("team").related_model._meta.db_table} t ON t.id = q.team_id
+        LEFT JOIN {GpuModel._meta.db_table} m ON m.id = q.gpu_model_id
+        ORDER BY t.name, m.name"""
+
+
+def _wait_rows() -> list[tuple]:
     with connection.cursor() as cursor:
-        cursor.execute(sql, [JobState.ADMITTED])
+        cursor.execute(_wait_sql(), [JobState.ADMITTED])
         return cursor.fetchall()
 
 

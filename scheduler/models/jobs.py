@@ -260,7 +260,8 @@ class KindImage(models.Model):
 class JobTransition(models.Model):
     """One recorded state change of a job, with its cause (and actor when a person caused it)."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
+    # indexed by transition_job_at_idx (job first), so not on its own too
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions", db_index=False)
     from_state = models.CharField(max_length=12, blank=True)
     to_state = models.CharField(max_length=12)
     at = models.DateTimeField()
@@ -270,6 +271,12 @@ class JobTransition(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+        indexes = [
+            # a job's transitions in order (its page; the transition before an admission, for the wait metric)
+            models.Index(fields=["job", "at", "id"], name="transition_job_at_idx"),
+            # the admissions alone, which the Kueue-named metrics count and time on every scrape
+            models.Index(fields=["job"], condition=models.Q(to_state="admitted"), name="transition_admitted_idx"),
+        ]
 
 
 class JobLog(models.Model):

@@ -77,3 +77,56 @@ def test_the_grafana_dashboard_reads_only_metrics_rota_exports(alice, cluster):
     exported = set(re.findall(r"^# TYPE (\S+) ", body, re.M))
     histograms = {f"{n}_bucket" for n in exported} | {f"{n}_sum" for n in exported} | {f"{n}_count" for n in exported}
     assert not used - exported - histograms, f"the dashboard reads metrics Rota does not export: {used - exported}"
+
+
+# The wait histogram as first written: a window over every transition ever recorded. The bounded query must
+# answer exactly as it did.
+REFERENCE_WAIT_SQL = """
+    WITH waits AS (
+        SELECT job_id, to_state, EXTRACT(EPOCH FROM at - LAG(at) OVER (PARTITION BY job_id ORDER BY at, id)) AS wait
+        FROM scheduler_jobtransition)
+    SELECT t.name, m.name, {buckets}, count(*), COALESCE(sum(wait), 0)
+    FROM waits w JOIN scheduler_job j ON j.id = w.job_id JOIN portal_team t ON t.id = j.team_id
+    LEFT JOIN scheduler_gpumodel m ON m.id = j.gpu_model_id
+    WHERE w.to_state = 'admitted' AND w.wait IS NOT NULL
+    GROUP BY t.name, m.name ORDER BY t.name, m.name"""
+
+
+def test_the_wait_histogram_reads_only_admissions_and_answers_as_the_full_scan_did(alice, charlie, cluster):
+    import random
+
+    from django.db import connection
+
+    from scheduler.metrics_kueue import _wait_rows
+
+    rng = random.Random(7)
+    jobs = [job_submit(user=user, name=f"j{i}", command="true", gpu_model=model)
+            for i, (user, model) in enumerate([(alice, "h100-80gb"), (alice, "a100-40gb"), (charlie, "h100-80gb"),
+                                               (alice, None), (charlie, "a100-40gb")] * 3)]
+    JobTransition.objects.all().delete()
+    for job in jobs:
+        at = job.created_at
+        for step in range(rng.randint(0, 7)):
+            # ties in ``at`` (ordered then by id), admissions first, twice in a row, after a requeue
+            at += timedelta(seconds=rng.choice([0, 0, 1, 4, 30, 200, 5000, 90000]))
+            state = rng.choice(["pending", "admitted", "admitted", "starting", "running", "pending"])
+            JobTransition.objects.create(job=job, from_state="", to_state=state, at=at, cause=f"step {step}")
+    buckets = ", ".join(f"count(*) FILTER (WHERE wait <= {b})" for b in WAIT_BUCKETS_S)
+    with connection.cursor() as cursor:
+        cursor.execute(REFERENCE_WAIT_SQL.format(buckets=buckets))
+        reference = cursor.fetchall()
+    assert reference and len(reference) >= 4
+    assert _wait_rows() == reference
+
+
+def test_the_wait_histogram_reaches_admissions_and_their_predecessors_through_indexes(cluster):
+    from django.db import connection, transaction
+
+    from scheduler.metrics_kueue import _wait_sql
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # the plan a large table gets, on an empty one
+        cursor.execute("EXPLAIN " + _wait_sql(), ["admitted"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "transition_admitted_idx" in plan and "transition_job_at_idx" in plan, plan
+    assert "WindowAgg" not in plan, plan
