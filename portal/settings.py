@@ -223,6 +223,8 @@ ROTA_DEFAULT_ALLOWED_IMAGES = env_list("ROTA_DEFAULT_ALLOWED_IMAGES", ["localhos
 ROTA_JOB_PIDS_LIMIT = env_int("ROTA_JOB_PIDS_LIMIT", 4096, minimum=16, maximum=4_194_304)
 # Each team runs as its own unprivileged uid (and gid of the same number) taken from this range on the nodes.
 ROTA_TEAM_UID_RANGE = env_range("ROTA_TEAM_UID_RANGE", (20000, 29999), minimum=1000, maximum=2**31 - 2)
+# The ports a node's notebooks and inference replicas listen on (ROTA_PORT), handed out per node from this range.
+ROTA_SERVICE_PORTS = env_range("ROTA_SERVICE_PORTS", (30000, 30999), minimum=1024, maximum=65535)
 # True: a node whose executor does not isolate tenants (the process executor) may not register.
 ROTA_REQUIRE_ISOLATION = env_bool("ROTA_REQUIRE_ISOLATION", False)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 
@@ -181,7 +182,6 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
 
 
 SERVICE_KINDS = ("notebook", "inference")
-SERVICE_PORTS = range(30000, 31000)
 
 
 def _assign_port(job_id: int, node_id: int) -> None:
@@ -190,7 +190,8 @@ def _assign_port(job_id: int, node_id: int) -> None:
         Job.objects.filter(state__in=HOLDING_STATES, allocations__node_id=node_id, allocations__ended_at__isnull=True,
                            service_port__isnull=False).exclude(pk=job_id).values_list("service_port", flat=True)
     )
-    port = next(p for p in SERVICE_PORTS if p not in used)
+    low, high = settings.ROTA_SERVICE_PORTS
+    port = next(p for p in range(low, high + 1) if p not in used)
     Job.objects.filter(pk=job_id).update(service_port=port)
 
 

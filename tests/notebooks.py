@@ -47,7 +47,7 @@ def asgi_portal(transactional_db, settings):
 @pytest.fixture
 def notebook_node(cluster, celery_worker, start_agent, settings, notebook_image):
     """node-h100 with a real agent on the container executor. Its service address is a loopback address of its
-    own (127.x.y.z): ports 30000+ are handed out per node, and other test runs on this machine use them too."""
+    own (127.x.y.z), and its ports are the test's own (``service_ports`` in tests/processes.py)."""
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 1
     node = cluster["nodes"][0]
     address = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(1, 254)}"

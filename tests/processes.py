@@ -2,8 +2,10 @@
 (fake GPU backend) talking to pytest-django's live server."""
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +43,49 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+# Where tests look for service ports: above the kernel's ephemeral range (32768-60999 by default, which outgoing
+# connections take) and away from a site's ROTA_SERVICE_PORTS (30000-30999), which `make dev` publishes on.
+TEST_SERVICE_PORTS = range(61000, 65536)
+SERVICE_PORT_BLOCK = 32
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))  # refused when anything on any address holds the port
+        except OSError:
+            return False
+    return True
+
+
+def free_service_ports(tries: int = 50) -> tuple[int, int]:
+    """A block of SERVICE_PORT_BLOCK ports, all free now, for this test's notebooks and inference replicas: a
+    `make dev` or another test run on this machine uses its own."""
+    blocks = range(TEST_SERVICE_PORTS.start, TEST_SERVICE_PORTS.stop - SERVICE_PORT_BLOCK, SERVICE_PORT_BLOCK)
+    for low in random.SystemRandom().sample(blocks, tries):  # not the test's seeded random: runs differ
+        if all(_bindable(p) for p in range(low, low + SERVICE_PORT_BLOCK)):
+            return low, low + SERVICE_PORT_BLOCK - 1
+    raise AssertionError(f"no block of {SERVICE_PORT_BLOCK} free ports in {tries} tries")
+
+
 @pytest.fixture
-def worker_env(transactional_db):
-    """The environment a subprocess needs to use the same test database and Redis as this test."""
+def service_ports(settings) -> tuple[int, int]:
+    """ROTA_SERVICE_PORTS for this test, in this process and (through worker_env) its worker and agents."""
+    settings.ROTA_SERVICE_PORTS = free_service_ports()
+    return settings.ROTA_SERVICE_PORTS
+
+
+@pytest.fixture
+def worker_env(transactional_db, service_ports):
+    """The environment a subprocess needs to use the same test database and Redis as this test, and service
+    ports of its own."""
     db = connection.settings_dict
     env = dict(os.environ)
     user, host, port = db["USER"] or "postgres", db["HOST"] or "localhost", db["PORT"] or 5432
     env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{db['NAME']}"
     env["REDIS_URL"] = settings.CELERY_BROKER_URL
     env["PYTHONUNBUFFERED"] = "1"
+    env["ROTA_SERVICE_PORTS"] = "{}-{}".format(*service_ports)
     return env
 
 

@@ -106,6 +106,12 @@ def test_a_notebook_gets_a_port_its_env_carries_and_a_connect_url(alice, node_cl
     assert second.service_port == 30001
 
 
+def test_service_ports_come_from_the_sites_range(alice, node_client, settings):
+    settings.ROTA_SERVICE_PORTS = (40000, 40001)
+    client = node_client()
+    assert [started(alice, client, kind="notebook").service_port for _ in range(2)] == [40000, 40001]
+
+
 def test_an_inference_replicas_connect_url_is_its_services_gateway(alice, node_client, api):
     client = node_client()
     job = started(alice, client, kind="inference", name="llm-2")
