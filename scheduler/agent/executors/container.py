@@ -36,10 +36,13 @@ from scheduler.agent.jobs import Assignment, JobRecord
 
 log = logging.getLogger(__name__)
 JOB_DIR = "/job"
-# pid 1 of the container: run the command, pass stop signals on to every process, exit as it did.
+# pid 1 of the container: run the command, pass stop signals on to every process, exit as it did. A stop
+# interrupts ``wait`` (128+signal); the shell may reap the command meanwhile, so once it is gone one more
+# ``wait`` reads its own status (127: that status was already read), never the interrupted wait's.
 INIT = (
     'for s in TERM INT HUP; do trap "kill -$s -1 2>/dev/null" $s; done; /bin/sh -c "$1" & p=$!; '
-    'while :; do wait $p; s=$?; kill -0 $p 2>/dev/null || break; done; exit $s'
+    's=127; while kill -0 $p 2>/dev/null; do wait $p; s=$?; done; '
+    'wait $p; r=$?; [ $r -eq 127 ] || s=$r; exit $s'
 )
 IMAGE_PULL_FAILED = "ImagePullFailed"
 OOM_KILLED = "OOMKilled"
