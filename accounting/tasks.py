@@ -3,8 +3,8 @@
 from celery import shared_task
 
 from accounting.budgets import budgets_refresh
-from accounting.services import statements_close_month
 from accounting.services import usage_rollup as _usage_rollup
+from accounting.services_billing import statements_close_month
 from scheduler.services.common import db_now
 
 

@@ -5,7 +5,7 @@ deletes: a team, pool or model keeps its history and accounting."""
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from accounting.services import rate_card_add_price
+from accounting.services_billing import rate_card_add_price
 from portal.audit import audit_record
 from portal.governance.services import _require_admin, _require_reason, parent_guarantee_errors
 from portal.models import SsoGroupRule, Team

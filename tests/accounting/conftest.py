@@ -5,7 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from accounting.services import rate_card_create, usage_rollup
+from accounting.services import usage_rollup
+from accounting.services_billing import rate_card_create
 from scheduler.models import Node
 from tests.accounting.helpers import allocate, make_job, preempt
 

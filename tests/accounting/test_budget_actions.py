@@ -11,7 +11,8 @@ from django.test import Client
 
 from accounting.budgets import budgets_refresh
 from accounting.models import Budget, BudgetAlert
-from accounting.services import rate_card_create, usage_rollup
+from accounting.services import usage_rollup
+from accounting.services_billing import rate_card_create
 from portal.governance.services import budget_set
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_submit

@@ -13,7 +13,8 @@ import pytest
 
 from accounting.models import GpuPresence
 from accounting.selectors_fairness import capacity_over
-from accounting.services import rate_card_create, usage_rollup
+from accounting.services import usage_rollup
+from accounting.services_billing import rate_card_create
 from scheduler.models import Gpu, Node
 from scheduler.services.common import db_now
 from tests.accounting.helpers import allocate, make_job

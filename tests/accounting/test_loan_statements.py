@@ -11,7 +11,7 @@ import pytest
 from openpyxl import load_workbook
 
 from accounting.models import Statement
-from accounting.services import statements_store
+from accounting.services_billing import statements_store
 from scheduler.models import QuotaLoan
 from tests.accounting.conftest import NOV
 

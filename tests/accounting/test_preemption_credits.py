@@ -87,7 +87,7 @@ def test_the_pdf_statement_lists_the_lost_work_and_the_credit(api, alice, credit
 
 def test_the_stored_statement_carries_the_credit(credited):
     from accounting.models import Statement
-    from accounting.services import statements_store
+    from accounting.services_billing import statements_store
 
     assert statements_store(month_start=NOV.date()) >= 2
     vision = Statement.objects.get(team__name="vision", format="xlsx")

@@ -10,7 +10,8 @@ from django.core.management import call_command
 from accounting.models import RateCard
 from accounting.rating import RateBook, RateCardVersion, UsageLine, budget_status, cost, rate_lines, round_money
 from accounting.selectors import rate_cards, usage_lines
-from accounting.services import rate_card_create, usage_rollup
+from accounting.services import usage_rollup
+from accounting.services_billing import rate_card_create
 from tests.accounting.helpers import T0, allocate, make_job
 
 V1 = RateCardVersion(1, datetime(2026, 1, 1, tzinfo=UTC), {"h100-80gb": Decimal("4.00")})

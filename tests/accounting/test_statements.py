@@ -7,7 +7,8 @@ import pytest
 from openpyxl import load_workbook
 
 from accounting.models import Statement
-from accounting.services import statements_close_month, usage_rollup
+from accounting.services import usage_rollup
+from accounting.services_billing import statements_close_month
 from portal.models import Membership
 from tests.accounting.conftest import NOV
 from tests.factories import UserFactory

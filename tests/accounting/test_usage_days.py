@@ -11,7 +11,8 @@ from django.db.models import F
 from accounting.models import RateCard, RollupState, UsageDay, UsageRecord
 from accounting.selectors import days_summed_until, team_usage_lines, usage_lines
 from accounting.selectors_fairness import cluster_allocated
-from accounting.services import LATE_COMMIT_SLACK, rate_card_create, usage_days_forget, usage_rollup
+from accounting.services import LATE_COMMIT_SLACK, usage_days_forget, usage_rollup
+from accounting.services_billing import rate_card_create
 from scheduler.audit import audit
 from scheduler.models import Gpu, GpuSampleRollup
 from tests.accounting.conftest import NOV

@@ -66,7 +66,7 @@ def figure(html: str, name: str) -> dict:
 
 def test_small_amounts_read_alike_in_tiles_tables_and_charts(client, alice, cluster):
     """Nine seconds on an h100 at 4.00/h: 0.0025 GPU-hours for 0.01; the job queued 84 s (0.023 h) first."""
-    from accounting.services import rate_card_create
+    from accounting.services_billing import rate_card_create
 
     rate_card_create(version=1, effective_from=T0 - timedelta(days=30), prices={"h100-80gb": Decimal("4.00")})
     job = make_job(alice, cluster["vision"], name="blink")
@@ -163,7 +163,7 @@ def test_days_out_of_range_fall_back_with_a_message_naming_the_range(client, ali
 
 
 def test_it_warns_when_a_team_nears_its_budget(client, alice, cluster):
-    from accounting.services import rate_card_create
+    from accounting.services_billing import rate_card_create
 
     now = db_now()
     rate_card_create(version=1, effective_from=now - timedelta(days=400), prices={"h100-80gb": Decimal("4.00")})

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounting.models import RateCard
-from accounting.services import rate_card_create
+from accounting.services_billing import rate_card_create
 from portal.models import AuditEntry, Membership, Team
 from scheduler.cycle import run_cycle
 from scheduler.models import GpuModel, Pool, Quota

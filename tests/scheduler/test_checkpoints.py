@@ -194,7 +194,7 @@ def test_the_job_page_shows_the_last_checkpoint_and_the_credited_lost_work(alice
     from decimal import Decimal
 
     from accounting.rating import cost
-    from accounting.services import rate_card_create
+    from accounting.services_billing import rate_card_create
 
     rate_card_create(version=1, effective_from=datetime(2026, 1, 1, tzinfo=UTC), prices={"h100-80gb": Decimal("4")})
     node = node_client()

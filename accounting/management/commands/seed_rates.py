@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand
 
-from accounting.services import rate_card_seed
+from accounting.services_billing import rate_card_seed
 
 
 class Command(BaseCommand):
