@@ -170,6 +170,8 @@ def test_a_service_the_team_does_not_have_is_404_on_the_page_the_api_and_its_key
         assert api(alice).post(f"/api/v1{base}scale/", {"replicas": 1}, format="json").status_code == 404, base
         assert api(alice).put(f"/api/v1{base}autoscale/", {"enabled": False}, format="json").status_code == 404
     assert not ServiceKey.objects.exists() and not InferenceService.objects.exists()
+    page = client.get("/services/vision/nope/").content.decode()  # the portal's own page, not a bare one
+    assert "Not found" in page and "a team you are not a member of" in page and 'href="/jobs/"' in page
     # a service whose replicas all ended still has its page and keys
     Job.objects.filter(name="llm-1").update(state="succeeded")
     assert client.get("/services/vision/llm/").status_code == 200
