@@ -1,5 +1,6 @@
 """Reads for scheduler pages and APIs, tenancy applied first (portal.access), in a fixed number of queries."""
 
+import re
 from dataclasses import dataclass, field, replace
 
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
@@ -21,6 +22,7 @@ SORTS = {
 # starting or running, as the dashboards count "running"; ``waiting``: pending or held).
 STATE_GROUPS = {"active": ACTIVE_STATES, "waiting": WAITING_STATES, "holding": HOLDING_STATES,
                 "finished": FINAL_STATES}
+REASON_CODE = re.compile(r"[A-Za-z]{1,40}")
 STATE_RULE = f"{', '.join(STATE_GROUPS)} or one of {', '.join(JobState.values)}"
 
 
@@ -84,8 +86,9 @@ class JobFilter:
             f.errors.append(f"kind must be one of {', '.join(KINDS)}")
             f.kind = ""
         f.reason = params.get("reason", "")
-        if f.reason and f.reason not in ALL_CODES:
-            f.errors.append(f"reason must be one of {', '.join(ALL_CODES)}")
+        if f.reason and not REASON_CODE.fullmatch(f.reason):  # a code of the core's or the portal's own
+            f.errors.append(f"reason must be a pending reason code such as {', '.join(ALL_CODES[:3])} "
+                            "(letters, at most 40)")
             f.reason = ""
         array = params.get("array", "")
         if array.isascii() and array.isdigit() and len(array) <= 18:
