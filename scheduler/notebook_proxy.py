@@ -5,10 +5,11 @@ Each request is checked against the portal's session: a member of the job's team
 notebook server's token added here (``Authorization: token …``), so nobody needs or sees it; anyone else,
 platform admins included, gets the same 404 as for a missing job; someone not signed in is sent to the login
 page (a websocket: 404). A member opening a notebook that has ended hears 410 Gone, with a page saying when and
-how to start another; one not running yet, 503. The portal's own cookies (session, CSRF) are taken out of what
-is forwarded, and a websocket or a state-changing request from another site's page (its ``Origin``) is refused
-(403): the token added here would otherwise let such a page drive the notebook with the visitor's session. Paths
-pass through unchanged: the server runs with ``/notebooks/<id>/`` as its base URL (``scheduler.notebooks``)."""
+how to start another; one not running yet, 503 with a page saying so. The portal's own cookies (session, CSRF)
+are taken out of what is forwarded, and a websocket or a state-changing request from another site's page (its
+``Origin``) is refused (403): the token added here would otherwise let such a page drive the notebook with the
+visitor's session. Paths pass through unchanged: the server runs with ``/notebooks/<id>/`` as its base URL
+(``scheduler.notebooks``)."""
 
 from __future__ import annotations
 
@@ -84,9 +85,10 @@ def _target(cookie_header: str, job_id: int, path: str) -> Upstream:
             raise Refused(404, "No such notebook.") from None
         target = upstream(job)
         if target is None and job.state in FINAL_STATES:
-            raise Refused(410, _ended_message(job), page=_ended_page(user, job, path))
+            raise Refused(410, _ended_message(job), page=_page("notebooks/ended.html", user, job, path))
         if target is None:
-            raise Refused(503, f"Notebook {job_id} is not running ({job.state}); open it from its job page.")
+            raise Refused(503, f"Notebook {job_id} is not running ({job.state}); open it from its job page.",
+                          page=_page("notebooks/not_running.html", user, job, path))
         return target
     finally:
         close_old_connections()
@@ -100,14 +102,15 @@ def _ended_message(job) -> str:
             f"{resolve_url('job-submit')}?copy={job.pk} (a copy of this one) or ?kind=notebook.")
 
 
-def _ended_page(user, job, path: str) -> str:
-    """The page a member's browser shows for an ended notebook (the portal's own layout and navigation)."""
+def _page(template: str, user, job, path: str) -> str:
+    """What a member's browser shows for a notebook that has ended or does not run yet (the portal's own
+    layout and navigation)."""
     from django.http import HttpRequest
     from django.template.loader import render_to_string
 
     request = HttpRequest()
     request.method, request.path, request.user = "GET", path, user
-    return render_to_string("notebooks/ended.html", {"job": job}, request=request)
+    return render_to_string(template, {"job": job}, request=request)
 
 
 def _same_origin(scope) -> bool:

@@ -28,6 +28,7 @@ def test_the_proxy_answers_a_member_an_outsider_and_a_visitor_before_reaching_an
     url = f"{asgi_portal}/notebooks/{job.pk}/lab"
     member = requests.get(url, headers={"Cookie": session_cookie(alice)}, timeout=10)
     assert member.status_code == 503 and "not running (pending)" in member.text
+    assert member.headers["Content-Type"].startswith("text/html") and f'href="/jobs/{job.pk}/"' in member.text
     assert requests.get(url, headers={"Cookie": session_cookie(charlie)}, timeout=10).status_code == 404
     missing = f"{asgi_portal}/notebooks/{job.pk + 1000}/lab"
     assert requests.get(missing, headers={"Cookie": session_cookie(alice)}, timeout=10).status_code == 404
