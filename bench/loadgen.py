@@ -1,8 +1,8 @@
-"""The traffic of ``bench/load.py``: fake nodes (registered through the node API, heartbeating, reporting the work
-they are given as started and, a moment later, exited) and API clients (submit, list), each side spread over
-processes of its own. In one process, the ~60 threads of the full size queue on that process's interpreter lock,
-and that wait would be timed as the portal's latency: a process per ~25 threads keeps the figures the server's.
-Figures come back per process and are merged.
+"""The traffic of ``bench/load.py``: fake nodes (registered through the node API, each driven like a real agent:
+heartbeating at its interval, long-polling for news, reporting the work it is given as started and, a moment
+later, exited, its events batched) and API clients (submit, list), each side spread over processes of its own.
+In one process, the client threads of the full size would queue on that process's interpreter lock, and that
+wait would be timed as the portal's latency. Figures come back per process and are merged.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from collections import defaultdict
 import requests
 
 # ------------------------------------------------------------------------------------------------------
-# Fake nodes: registered through the node API, heartbeating from a pool of threads.
+# Fake nodes: registered through the node API, each driven like the real agent (scheduler/agent/loop.py): a
+# thread of its own that heartbeats at the interval, reports what it is given and what ends in one batched
+# request (POST /api/v1/node/events/, as scheduler/agent/outbox.py sends them) as soon as it happens, and, with
+# the long-poll, a second thread asking POST /api/v1/node/wait/ for news (which brings the heartbeat forward).
+
+MAX_EVENTS_PER_REQUEST = 256  # the portal's limit (scheduler/services/node_events.py)
 
 
 class FakeNode:
@@ -25,6 +30,8 @@ class FakeNode:
         self.headers = {"Authorization": f"Node {token}"}
         self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
         self.done: set[tuple[int, int]] = set()
+        self.outbox: list[dict] = []  # job events not yet sent, in order
+        self.news = threading.Event()  # the long-poll heard that this node's assignments changed
 
     def register(self, base: str, session: requests.Session) -> None:
         body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
@@ -34,6 +41,7 @@ class FakeNode:
         session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
 
     def beat(self, base: str, session: requests.Session, duration: tuple[float, float], stats) -> None:
+        """One heartbeat; its assignments queue the events a real agent would send (started, stopped)."""
         self.seq += 1
         started = time.perf_counter()
         answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
@@ -48,53 +56,103 @@ class FakeNode:
         for item in answer.json()["assignments"]:
             key = (item["job_id"], item["attempt"])
             listed.add(key)
-            if key in self.done:
+            if key in self.done or key in self.running:
                 continue
             if item["desired"] == "stopped":
-                self._event(base, session, key, {"type": "stopped", "signal": 15}, stats)
-            elif key not in self.running:
-                self._event(base, session, key, {"type": "started", "pid": 1}, stats)
+                self._queue(key, {"type": "stopped", "signal": 15})
+            else:
+                self._queue(key, {"type": "started", "pid": 1})
                 self.running[key] = now + random.uniform(*duration)
-        for key, until in list(self.running.items()):
-            if key not in listed:
-                self.running.pop(key)
-            elif until <= now:
-                self._event(base, session, key, {"type": "exited", "exit_code": 0}, stats)
+        for key in [k for k in self.running if k not in listed]:  # taken away: the portal no longer asks
+            self.running.pop(key)
 
-    def _event(self, base, session, key, event, stats) -> None:
-        started = time.perf_counter()
-        response = session.post(f"{base}/api/v1/node/jobs/{key[0]}/events/", json={"attempt": key[1], **event},
-                                headers=self.headers, timeout=30)
-        stats["event"].append((time.perf_counter() - started) * 1000)
-        if event["type"] != "started" or response.status_code >= 400:
+    def exit_due(self, now: float) -> None:
+        """Queue the exits of the jobs whose run time is over."""
+        for key, until in list(self.running.items()):
+            if until <= now:
+                self._queue(key, {"type": "exited", "exit_code": 0})
+
+    def next_exit(self) -> float:
+        return min(self.running.values(), default=float("inf"))
+
+    def _queue(self, key: tuple[int, int], event: dict) -> None:
+        self.outbox.append({"job_id": key[0], "attempt": key[1], **event})
+        if event["type"] != "started":
             self.running.pop(key, None)
             self.done.add(key)
 
+    def flush(self, base: str, session: requests.Session, stats) -> None:
+        """Send the queued events, up to the portal's limit a request (one request for a pass's events)."""
+        while self.outbox:
+            batch = self.outbox[:MAX_EVENTS_PER_REQUEST]
+            started = time.perf_counter()
+            response = session.post(f"{base}/api/v1/node/events/", json={"events": batch}, headers=self.headers,
+                                    timeout=30)
+            stats["event"].append((time.perf_counter() - started) * 1000)
+            if response.status_code == 409:  # the portal asks this node to register again: it resends later
+                self.register(base, session)
+                return
+            response.raise_for_status()
+            stats["events_sent"].append(len(batch))
+            for event, result in zip(batch, response.json()["results"], strict=True):
+                key = (event["job_id"], event["attempt"])
+                if "status" in result and event["type"] == "started":  # refused: it never runs here
+                    self.running.pop(key, None)
+                    self.done.add(key)
+            del self.outbox[:len(batch)]
 
-def run_nodes(nodes: list[FakeNode], base: str, interval: float, threads: int, duration, stop: threading.Event,
+    def wait(self, base: str, session: requests.Session, interval: float, stats) -> bool:
+        """One long-poll; True when it brought news."""
+        answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval}, headers=self.headers,
+                              timeout=interval + 30).json()
+        stats["wait_" + ("news" if answer.get("news") else "held" if answer.get("waited") else "refused")].append(1)
+        if answer.get("news"):
+            self.news.set()
+            return True
+        return False
+
+
+def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool, duration, stop: threading.Event,
               stats) -> list[threading.Thread]:
-    def worker(mine: list[FakeNode]) -> None:
+    """A thread per node (and one more per node for the long-poll), as each real agent has its own."""
+    def agent(node: FakeNode) -> None:
         session = requests.Session()
-        for node in mine:
-            for _ in range(10):
-                try:
-                    node.register(base, session)
-                    break
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-                    time.sleep(1)
+        for _ in range(10):
+            try:
+                node.register(base, session)
+                break
+            except requests.RequestException as exc:
+                stats["node_errors"].append(str(exc)[:200])
+                stop.wait(1)
+        next_beat = time.monotonic() + random.uniform(0, interval)  # agents do not all start in the same instant
         while not stop.is_set():
-            round_started = time.monotonic()
-            for node in mine:
-                if stop.is_set():
-                    return
-                try:
+            now = time.monotonic()
+            try:
+                if now >= next_beat or node.news.is_set():
+                    node.news.clear()
+                    next_beat = now + interval
                     node.beat(base, session, duration, stats)
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-            stop.wait(max(0.0, interval - (time.monotonic() - round_started)))
+                node.exit_due(time.monotonic())
+                node.flush(base, session, stats)
+            except requests.RequestException as exc:
+                stats["node_errors"].append(str(exc)[:200])
+            node.news.wait(max(0.0, min(next_beat, node.next_exit()) - time.monotonic()))
 
-    pool = [threading.Thread(target=worker, args=(nodes[i::threads],), daemon=True) for i in range(threads)]
+    def listen(node: FakeNode) -> None:
+        session = requests.Session()
+        stop.wait(random.uniform(0, interval))
+        while not stop.is_set():
+            asked = time.monotonic()
+            try:
+                if node.wait(base, session, interval, stats):
+                    continue
+            except (requests.RequestException, ValueError) as exc:
+                stats["node_errors"].append(f"wait: {str(exc)[:200]}")
+            stop.wait(max(0.0, asked + interval - time.monotonic()))
+
+    pool = [threading.Thread(target=agent, args=(node,), daemon=True) for node in nodes]
+    if long_poll:
+        pool += [threading.Thread(target=listen, args=(node,), daemon=True) for node in nodes]
     for thread in pool:
         thread.start()
     return pool
@@ -137,16 +195,19 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
 # Processes: each runs its share of the nodes or clients and sends its figures back.
 
 
-def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, threads: int, duration,
+def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, long_poll: bool, duration,
                    stop, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
-    pool = run_nodes([FakeNode(name, token, gpus) for name, token in nodes], base, interval, threads,
-                     duration, local_stop, stats)
+    fake = [FakeNode(name, token, gpus) for name, token in nodes]
+    pool = run_nodes(fake, base, interval, long_poll, duration, local_stop, stats)
     stop.wait()
     local_stop.set()
+    for node in fake:
+        node.news.set()
     for thread in pool:
         thread.join(35)
+    stats["loadgen_cpu_s"].append(time.process_time())  # what simulating the nodes cost this machine
     out.put(dict(stats))
 
 
@@ -155,12 +216,13 @@ def _clients_process(base: str, tokens: list[str], clients: list[int], requests_
     go.wait()
     started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     run_clients(base, tokens, clients, requests_each, stats)
+    stats["loadgen_cpu_s"].append(time.process_time())
     out.put({**stats, "span": [started, time.monotonic()]})
 
 
 class Traffic:
-    """Fake nodes over ``node_procs`` processes (``node_threads`` threads each) and API clients over
-    ``client_procs`` processes."""
+    """Fake nodes over ``node_procs`` processes (a thread per node, and one more per node for the long-poll)
+    and API clients over ``client_procs`` processes."""
 
     def __init__(self, base: str, args):
         self.base, self.args = base, args
@@ -173,7 +235,7 @@ class Traffic:
         a = self.args
         for p in range(min(a.node_procs, len(nodes)) if nodes else 0):
             proc = self.ctx.Process(target=_nodes_process, daemon=True, args=(
-                nodes[p::a.node_procs], self.base, a.gpus_per_node, a.interval, a.node_threads,
+                nodes[p::a.node_procs], self.base, a.gpus_per_node, a.interval, a.long_poll,
                 tuple(a.job_seconds), self.stop_nodes, self.out))
             proc.start()
             self.node_procs.append(proc)
