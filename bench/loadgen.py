@@ -7,13 +7,75 @@ wait would be timed as the portal's latency. Figures come back per process and a
 
 from __future__ import annotations
 
+import http.client
+import json
 import multiprocessing
 import random
+import select
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 
 import requests
+
+# ------------------------------------------------------------------------------------------------------
+# HTTP: the little of ``requests.Session`` the traffic uses, over one keep-alive ``http.client`` connection.
+# requests costs ~1.5 ms of CPU a request here; at the full size's ~500 requests a second that was most of a
+# core taken from the portal on the same machine (real agents and users run elsewhere).
+
+
+class Answer:
+    def __init__(self, status_code: int, content: bytes):
+        self.status_code, self.content = status_code, content
+
+    def json(self):
+        return json.loads(self.content)
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise requests.HTTPError(f"HTTP {self.status_code}: {self.content[:200]!r}")
+
+
+class Session:
+    def __init__(self):
+        self.headers: dict[str, str] = {}
+        self._conn: http.client.HTTPConnection | None = None
+
+    def post(self, url: str, json=None, headers=None, timeout: float = 30) -> Answer:
+        return self._request("POST", url, json, headers, timeout)
+
+    def get(self, url: str, headers=None, timeout: float = 30) -> Answer:
+        return self._request("GET", url, None, headers, timeout)
+
+    def _request(self, method: str, url: str, body, headers, timeout: float) -> Answer:
+        parts = urllib.parse.urlsplit(url)
+        head = {**self.headers, **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            head["Content-Type"] = "application/json"
+        conn = self._conn
+        if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()  # readable while idle: the server closed it (keep-alive timeout); as urllib3 checks
+            conn = None
+        if conn is None:
+            conn = self._conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+        elif conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data, headers=head)
+            response = conn.getresponse()
+            content = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            self._conn = None
+            raise requests.ConnectionError(f"{method} {parts.path}: {type(exc).__name__}: {exc}") from exc
+        if response.will_close:
+            conn.close()
+            self._conn = None
+        return Answer(response.status, content)
+
 
 # ------------------------------------------------------------------------------------------------------
 # Fake nodes: registered through the node API, each driven like the real agent (scheduler/agent/loop.py): a
@@ -33,14 +95,14 @@ class FakeNode:
         self.outbox: list[dict] = []  # job events not yet sent, in order
         self.news = threading.Event()  # the long-poll heard that this node's assignments changed
 
-    def register(self, base: str, session: requests.Session) -> None:
+    def register(self, base: str, session: Session) -> None:
         body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
                 "memory_mb": 512 * 1024,
                 "gpus": [{"index": i, "uuid": f"GPU-{self.name}-{i}", "model": "h100-80gb", "memory_mb": 81559}
                          for i in range(self.gpus)]}
         session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
 
-    def beat(self, base: str, session: requests.Session, duration: tuple[float, float], stats) -> None:
+    def beat(self, base: str, session: Session, duration: tuple[float, float], stats) -> None:
         """One heartbeat; its assignments queue the events a real agent would send (started, stopped)."""
         self.seq += 1
         started = time.perf_counter()
@@ -81,7 +143,7 @@ class FakeNode:
             self.running.pop(key, None)
             self.done.add(key)
 
-    def flush(self, base: str, session: requests.Session, stats) -> None:
+    def flush(self, base: str, session: Session, stats) -> None:
         """Send the queued events, up to the portal's limit a request (one request for a pass's events)."""
         while self.outbox:
             batch = self.outbox[:MAX_EVENTS_PER_REQUEST]
@@ -101,7 +163,7 @@ class FakeNode:
                     self.done.add(key)
             del self.outbox[:len(batch)]
 
-    def wait(self, base: str, session: requests.Session, interval: float, stats) -> bool:
+    def wait(self, base: str, session: Session, interval: float, stats) -> bool:
         """One long-poll; True when it brought news."""
         answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval}, headers=self.headers,
                               timeout=interval + 30).json()
@@ -116,7 +178,7 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool
               stats) -> list[threading.Thread]:
     """A thread per node (and one more per node for the long-poll), as each real agent has its own."""
     def agent(node: FakeNode) -> None:
-        session = requests.Session()
+        session = Session()
         for _ in range(10):
             try:
                 node.register(base, session)
@@ -139,7 +201,7 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool
             node.news.wait(max(0.0, min(next_beat, node.next_exit()) - time.monotonic()))
 
     def listen(node: FakeNode) -> None:
-        session = requests.Session()
+        session = Session()
         stop.wait(random.uniform(0, interval))
         while not stop.is_set():
             asked = time.monotonic()
@@ -166,7 +228,7 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
     """Clients number ``clients`` (each uses token ``i % len(tokens)``), all at once; each sends
     ``requests_each`` requests, submits and lists in turn."""
     def client(i: int) -> None:
-        session = requests.Session()
+        session = Session()
         session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
         for n in range(requests_each):
             started = time.perf_counter()
