@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import requests
@@ -324,13 +324,17 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     raise SystemExit("the portal did not start; see var/load/server.log") from None
                 time.sleep(0.3)
+        from django.db.models import Max
+
         from scheduler.models import Job
         from scheduler.models.jobs import ACTIVE_STATES
+        from scheduler.services.common import db_now
 
         nodes = list(seeded["node_tokens"].items())
         web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for pid in _children(server.pid)})  # imports done
         drain_started = time.monotonic()
         nodes_span[0] = drain_started
+        started_at = db_now()
         if args.agent:
             agent[0] = start_agent(*nodes.pop(), base, logs)
         traffic.start_nodes(nodes)
@@ -362,6 +366,7 @@ def main() -> int:
     connection.close()
     usage_rollup()
     findings = audit()
+    last_end = Job.objects.aggregate(last=Max("finished_at"))["last"]
     states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
     waits = {kind: len(stats[f"wait_{kind}"]) for kind in ("news", "held", "refused")}
     served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"]) + sum(waits.values())
@@ -400,7 +405,10 @@ def main() -> int:
         # the traffic's own processes compete for the same cores as the portal
         "loadgen_cpu_s": round(sum(stats["loadgen_cpu_s"]), 1),
         "load_average": list(os.getloadavg()),
+        # when the last job ended, from the start of the traffic (the drain's bound counts the clients' time too)
+        "last_job_ended_s": round((last_end - started_at).total_seconds(), 1) if last_end else None,
         "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
+        "node_error_kinds": Counter(e[:60] for e in stats["node_errors"]).most_common(3),
         "final_states": states, "audit_findings": findings,
         # nothing lost: every job queued or accepted is there, and every one ended as it should
         "lost": args.jobs + submitted - sum(states.values()),
