@@ -3,8 +3,9 @@
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
 portal (gunicorn under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server runserver`` to
 compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
-jobs, registers M fake nodes through the node API with their own tokens and heartbeats them from a pool of
-threads (each node "runs" what it is assigned for a short while and reports the exit), and runs C concurrent
+jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
+(``bench/loadgen.py``: heartbeats at the interval, the long-poll, each node "runs" what it is assigned for a short
+while and reports its starts and exits in batches), and runs C concurrent
 API clients that submit and list jobs. Bounded: every phase has a deadline. It prints, and with ``--json``
 emits, submit throughput, API p50/p99 latency, cycle time, time to drain the backlog, the RSS of the portal
 and cycle processes, and the invariant auditor's findings at the end (exit 1 if the auditor finds anything or
