@@ -12,6 +12,7 @@ steady state a busy cluster sees between job ends (nothing finishes here, so the
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import random
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--database", default="rota_bench_cycle", help="scratch database (dropped and created)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the cycles after the first to FILE "
+                        "(read it with python -m pstats FILE)")
     args = parser.parse_args(argv)
     if args.pending < 0 or args.nodes < 1 or args.cycles < 1:
         parser.error("--pending must be >= 0, --nodes >= 1 and --cycles >= 1")
@@ -139,27 +142,36 @@ def main(argv: list[str] | None = None) -> int:
     world = seed(args.pending, args.nodes, args.seed)
     world["seed_s"] = round(time.perf_counter() - t0, 1)
     cycles = []
-    for _ in range(args.cycles):
-        t = time.perf_counter()
+    profiler = cProfile.Profile() if args.profile else None
+    for n in range(args.cycles):
+        if profiler and n == 1:
+            profiler.enable()
+        t, cpu = time.perf_counter(), time.process_time()
         report = run_cycle()
-        total = (time.perf_counter() - t) * 1000
-        cycles.append({"total_ms": round(total, 1), **{k: round(v, 1) for k, v in report.phases_ms.items()},
+        total, cpu = (time.perf_counter() - t) * 1000, (time.process_time() - cpu) * 1000
+        cycles.append({"total_ms": round(total, 1), "cpu_ms": round(cpu, 1),
+                       **{k: round(v, 1) for k, v in report.phases_ms.items()},
                        "started": report.started, "preempted": report.preempted, "pending": report.pending})
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     steady = cycles[1:] or cycles
     result = {**world, "cycles": cycles,
               "steady_median_ms": {k: round(statistics.median(c[k] for c in steady), 1)
-                                   for k in ("total_ms", "snapshot", "engine", "persist")}}
+                                   for k in ("total_ms", "cpu_ms", "snapshot", "engine", "persist")}}
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
         print(f"{world['pending']} pending, {world['running']} running on {world['nodes']} nodes "
               f"({world['gpus']} GPUs); seeded in {world['seed_s']} s")
         for n, c in enumerate(cycles, start=1):
-            print(f"cycle {n}: {c['total_ms']:8.1f} ms  (snapshot {c['snapshot']:7.1f}, engine {c['engine']:7.1f}, "
+            print(f"cycle {n}: {c['total_ms']:8.1f} ms, CPU {c['cpu_ms']:7.1f} ms  (snapshot {c['snapshot']:7.1f}, "
+                  f"engine {c['engine']:7.1f}, "
                   f"persist {c['persist']:7.1f})  {c['started']} started, {c['preempted']} preempted, "
                   f"{c['pending']} pending updated")
         s = result["steady_median_ms"]
-        print(f"steady state (median of cycles 2+): {s['total_ms']} ms: snapshot {s['snapshot']}, "
+        print(f"steady state (median of cycles 2+): {s['total_ms']} ms (this process's CPU {s['cpu_ms']} ms): "
+              f"snapshot {s['snapshot']}, "
               f"engine {s['engine']}, persist {s['persist']}")
     return 0
 

@@ -3,8 +3,9 @@
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
 portal (gunicorn under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server runserver`` to
 compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
-jobs, registers M fake nodes through the node API with their own tokens and heartbeats them from a pool of
-threads (each node "runs" what it is assigned for a short while and reports the exit), and runs C concurrent
+jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
+(``bench/loadgen.py``: heartbeats at the interval, the long-poll, each node "runs" what it is assigned for a short
+while and reports its starts and exits in batches), and runs C concurrent
 API clients that submit and list jobs. Bounded: every phase has a deadline. It prints, and with ``--json``
 emits, submit throughput, API p50/p99 latency, cycle time, time to drain the backlog, the RSS of the portal
 and cycle processes, and the invariant auditor's findings at the end (exit 1 if the auditor finds anything or
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import requests
@@ -121,16 +122,21 @@ def start_server(args, port: int, logs: Path) -> subprocess.Popen:
 
 
 def cycle_loop() -> None:
+    """Cycles back to back as a busy Celery worker runs them: each woken cycle rests after the last one as
+    ``scheduler.tasks`` makes it (``ROTA_CYCLE_REST_PCT`` of that cycle's time, at most ``MAX_CYCLE_REST_S``;
+    under this load there is always a wake-up waiting), and never less than 0.2 s."""
     import django
 
     django.setup()
+    from django.conf import settings
     from django.db import close_old_connections
 
     from scheduler.cycle import run_cycle
+    from scheduler.wake import MAX_CYCLE_REST_S
 
     while True:
         close_old_connections()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             report = run_cycle()
         except Exception as exc:  # noqa: BLE001 - like the Celery task: the next cycle retries
@@ -138,10 +144,12 @@ def cycle_loop() -> None:
             close_old_connections()
             time.sleep(0.2)
             continue
+        elapsed = time.perf_counter() - started
         if report.ran:
-            print(json.dumps({"ms": (time.perf_counter() - started) * 1000, "started": report.started,
-                              "pending": report.pending, "phases": report.phases_ms}), flush=True)
-        time.sleep(0.2)
+            print(json.dumps({"ms": elapsed * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
+                              "started": report.started, "pending": report.pending, "phases": report.phases_ms}),
+                  flush=True)
+        time.sleep(max(0.2, min(elapsed * settings.ROTA_CYCLE_REST_PCT / 100, MAX_CYCLE_REST_S)))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -234,11 +242,13 @@ def main() -> int:
     parser.add_argument("--teams", type=int, default=10)
     parser.add_argument("--guaranteed", type=float, default=0.0,
                         help="share of the GPUs guaranteed to the teams together (1.0: reclaim stress)")
-    parser.add_argument("--node-threads", type=int, default=8)
+    parser.add_argument("--no-long-poll", dest="long_poll", action="store_false",
+                        help="fake nodes do not long-poll for news (POST /api/v1/node/wait/; the real agent does)")
     parser.add_argument("--interval", type=float, default=2.0, help="heartbeat interval of each node, s")
     parser.add_argument("--job-seconds", type=float, nargs=2, default=(0.5, 3.0), help="simulated run time range")
     parser.add_argument("--drain-timeout", type=float, default=420, help="give up draining after this many s")
-    parser.add_argument("--node-procs", type=int, default=2, help="processes the fake nodes are spread over")
+    parser.add_argument("--node-procs", type=int, default=2,
+                        help="processes the fake nodes are spread over (a thread per node, as each agent has)")
     parser.add_argument("--client-procs", type=int, default=2, help="processes the API clients are spread over")
     parser.add_argument("--no-agent", dest="agent", action="store_false",
                         help="no real node agent (by default one of the nodes is a real agent, fake GPUs and the "
@@ -285,6 +295,7 @@ def main() -> int:
     threading.Thread(target=lambda: [cycle_ms.append(json.loads(line)) for line in cycles.stdout],
                      daemon=True).start()
     stop = threading.Event()
+    nodes_span = [0.0, 0.0]  # when the nodes started and stopped (monotonic)
     agent = [None]  # the real node agent's process, once started
     peak: dict[str, float] = defaultdict(float)  # peak RSS (VmHWM), MiB, of each kind of process
     web_cpu: dict[int, float] = {}  # CPU seconds of each gunicorn worker
@@ -314,12 +325,17 @@ def main() -> int:
                 if time.monotonic() > deadline:
                     raise SystemExit("the portal did not start; see var/load/server.log") from None
                 time.sleep(0.3)
+        from django.db.models import Max
+
         from scheduler.models import Job
         from scheduler.models.jobs import ACTIVE_STATES
+        from scheduler.services.common import db_now
 
         nodes = list(seeded["node_tokens"].items())
         web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for pid in _children(server.pid)})  # imports done
         drain_started = time.monotonic()
+        nodes_span[0] = drain_started
+        started_at = db_now()
         if args.agent:
             agent[0] = start_agent(*nodes.pop(), base, logs)
         traffic.start_nodes(nodes)
@@ -334,6 +350,7 @@ def main() -> int:
             time.sleep(1)
     finally:
         stop.set()
+        nodes_span[1] = time.monotonic()
         traffic.stop(stats)
         for proc in [p for p in (agent[0], cycles, server) if p]:  # each leads its own process group
             os.killpg(proc.pid, signal.SIGTERM)
@@ -350,9 +367,13 @@ def main() -> int:
     connection.close()
     usage_rollup()
     findings = audit()
+    last_end = Job.objects.aggregate(last=Max("finished_at"))["last"]
     states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
-    served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"])
+    waits = {kind: len(stats[f"wait_{kind}"]) for kind in ("news", "held", "refused")}
+    served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"]) + sum(waits.values())
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
+    cycle_cpu = [c["cpu_ms"] for c in cycle_ms if "cpu_ms" in c]
+    node_seconds = max(1e-9, (nodes_span[1] - nodes_span[0]) * (args.nodes - args.agent))
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
         "server": args.server,
@@ -362,20 +383,33 @@ def main() -> int:
         "submit_ms": {"p50": round(_pctl(stats["submit"], .5), 1), "p99": round(_pctl(stats["submit"], .99), 1)},
         "list_ms": {"p50": round(_pctl(stats["list"], .5), 1), "p99": round(_pctl(stats["list"], .99), 1)},
         "heartbeat_ms": {"p50": round(_pctl(stats["heartbeat"], .5), 1),
-                         "p99": round(_pctl(stats["heartbeat"], .99), 1), "count": len(stats["heartbeat"])},
-        "node_event_ms": {"p50": round(_pctl(stats["event"], .5), 1), "p99": round(_pctl(stats["event"], .99), 1)},
+                         "p99": round(_pctl(stats["heartbeat"], .99), 1), "count": len(stats["heartbeat"]),
+                         # a node heartbeats once an interval, more often when the long-poll brings news
+                         "per_node_interval": round(len(stats["heartbeat"]) * args.interval / node_seconds, 2)},
+        # one request carries all the events a fake node has at that moment (POST /api/v1/node/events/)
+        "node_event_ms": {"p50": round(_pctl(stats["event"], .5), 1), "p99": round(_pctl(stats["event"], .99), 1),
+                          "requests": len(stats["event"]), "events": sum(stats["events_sent"])},
+        "long_poll": waits if args.long_poll else None,
         "cycles": len(ran_cycles), "cycle_errors": cycle_errors[:5] + ([f"... {len(cycle_errors)} in all"]
                                                                       if len(cycle_errors) > 5 else []),
         "cycle_ms": {"first": round(ran_cycles[0], 1) if ran_cycles else None,
                      "p50": round(_pctl(ran_cycles, .5), 1), "max": round(max(ran_cycles, default=0), 1),
-                     "mean": round(statistics.fmean(ran_cycles), 1) if ran_cycles else None},
+                     "mean": round(statistics.fmean(ran_cycles), 1) if ran_cycles else None,
+                     "cpu_p50": round(_pctl(cycle_cpu, .5), 1)},
         "drain_s": round(drained, 1) if drained is not None else None,
         "memory_peak_mb": dict(peak),
         # the web tier's CPU per request served (API, heartbeats, node events): steadier than latency on a shared
         # machine, where other work decides how long a request waits for a core
         "web_cpu_ms_per_request": round(1000 * sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items())
                                         / max(1, served), 2),
+        "web_cpu_s": round(sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()), 1),
+        # the traffic's own processes compete for the same cores as the portal
+        "loadgen_cpu_s": round(sum(stats["loadgen_cpu_s"]), 1),
+        "load_average": list(os.getloadavg()),
+        # when the last job ended, from the start of the traffic (the drain's bound counts the clients' time too)
+        "last_job_ended_s": round((last_end - started_at).total_seconds(), 1) if last_end else None,
         "api_errors": len(stats["api_errors"]), "node_errors": len(stats["node_errors"]),
+        "node_error_kinds": Counter(e[:60] for e in stats["node_errors"]).most_common(3),
         "final_states": states, "audit_findings": findings,
         # nothing lost: every job queued or accepted is there, and every one ended as it should
         "lost": args.jobs + submitted - sum(states.values()),

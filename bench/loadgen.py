@@ -1,22 +1,89 @@
-"""The traffic of ``bench/load.py``: fake nodes (registered through the node API, heartbeating, reporting the work
-they are given as started and, a moment later, exited) and API clients (submit, list), each side spread over
-processes of its own. In one process, the ~60 threads of the full size queue on that process's interpreter lock,
-and that wait would be timed as the portal's latency: a process per ~25 threads keeps the figures the server's.
-Figures come back per process and are merged.
+"""The traffic of ``bench/load.py``: fake nodes (registered through the node API, each driven like a real agent:
+heartbeating at its interval, long-polling for news, reporting the work it is given as started and, a moment
+later, exited, its events batched) and API clients (submit, list), each side spread over processes of its own.
+In one process, the client threads of the full size would queue on that process's interpreter lock, and that
+wait would be timed as the portal's latency. Figures come back per process and are merged.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import multiprocessing
 import random
+import select
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 
 import requests
 
 # ------------------------------------------------------------------------------------------------------
-# Fake nodes: registered through the node API, heartbeating from a pool of threads.
+# HTTP: the little of ``requests.Session`` the traffic uses, over one keep-alive ``http.client`` connection.
+# requests costs ~1.5 ms of CPU a request here; at the full size's ~500 requests a second that was most of a
+# core taken from the portal on the same machine (real agents and users run elsewhere).
+
+
+class Answer:
+    def __init__(self, status_code: int, content: bytes):
+        self.status_code, self.content = status_code, content
+
+    def json(self):
+        return json.loads(self.content)
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise requests.HTTPError(f"HTTP {self.status_code}: {self.content[:200]!r}")
+
+
+class Session:
+    def __init__(self):
+        self.headers: dict[str, str] = {}
+        self._conn: http.client.HTTPConnection | None = None
+
+    def post(self, url: str, json=None, headers=None, timeout: float = 30) -> Answer:
+        return self._request("POST", url, json, headers, timeout)
+
+    def get(self, url: str, headers=None, timeout: float = 30) -> Answer:
+        return self._request("GET", url, None, headers, timeout)
+
+    def _request(self, method: str, url: str, body, headers, timeout: float) -> Answer:
+        parts = urllib.parse.urlsplit(url)
+        head = {**self.headers, **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            head["Content-Type"] = "application/json"
+        conn = self._conn
+        if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            conn.close()  # readable while idle: the server closed it (keep-alive timeout); as urllib3 checks
+            conn = None
+        if conn is None:
+            conn = self._conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+        elif conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data, headers=head)
+            response = conn.getresponse()
+            content = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            self._conn = None
+            raise requests.ConnectionError(f"{method} {parts.path}: {type(exc).__name__}: {exc}") from exc
+        if response.will_close:
+            conn.close()
+            self._conn = None
+        return Answer(response.status, content)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Fake nodes: registered through the node API, each driven like the real agent (scheduler/agent/loop.py): a
+# thread of its own that heartbeats at the interval, reports what it is given and what ends in one batched
+# request (POST /api/v1/node/events/, as scheduler/agent/outbox.py sends them) as soon as it happens, and, with
+# the long-poll, a second thread asking POST /api/v1/node/wait/ for news (which brings the heartbeat forward).
+
+MAX_EVENTS_PER_REQUEST = 256  # the portal's limit (scheduler/services/node_events.py)
 
 
 class FakeNode:
@@ -25,15 +92,18 @@ class FakeNode:
         self.headers = {"Authorization": f"Node {token}"}
         self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
         self.done: set[tuple[int, int]] = set()
+        self.outbox: list[dict] = []  # job events not yet sent, in order
+        self.news = threading.Event()  # the long-poll heard that this node's assignments changed
 
-    def register(self, base: str, session: requests.Session) -> None:
+    def register(self, base: str, session: Session) -> None:
         body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
                 "memory_mb": 512 * 1024,
                 "gpus": [{"index": i, "uuid": f"GPU-{self.name}-{i}", "model": "h100-80gb", "memory_mb": 81559}
                          for i in range(self.gpus)]}
         session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
 
-    def beat(self, base: str, session: requests.Session, duration: tuple[float, float], stats) -> None:
+    def beat(self, base: str, session: Session, duration: tuple[float, float], stats) -> None:
+        """One heartbeat; its assignments queue the events a real agent would send (started, stopped)."""
         self.seq += 1
         started = time.perf_counter()
         answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
@@ -48,53 +118,103 @@ class FakeNode:
         for item in answer.json()["assignments"]:
             key = (item["job_id"], item["attempt"])
             listed.add(key)
-            if key in self.done:
+            if key in self.done or key in self.running:
                 continue
             if item["desired"] == "stopped":
-                self._event(base, session, key, {"type": "stopped", "signal": 15}, stats)
-            elif key not in self.running:
-                self._event(base, session, key, {"type": "started", "pid": 1}, stats)
+                self._queue(key, {"type": "stopped", "signal": 15})
+            else:
+                self._queue(key, {"type": "started", "pid": 1})
                 self.running[key] = now + random.uniform(*duration)
-        for key, until in list(self.running.items()):
-            if key not in listed:
-                self.running.pop(key)
-            elif until <= now:
-                self._event(base, session, key, {"type": "exited", "exit_code": 0}, stats)
+        for key in [k for k in self.running if k not in listed]:  # taken away: the portal no longer asks
+            self.running.pop(key)
 
-    def _event(self, base, session, key, event, stats) -> None:
-        started = time.perf_counter()
-        response = session.post(f"{base}/api/v1/node/jobs/{key[0]}/events/", json={"attempt": key[1], **event},
-                                headers=self.headers, timeout=30)
-        stats["event"].append((time.perf_counter() - started) * 1000)
-        if event["type"] != "started" or response.status_code >= 400:
+    def exit_due(self, now: float) -> None:
+        """Queue the exits of the jobs whose run time is over."""
+        for key, until in list(self.running.items()):
+            if until <= now:
+                self._queue(key, {"type": "exited", "exit_code": 0})
+
+    def next_exit(self) -> float:
+        return min(self.running.values(), default=float("inf"))
+
+    def _queue(self, key: tuple[int, int], event: dict) -> None:
+        self.outbox.append({"job_id": key[0], "attempt": key[1], **event})
+        if event["type"] != "started":
             self.running.pop(key, None)
             self.done.add(key)
 
+    def flush(self, base: str, session: Session, stats) -> None:
+        """Send the queued events, up to the portal's limit a request (one request for a pass's events)."""
+        while self.outbox:
+            batch = self.outbox[:MAX_EVENTS_PER_REQUEST]
+            started = time.perf_counter()
+            response = session.post(f"{base}/api/v1/node/events/", json={"events": batch}, headers=self.headers,
+                                    timeout=30)
+            stats["event"].append((time.perf_counter() - started) * 1000)
+            if response.status_code == 409:  # the portal asks this node to register again: it resends later
+                self.register(base, session)
+                return
+            response.raise_for_status()
+            stats["events_sent"].append(len(batch))
+            for event, result in zip(batch, response.json()["results"], strict=True):
+                key = (event["job_id"], event["attempt"])
+                if "status" in result and event["type"] == "started":  # refused: it never runs here
+                    self.running.pop(key, None)
+                    self.done.add(key)
+            del self.outbox[:len(batch)]
 
-def run_nodes(nodes: list[FakeNode], base: str, interval: float, threads: int, duration, stop: threading.Event,
+    def wait(self, base: str, session: Session, interval: float, stats) -> bool:
+        """One long-poll; True when it brought news."""
+        answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval}, headers=self.headers,
+                              timeout=interval + 30).json()
+        stats["wait_" + ("news" if answer.get("news") else "held" if answer.get("waited") else "refused")].append(1)
+        if answer.get("news"):
+            self.news.set()
+            return True
+        return False
+
+
+def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool, duration, stop: threading.Event,
               stats) -> list[threading.Thread]:
-    def worker(mine: list[FakeNode]) -> None:
-        session = requests.Session()
-        for node in mine:
-            for _ in range(10):
-                try:
-                    node.register(base, session)
-                    break
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-                    time.sleep(1)
+    """A thread per node (and one more per node for the long-poll), as each real agent has its own."""
+    def agent(node: FakeNode) -> None:
+        session = Session()
+        for _ in range(10):
+            try:
+                node.register(base, session)
+                break
+            except requests.RequestException as exc:
+                stats["node_errors"].append(str(exc)[:200])
+                stop.wait(1)
+        next_beat = time.monotonic() + random.uniform(0, interval)  # agents do not all start in the same instant
         while not stop.is_set():
-            round_started = time.monotonic()
-            for node in mine:
-                if stop.is_set():
-                    return
-                try:
+            now = time.monotonic()
+            try:
+                if now >= next_beat or node.news.is_set():
+                    node.news.clear()
+                    next_beat = now + interval
                     node.beat(base, session, duration, stats)
-                except requests.RequestException as exc:
-                    stats["node_errors"].append(str(exc)[:200])
-            stop.wait(max(0.0, interval - (time.monotonic() - round_started)))
+                node.exit_due(time.monotonic())
+                node.flush(base, session, stats)
+            except requests.RequestException as exc:
+                stats["node_errors"].append(str(exc)[:200])
+            node.news.wait(max(0.0, min(next_beat, node.next_exit()) - time.monotonic()))
 
-    pool = [threading.Thread(target=worker, args=(nodes[i::threads],), daemon=True) for i in range(threads)]
+    def listen(node: FakeNode) -> None:
+        session = Session()
+        stop.wait(random.uniform(0, interval))
+        while not stop.is_set():
+            asked = time.monotonic()
+            try:
+                if node.wait(base, session, interval, stats):
+                    continue
+            except (requests.RequestException, ValueError) as exc:
+                stats["node_errors"].append(f"wait: {str(exc)[:200]}")
+            stop.wait(max(0.0, asked + interval - time.monotonic()))
+
+    pool = [threading.Thread(target=agent, args=(node,), daemon=True) for node in nodes]
+    if long_poll:
+        pool += [threading.Thread(target=listen, args=(node,), daemon=True) for node in nodes]
     for thread in pool:
         thread.start()
     return pool
@@ -108,7 +228,7 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
     """Clients number ``clients`` (each uses token ``i % len(tokens)``), all at once; each sends
     ``requests_each`` requests, submits and lists in turn."""
     def client(i: int) -> None:
-        session = requests.Session()
+        session = Session()
         session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
         for n in range(requests_each):
             started = time.perf_counter()
@@ -137,16 +257,19 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
 # Processes: each runs its share of the nodes or clients and sends its figures back.
 
 
-def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, threads: int, duration,
+def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, long_poll: bool, duration,
                    stop, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
-    pool = run_nodes([FakeNode(name, token, gpus) for name, token in nodes], base, interval, threads,
-                     duration, local_stop, stats)
+    fake = [FakeNode(name, token, gpus) for name, token in nodes]
+    pool = run_nodes(fake, base, interval, long_poll, duration, local_stop, stats)
     stop.wait()
     local_stop.set()
+    for node in fake:
+        node.news.set()
     for thread in pool:
         thread.join(35)
+    stats["loadgen_cpu_s"].append(time.process_time())  # what simulating the nodes cost this machine
     out.put(dict(stats))
 
 
@@ -155,12 +278,13 @@ def _clients_process(base: str, tokens: list[str], clients: list[int], requests_
     go.wait()
     started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     run_clients(base, tokens, clients, requests_each, stats)
+    stats["loadgen_cpu_s"].append(time.process_time())
     out.put({**stats, "span": [started, time.monotonic()]})
 
 
 class Traffic:
-    """Fake nodes over ``node_procs`` processes (``node_threads`` threads each) and API clients over
-    ``client_procs`` processes."""
+    """Fake nodes over ``node_procs`` processes (a thread per node, and one more per node for the long-poll)
+    and API clients over ``client_procs`` processes."""
 
     def __init__(self, base: str, args):
         self.base, self.args = base, args
@@ -173,7 +297,7 @@ class Traffic:
         a = self.args
         for p in range(min(a.node_procs, len(nodes)) if nodes else 0):
             proc = self.ctx.Process(target=_nodes_process, daemon=True, args=(
-                nodes[p::a.node_procs], self.base, a.gpus_per_node, a.interval, a.node_threads,
+                nodes[p::a.node_procs], self.base, a.gpus_per_node, a.interval, a.long_poll,
                 tuple(a.job_seconds), self.stop_nodes, self.out))
             proc.start()
             self.node_procs.append(proc)

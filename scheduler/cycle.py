@@ -66,7 +66,7 @@ def run_cycle() -> CycleReport:
         t2 = time.perf_counter()
         result = persist_decisions(decisions, gpu_nodes, now)
         if held:
-            mark_held(held)
+            mark_held(held, now)
             if end_never_satisfied(held, now):
                 wake_cycle()  # their own dependents are judged next
         # The nodes whose assignments changed hear it on commit (their next heartbeat would, a beat later).

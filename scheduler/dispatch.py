@@ -47,7 +47,7 @@ def persist_decisions(decisions: Decisions, gpu_nodes: dict[int, int], now: date
         result.preempted = _ask_victims_to_stop(decisions.preemptions, now)
 
     if decisions.pending:
-        result.pending_updated = _store_pending(decisions.pending)
+        result.pending_updated = _store_pending(decisions.pending, now)
     return result
 
 
@@ -128,14 +128,23 @@ def _ask_victims_to_stop(preemptions: tuple[PreemptionDecision, ...], now: datet
     return len(victims)
 
 
-def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
+# A stored queue position or estimated start is close enough, and left alone, while it is off by at most a tenth
+# (of the position; of the wait the estimate announces, and at least ESTIMATE_SLACK_S): a draining queue moves
+# every position and many estimates a little each cycle, and rewriting ~10,000 rows for that was most of a
+# cycle's writing. Positions under 10 are exact; a reason, message or details that changed is always written.
+SLACK = 0.1
+ESTIMATE_SLACK_S = 10.0
+
+
+def _store_pending(infos: tuple[PendingInfo, ...], now: datetime) -> int:
     """Write the pending reasons, positions and estimates of the jobs of ``infos`` that still wait; return
     how many still wait. A held job keeps its message while it stays held: it names who held it, and why.
 
     On PostgreSQL this is one statement with the values as arrays, sent in binary (Django's bulk_update
     builds a CASE WHEN per row, and its client-side parameter quoting costs ~50 us per array element). Rows
-    already holding those values are left alone: in a steady queue most are, and each rewritten row is a
-    new row version for PostgreSQL to write and vacuum. Details compare as jsonb text, so 4 and 4.0 differ."""
+    already holding those values (positions and estimates within their slack, above) are left alone: in a
+    queue most are, and each rewritten row is a new row version for PostgreSQL to write and vacuum. Details
+    compare as jsonb text, so 4 and 4.0 differ."""
     columns = (
         [i.job_id for i in infos], [i.reason.code for i in infos], [i.reason.message[:500] for i in infos],
         [json.dumps(dict(i.reason.details)) for i in infos], [i.queue_position for i in infos],
@@ -158,8 +167,9 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
         cursor.execute(
             """
             WITH v AS (
-                SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::integer[],
-                                     %b::timestamptz[]) AS v(id, code, message, details, position, estimate)
+                SELECT * FROM unnest(%(ids)b::bigint[], %(codes)b::text[], %(messages)b::text[], %(details)b::text[],
+                                     %(positions)b::integer[], %(estimates)b::timestamptz[])
+                              AS v(id, code, message, details, position, estimate)
             ), waiting AS (
                 SELECT v.* FROM v JOIN scheduler_job j ON j.id = v.id WHERE j.state IN ('pending', 'held')
             ), changed AS (  -- runs whether or not the query below reads it
@@ -170,13 +180,22 @@ def _store_pending(infos: tuple[PendingInfo, ...]) -> int:
                                                      THEN j.pending_reason_message ELSE w.message END
                   FROM waiting w
                  WHERE j.id = w.id
-                   AND (j.pending_reason_code, j.pending_reason_details::text, j.queue_position, j.estimated_start,
-                        j.pending_reason_code = 'Held' AND w.code = 'Held' OR j.pending_reason_message = w.message)
-                       IS DISTINCT FROM (w.code, w.details::jsonb::text, w.position, w.estimate, true)
+                   AND (j.pending_reason_code, j.pending_reason_details::text,
+                        j.pending_reason_code = 'Held' AND w.code = 'Held' OR j.pending_reason_message = w.message,
+                        -- close enough (or both null): see SLACK and ESTIMATE_SLACK_S
+                        COALESCE(abs(j.queue_position - w.position) <= w.position * %(slack)s,
+                                 j.queue_position IS NULL AND w.position IS NULL),
+                        COALESCE(abs(EXTRACT(EPOCH FROM j.estimated_start - w.estimate))
+                                     <= GREATEST(%(estimate_slack)s, EXTRACT(EPOCH FROM w.estimate - %(now)s)
+                                                                     * %(slack)s),
+                                 j.estimated_start IS NULL AND w.estimate IS NULL))
+                       IS DISTINCT FROM (w.code, w.details::jsonb::text, true, true, true)
             )
             SELECT count(*) FROM waiting
             """,
-            list(columns), prepare=False,
+            {"ids": columns[0], "codes": columns[1], "messages": columns[2], "details": columns[3],
+             "positions": columns[4], "estimates": columns[5], "now": now, "slack": SLACK,
+             "estimate_slack": ESTIMATE_SLACK_S}, prepare=False,
         )
         return cursor.fetchone()[0]
 
@@ -236,12 +255,12 @@ def reclaim_idle(now: datetime) -> list[int]:
     return asked
 
 
-def mark_held(held: dict) -> int:
+def mark_held(held: dict, now: datetime) -> int:
     """Give the jobs the cycle held back itself (``scheduler.holds``, not the engine) their reason; they
     have no queue position and no estimated start. Written as the engine's reasons are (``_store_pending``:
     one statement, rows already showing it left alone); returns how many still wait."""
     return _store_pending(tuple(PendingInfo(job_id, Reason(hold.code, hold.message, hold.details), None, None)
-                                for job_id, hold in held.items()))
+                                for job_id, hold in held.items()), now)
 
 
 def end_never_satisfied(held: dict, now: datetime) -> int:

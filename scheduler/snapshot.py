@@ -1,10 +1,13 @@
 """ORM -> core: build the engine's Snapshot from the database in a fixed number of queries."""
 
+import json
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 
 from django.conf import settings
-from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q
+from django.db import connection
+from django.db.models import BigIntegerField, FloatField, Func, Prefetch, Q, TextField, Value
+from django.db.models.functions import Cast, NullIf
 
 from portal.models import Team
 from scheduler.checkpoints import checkpoint_of_attempt
@@ -69,7 +72,8 @@ class Epoch(EpochMicros):
 
     def as_sql(self, compiler, connection, **extra):
         sql, params = super().as_sql(compiler, connection, **extra)
-        return f"({sql} / 1000000.0)", params
+        # a float from the database itself (PostgreSQL's quotient is numeric): read without Django's converter
+        return f"(({sql} / 1000000.0){'::float8' if connection.vendor == 'postgresql' else ''})", params
 
 
 def _micros(value: datetime) -> int:
@@ -107,13 +111,32 @@ _GPU_ID = attrgetter("gpu_id")
 _JOB_COLUMNS = (
     "id", "team__name", "submitted_by__username", "kind", "priority_class__name", "priority_class__value",
     "preemptible", "gpus", "gpu_fraction", "gpu_model__name", "gpu_memory_gb", "cpus", "memory_gb", "nodes",
-    "pool__name", "node_labels", "min_driver_version", "created_s", "time_limit_minutes", "state", "started_s",
+    "pool__name", "labels_json", "min_driver_version", "created_s", "time_limit_minutes", "state", "started_s",
     "admitted_s", "stop_reason", "checkpoint_s", "attained_gpu_seconds", "restarts", "image",
 )
 # A service that failed this many times in a row (no stable run between) restarts without preempting.
 CRASH_LOOP_RESTARTS = 2
 _JOB_EPOCHS = {"created_s": Epoch("created_at"), "started_s": Epoch("started_at"), "admitted_s": Epoch("admitted_at"),
-               "checkpoint_s": Epoch("last_checkpoint_at")}
+               "checkpoint_s": Epoch("last_checkpoint_at"),
+               # the labels as JSON text, NULL when there are none (most jobs): see _job_rows
+               "labels_json": NullIf(Cast("node_labels", TextField()), Value("{}", TextField()))}
+_LABELS = _JOB_COLUMNS.index("labels_json")
+
+
+def _job_rows(now: datetime) -> list[tuple]:
+    """The ``_JOB_COLUMNS`` of every job the engine sees (active, and not backing off), in id order, read with
+    a plain cursor: Django's converters, called for every value, cost as much as the rest of the snapshot. So
+    each value comes as the driver reads it, the labels as JSON text, parsed here for the few jobs with any."""
+    backing_off = Q(state=JobState.PENDING, not_before__gt=now)
+    query = Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).order_by("id").annotate(
+        **_JOB_EPOCHS).values_list(*_JOB_COLUMNS).query
+    with connection.cursor() as cursor:
+        cursor.execute(*query.sql_with_params())
+        rows = cursor.fetchall()
+    for index, row in enumerate(rows):
+        if row[_LABELS] is not None:
+            rows[index] = (*row[:_LABELS], json.loads(row[_LABELS]), *row[_LABELS + 1:])
+    return rows
 
 
 class ImageRule:
@@ -123,20 +146,25 @@ class ImageRule:
     def __init__(self):
         self.defaults = runtime.kind_images()
         self.allow_lists = dict(Pool.objects.values_list("name", "allowed_images"))
+        self.site_default = settings.ROTA_DEFAULT_IMAGE
         self._pools: dict[str, frozenset[str]] = {}
+        self._answers: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}  # (image, kind) -> the answer
 
     def pools_for(self, image: str, kind: str) -> tuple[str, frozenset[str]]:
         """The image a job of ``kind`` asking for ``image`` runs in, and the pools that allow it (none for a
         reference that does not parse: such a job was refused at submit, or its kind's default was)."""
-        resolved = image_resolve(image, kind, self.defaults, settings.ROTA_DEFAULT_IMAGE)
-        pools = self._pools.get(resolved)
-        if pools is None:
-            try:
-                pools = pools_allowing(image_parse(resolved), self.allow_lists)
-            except ImageError:
-                pools = frozenset()
-            self._pools[resolved] = pools
-        return resolved, pools
+        answer = self._answers.get((image, kind))
+        if answer is None:
+            resolved = image_resolve(image, kind, self.defaults, self.site_default)
+            pools = self._pools.get(resolved)
+            if pools is None:
+                try:
+                    pools = pools_allowing(image_parse(resolved), self.allow_lists)
+                except ImageError:
+                    pools = frozenset()
+                self._pools[resolved] = pools
+            answer = self._answers[image, kind] = (resolved, pools)
+        return answer
 
 
 def _info(row: tuple, placements: tuple[Placement, ...], images: ImageRule) -> JobInfo:
@@ -249,13 +277,10 @@ def build_snapshot(now: datetime, policy: Policy | None = None) -> tuple[Snapsho
     ):
         placements.setdefault(job_id, []).append(Placement(gpu_id=gpu_id, share=share / 1000))
 
-    backing_off = Q(state=JobState.PENDING, not_before__gt=now)
-    rows = Job.objects.filter(state__in=ACTIVE_STATES).exclude(backing_off).order_by("id").annotate(
-        **_JOB_EPOCHS).values_list(*_JOB_COLUMNS)
     images = ImageRule()
     jobs = tuple(
         _info(row, tuple(sorted(held, key=_GPU_ID)) if (held := placements.get(row[0])) else (), images)
-        for row in rows
+        for row in _job_rows(now)
     )
 
     snapshot = Snapshot(

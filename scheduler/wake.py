@@ -44,19 +44,22 @@ def _client() -> redis.Redis | None:
     return redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
 
 
-def _push(key: str, ttl_s: int | None = None) -> None:
+def _push(*keys: str, ttl_s: int | None = None) -> None:
+    """Raise each flag of ``keys`` (a list holding at most one item), all in one round trip to Redis."""
     client = _client()
-    if client is None:
+    if client is None or not keys:
         return
     try:
         with client.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, 1)
-            pipe.ltrim(key, 0, 0)
-            if ttl_s:
-                pipe.expire(key, ttl_s)
+            for key in keys:
+                pipe.rpush(key, 1)
+                pipe.ltrim(key, 0, 0)
+                if ttl_s:
+                    pipe.expire(key, ttl_s)
             pipe.execute()
     except redis.RedisError as exc:
-        log.warning("wake-up %s not sent (Redis: %s); the periodic cycle and heartbeats cover it", key, exc)
+        log.warning("wake-up %s not sent (Redis: %s); the periodic cycle and heartbeats cover it",
+                    ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), exc)
 
 
 def cycle_request() -> None:
@@ -114,7 +117,7 @@ def nodes_notify(node_ids: Iterable[int]) -> None:
     """Tell these nodes, once the current transaction commits, that their assignments changed."""
     keys = [NODE_NEWS.format(pk) for pk in set(node_ids)]
     if keys and _client() is not None:
-        transaction.on_commit(lambda: [_push(key, NEWS_TTL_S) for key in keys], robust=True)
+        transaction.on_commit(lambda: _push(*keys, ttl_s=NEWS_TTL_S), robust=True)  # one round trip for all
 
 
 def holders_notify(job_ids: Iterable[int]) -> None:

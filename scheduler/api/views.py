@@ -26,7 +26,15 @@ from scheduler.api.serializers import (
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS, JobState
-from scheduler.selectors import STATE_RULE, array_state_counts, filter_state, nodes_matching, valid_state
+from scheduler.selectors import (
+    JOB_ROW_RELATED,
+    STATE_RULE,
+    JobPage,
+    array_state_counts,
+    filter_state,
+    nodes_matching,
+    valid_state,
+)
 from scheduler.services import arrays as array_services
 from scheduler.services import jobs as job_services
 from scheduler.services.nodes import NodeProtocolError, node_set_state
@@ -62,7 +70,7 @@ class JobListCreateAPI(APIView):
                     OpenApiParameter("array_id", int)],
     )
     def get(self, request):
-        qs = jobs_for(request.user).prefetch_related(_allocations_prefetch())
+        qs = jobs_for(request.user)
         params = request.query_params
         state, kind, team = params.get("state", ""), params.get("kind", ""), params.get("team", "")
         array_id = params.get("array_id", "")
@@ -86,7 +94,8 @@ class JobListCreateAPI(APIView):
         if array_id:
             qs = qs.filter(array_id=int(array_id))
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(qs.order_by("-id"), request, view=self)
+        rows = Job.objects.select_related(*JOB_ROW_RELATED).prefetch_related(_allocations_prefetch())
+        page = paginator.paginate_queryset(JobPage(qs, rows, "-id"), request, view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
     @extend_schema(request=JobInputSerializer, responses={201: JobSerializer})

@@ -245,3 +245,29 @@ def test_a_page_of_the_job_list_holds_at_most_max_limit_jobs(api, alice, monkeyp
         submit(api(alice), name=f"j{i}")
     body = api(alice).get("/api/v1/jobs/", {"limit": 100000}).json()
     assert body["count"] == 5 and len(body["results"]) == 3 and "offset=3" in body["next"]
+
+
+def test_the_job_list_pages_through_the_callers_jobs_newest_first_each_once(api, alice, charlie, staff):
+    """Each page reads its own rows (scheduler.selectors.JobPage): walked page by page with a filter, the
+    pages hold every job the caller may see exactly once, newest first, and no other team's."""
+    from scheduler.cycle import run_cycle
+
+    mine = [submit(api(alice), name=f"v{i}").json()["id"] for i in range(7)]
+    theirs = [submit(api(charlie), name=f"n{i}").json()["id"] for i in range(3)]
+    mine.append(submit(api(alice), name="v-last").json()["id"])
+    run_cycle()  # some run, with their allocations on the page
+    Job.objects.filter(pk=mine[2]).update(state="cancelled")
+
+    def walk(client, query=""):
+        ids, url = [], f"/api/v1/jobs/?limit=3{query}"
+        while url:
+            body = client.get(url).json()
+            ids += [row["id"] for row in body["results"]]
+            url = body["next"]
+        return body["count"], ids
+
+    assert walk(api(alice)) == (8, sorted(mine, reverse=True))
+    assert walk(api(alice), "&state=active") == (7, sorted(set(mine) - {mine[2]}, reverse=True))
+    assert walk(api(charlie)) == (3, sorted(theirs, reverse=True))
+    assert walk(api(staff), "&team=nlp") == (3, sorted(theirs, reverse=True))
+    assert api(alice).get("/api/v1/jobs/?limit=3&offset=99").json()["results"] == []

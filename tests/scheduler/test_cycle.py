@@ -270,6 +270,45 @@ def test_a_cycle_rewrites_only_the_waiting_jobs_whose_reason_position_or_estimat
     assert Job.objects.get(pk=waiting[0].pk).queue_position is not None
 
 
+def test_a_stored_position_or_estimate_close_enough_is_left_alone(alice):
+    """A draining queue moves every position and many estimates a little each cycle: a stored one within a
+    tenth (of the position; of the wait, and at least 10 s, for an estimate) is not rewritten, positions under
+    10 are exact, and one further off is rewritten."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    submit(alice, gpus=4)
+    waiting = [submit(alice, gpus=1) for _ in range(12)]
+    run_cycle()
+    run_cycle()  # the admitted job now counts as running: the waiting jobs get their estimated start
+    stored = {j.pk: j for j in Job.objects.filter(pk__in=[w.pk for w in waiting])}
+    assert [stored[w.pk].queue_position for w in waiting] == list(range(1, 13))
+    assert all(j.estimated_start is not None for j in stored.values())
+    wait_s = (stored[waiting[5].pk].estimated_start - db_now()).total_seconds()
+    assert wait_s > 200  # so a tenth of it is more than the 10 s floor
+    moved = {
+        waiting[11].pk: {"queue_position": 13},  # 12 -> 13: within a tenth
+        waiting[10].pk: {"queue_position": 14},  # 11 -> 14: further
+        waiting[1].pk: {"queue_position": 3},  # 2 -> 3: under 10, exact
+        waiting[4].pk: {"estimated_start": F("estimated_start") + timedelta(seconds=5)},  # within the floor
+        waiting[5].pk: {"estimated_start": F("estimated_start") + timedelta(seconds=wait_s / 20)},  # a twentieth
+        waiting[6].pk: {"estimated_start": F("estimated_start") + timedelta(seconds=wait_s / 5)},  # a fifth
+        waiting[7].pk: {"estimated_start": None},
+    }
+    for pk, values in moved.items():
+        Job.objects.filter(pk=pk).update(**values)
+    before = _row_versions()
+    run_cycle()
+    after = _row_versions()
+    rewritten = {w.pk for w in waiting if after[w.pk] != before[w.pk]}
+    assert rewritten == {waiting[10].pk, waiting[1].pk, waiting[6].pk, waiting[7].pk}
+    now = {j.pk: j for j in Job.objects.filter(pk__in=[w.pk for w in waiting])}
+    assert [now[w.pk].queue_position for w in waiting] == [*range(1, 12), 13]  # the close one kept its 13
+    assert now[waiting[6].pk].estimated_start == stored[waiting[6].pk].estimated_start
+    assert now[waiting[7].pk].estimated_start == stored[waiting[7].pk].estimated_start
+
+
 def test_decayed_usage_weighs_each_allocation_by_the_age_of_its_end(alice, cluster):
     """Fair share's usage history: GPU-seconds within four half-lives, halved per half-life since each
     allocation ended (open ones count up to now at full weight), clipped at the window's start."""

@@ -95,6 +95,27 @@ def test_a_cycle_tells_the_node_it_starts_a_job_on_and_no_other(alice, cluster, 
     assert not wake.node_wait(a100.pk, 0.05)
 
 
+def test_a_cycle_tells_all_the_nodes_it_starts_jobs_on_in_one_round_trip(
+        alice, cluster, django_capture_on_commit_callbacks, monkeypatch):
+    """At full size a cycle starts jobs on hundreds of nodes: one Redis round trip for their news, not one each."""
+    from tests.factories import GpuFactory, NodeFactory
+
+    nodes = [NodeFactory(name=f"node-w{i}", pool=cluster["pool"]) for i in range(3)]
+    for i, node in enumerate(nodes):
+        for k in range(8):
+            GpuFactory(node=node, index=k, model=cluster["h100"], uuid=f"GPU-w{i}-{k}")
+    cluster["vision"].quotas.update(limit=64)
+    for _ in range(3):
+        _submit(alice, gpus=8)  # one on each new node
+    sent = []
+    execute = redis.client.Pipeline.execute
+    monkeypatch.setattr(redis.client.Pipeline, "execute",
+                        lambda pipe, *a, **kw: sent.append(1) or execute(pipe, *a, **kw))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_cycle().started == 3
+    assert all(wake.node_wait(node.pk, 0) for node in nodes) and len(sent) == 1
+
+
 def test_cancelling_a_holding_job_tells_its_node(alice, cluster, django_capture_on_commit_callbacks):
     job = _submit(alice)
     run_cycle()
