@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Q
+from django.db.models import Exists, Max, OuterRef, Q
 
 from notifications.models import (
     ARRAY_COMPLETED,
@@ -97,6 +97,25 @@ def _recipients(job: Job, event: str) -> list[NotificationPreference]:
     chosen = [p for p in prefs if event in p.events and p.user.is_active
               and (p.user_id == job.submitted_by_id or p.scope == NotificationPreference.TEAM)]
     return [p for p in chosen if jobs_for(p.user).filter(pk=job.pk).exists()]
+
+
+def transition_wanted(transition: JobTransition) -> bool:
+    """Whether anyone could be told of ``transition``: someone asked for its event (or, for an array's task,
+    for the array's completion) and may be among ``_recipients``: an active member of the job's team who
+    asked about every job of the team, or the job's submitter. One query, made when the transition is
+    recorded, so that a transition nobody asked about costs no task. A superset of ``_recipients``: the task
+    still checks access, the array's end and the preferences as they are when it runs."""
+    event = event_of(transition.from_state, transition.to_state)
+    if event is None:
+        return False
+
+    def asked_for(name: str) -> Exists:
+        return Exists(NotificationPreference.objects.filter(
+            Q(scope=NotificationPreference.TEAM) | Q(user_id=OuterRef("submitted_by_id")),
+            events__contains=[name], user__is_active=True, user__memberships__team_id=OuterRef("team_id")))
+
+    return Job.objects.filter(Q(asked_for(event)) | Q(asked_for(ARRAY_COMPLETED), array__isnull=False),
+                              pk=transition.job_id).exists()
 
 
 def notification_record(pref: NotificationPreference, *, key: str, event: str, message: str, job: Job | None,
