@@ -21,8 +21,8 @@ from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
+from scheduler.services import node_jobs, replica_health
 from scheduler.services import nodes as node_services
-from scheduler.services import replica_health
 from scheduler.services.node_events import node_event_apply
 
 MAX_GPUS_PER_NODE = 64
@@ -315,7 +315,7 @@ class NodeJobLogAPI(NodeAPIView):
     @extend_schema(request=LogSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
         data = self.parsed(request)
-        result = self.call(node_services.node_job_log, node=request.user.node, job_id=job_id, **data)
+        result = self.call(node_jobs.node_job_log, node=request.user.node, job_id=job_id, **data)
         return result if isinstance(result, Response) else Response({"size": result})
 
 

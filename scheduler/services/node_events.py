@@ -13,7 +13,8 @@ from __future__ import annotations
 from scheduler.models import Node
 from scheduler.services.checkpoints import node_job_checkpoint
 from scheduler.services.jobs import wake_cycle
-from scheduler.services.nodes import NodeProtocolError, node_job_event
+from scheduler.services.node_jobs import node_job_event
+from scheduler.services.nodes import NodeProtocolError
 
 MAX_EVENTS = 256  # per request; an agent with more sends them in several
 
