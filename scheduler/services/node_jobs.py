@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F
 
 from scheduler.models import Allocation, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
@@ -44,9 +44,8 @@ def _reported_attempt(node: Node, job_id: int, attempt: int, *, now, lock: bool 
     may still report about that attempt. Reports about an attempt the node never held get the 404 of an
     unknown job; the rest are 409 (field ``attempt``). With ``lock`` the job row is locked."""
     unknown = NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
-    if not Allocation.objects.filter(job_id=job_id, node=node).exists():
-        raise unknown
-    job = (Job.objects.select_for_update() if lock else Job.objects).filter(pk=job_id).first()
+    on_node = Allocation.objects.filter(job_id=job_id, node=node)
+    job = (Job.objects.select_for_update() if lock else Job.objects).filter(Exists(on_node), pk=job_id).first()
     if job is None:
         raise unknown
     held = list(Allocation.objects.filter(job=job, node=node, attempt__in={attempt, job.attempt})
@@ -109,31 +108,33 @@ def _end_attempt_on_node(job: Job, node: Node, event: dict, now) -> None:
     fields = {"exit_code": exit_code} if job.exit_code is None and exit_code is not None else {}
     if event.get("reason") and not job.failure_reason:  # kept, like the exit code, from the first member to end
         fields.update(failure_reason=event["reason"], failure_message=(event.get("message") or "")[:500])
-    if not _close_on_node(job, node, now, **fields):
+    closed, elsewhere = _close_on_node(job, node, now, **fields)
+    if not closed:
         return  # a duplicate report: already settled
-    if _still_holds(job):
+    if elsewhere:
         if not job.stop_reason:  # one member of a gang ended: stop the others too
             Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.GANG_EXIT)
         return
-    job.refresh_from_db()
     _settle(job, event, now)
 
 
-def _close_on_node(job: Job, node: Node, now, **fields) -> bool:
+def _close_on_node(job: Job, node: Node, now, **fields) -> tuple[bool, bool]:
     """End the open allocations of ``job``'s attempt on ``node``, adding their GPU time to what the job has
-    received (and setting ``fields``). False when there were none."""
-    closed = list(Allocation.objects.filter(job=job, attempt=job.attempt, node=node, ended_at__isnull=True))
+    received (and setting ``fields``), on the row and on ``job``, whose row the caller holds locked (so
+    ``job`` is what the row holds without reading it again). Returns whether there were any here, and
+    whether the attempt still holds devices on another node (a gang member that has not ended)."""
+    held = list(Allocation.objects.filter(job=job, attempt=job.attempt, ended_at__isnull=True))
+    closed = [alloc for alloc in held if alloc.node_id == node.pk]
+    elsewhere = len(closed) < len(held)
     if not closed:
-        return False
+        return False, elsewhere
     Allocation.objects.filter(pk__in=[a.pk for a in closed]).update(ended_at=now)
     gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in closed)
     Job.objects.filter(pk=job.pk).update(attained_gpu_seconds=F("attained_gpu_seconds") + gpu_seconds, **fields)
-    return True
-
-
-def _still_holds(job: Job) -> bool:
-    """Whether the attempt still holds devices on some node (a gang member that has not ended)."""
-    return Allocation.objects.filter(job=job, attempt=job.attempt, ended_at__isnull=True).exists()
+    job.attained_gpu_seconds += gpu_seconds
+    for name, value in fields.items():
+        setattr(job, name, value)
+    return True, elsewhere
 
 
 def _settle(job: Job, event: dict, now) -> None:
@@ -281,11 +282,10 @@ def _lose_node(job: Job, node: Node, now) -> None:
     job = Job.objects.select_for_update().get(pk=job.pk)  # a node's report about it waits, then sees this
     if job.state not in HOLDING_STATES:
         return
-    _close_on_node(job, node, now)
-    if _still_holds(job):
+    _closed, elsewhere = _close_on_node(job, node, now)
+    if elsewhere:
         Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.NODE_UNHEALTHY)
         return
-    job.refresh_from_db()
     if job.stop_reason in (StopReason.CANCEL, StopReason.TIMEOUT, StopReason.IDLE):
         _settle(job, {"type": "stopped", "message": f"node {node.name} lost"}, now)
         return
