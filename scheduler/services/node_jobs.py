@@ -85,14 +85,16 @@ def node_job_event(*, node: Node, job_id: int, event: dict, wake: bool = True) -
                 raise _not_current(job, event["attempt"])
             return job
         if kind == "started":
-            job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING), to_state=JobState.RUNNING,
-                           cause=f"processes started on {node.name}", at=now,
-                           details={"pid": event.get("pid")},
-                           extra={"started_at": now, "service_address": event.get("address", ""),
-                                  "service_health": event.get("health", ""), "service_health_message": ""})
+            fields = {"started_at": now, "service_address": event.get("address", ""),
+                      "service_health": event.get("health", ""), "service_health_message": ""}
+            if job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING),
+                              to_state=JobState.RUNNING, cause=f"processes started on {node.name}", at=now,
+                              details={"pid": event.get("pid")}, extra=fields):
+                for name, value in {**fields, "state": JobState.RUNNING}.items():  # the row is locked: no re-read
+                    setattr(job, name, value)
         else:
             _end_attempt_on_node(job, node, event, now)
-        job.refresh_from_db()
+            job.refresh_from_db()  # settled by the lifecycle's rules, retries included
     if kind != "started" and wake:
         from scheduler.tasks import run_cycle
 
