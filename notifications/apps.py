@@ -12,9 +12,10 @@ class NotificationsConfig(AppConfig):
 
 
 def _announce(sender, transition, **_kwargs) -> None:
-    """Once the transition commits, a Celery task works out who asked to hear of it (nothing waits here)."""
-    from notifications.services import event_of
+    """Once the transition commits, a Celery task works out who is told of it; none is sent for a transition
+    nobody asked about (most of them: ``transition_wanted``, one query here)."""
+    from notifications.services import transition_wanted
     from notifications.tasks import notify_transition
 
-    if event_of(transition.from_state, transition.to_state):
+    if transition_wanted(transition):
         notify_transition.delay_on_commit(transition.pk)

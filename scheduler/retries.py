@@ -12,7 +12,7 @@ Kinds of bad end (``RETRY_KINDS``), as ``Job.retry_on`` names them:
 * ``timed-out``: it reached its time limit.
   These three are retried only when the job asks (``retry_on``), up to its ``max_retries``.
 
-Preemption is not a failure: a preempted job is always requeued (``scheduler.services.nodes``).
+Preemption is not a failure: a preempted job is always requeued (``scheduler.services.node_jobs``).
 Every retry is a new attempt (its own allocations, log and accounting); the job's transitions say why each
 attempt ended.
 """

@@ -8,7 +8,7 @@ from django.conf import settings
 from portal.celery import Task
 from scheduler import wake
 from scheduler.cycle import run_cycle as _run_cycle
-from scheduler.services.nodes import nodes_check_liveness
+from scheduler.services.node_jobs import nodes_check_liveness
 
 
 class CycleTask(Task):

@@ -35,6 +35,17 @@ class PortalRejected(PortalError):
         self.field = field
 
 
+def _environment_once(session: requests.Session, url: str) -> None:
+    """Take the environment's proxy (``HTTPS_PROXY``, ``NO_PROXY``...) and CA bundle (``REQUESTS_CA_BUNDLE``)
+    settings for ``url`` now, once, instead of at every request: ``requests`` reads every variable and
+    ``~/.netrc`` per request, a few ms of CPU each, and a node turning over short jobs sends several
+    requests a second. A ``~/.netrc`` entry is not used (its basic auth would replace the node's token)."""
+    found = session.merge_environment_settings(url, {}, None, None, None)
+    session.trust_env = False
+    session.proxies.update(found["proxies"])
+    session.verify = found["verify"]
+
+
 class PortalClient:
     """Posts the agent's reports; every call raises one of the errors above or returns the JSON answer."""
 
@@ -59,6 +70,8 @@ class PortalClient:
         self._batch_events = True  # until the portal answers that it has no batch endpoint
         self._wait_session = requests.Session()
         self._wait_session.headers["User-Agent"] = "rota-agent"
+        for each in (self._session, self._wait_session):
+            _environment_once(each, self.base_url)
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout."""

@@ -21,9 +21,9 @@ from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
+from scheduler.services import node_jobs, replica_health
 from scheduler.services import nodes as node_services
-from scheduler.services import replica_health
-from scheduler.services.checkpoints import node_job_checkpoint
+from scheduler.services.node_events import node_event_apply
 
 MAX_GPUS_PER_NODE = 64
 MAX_TELEMETRY = 2000
@@ -305,18 +305,8 @@ class NodeJobEventAPI(NodeAPIView):
 
     @extend_schema(request=EventSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
-        event = self.parsed(request)
-        if event["type"] == "checkpoint":  # the job's checkpoint file changed: scheduler/services/checkpoints.py
-            result = self.call(node_job_checkpoint, node=request.user.node, job_id=job_id, event=event)
-            if isinstance(result, Response):
-                return result
-            job, recorded = result
-            return Response({"job_id": job.pk, "state": job.state, "recorded": recorded,
-                             "last_checkpoint_at": job.last_checkpoint_at})
-        result = self.call(node_services.node_job_event, node=request.user.node, job_id=job_id, event=event)
-        if isinstance(result, Response):
-            return result
-        return Response({"job_id": result.pk, "state": result.state}, status=status.HTTP_200_OK)
+        result = self.call(node_event_apply, node=request.user.node, job_id=job_id, event=self.parsed(request))
+        return result if isinstance(result, Response) else Response(result, status=status.HTTP_200_OK)
 
 
 class NodeJobLogAPI(NodeAPIView):
@@ -325,7 +315,7 @@ class NodeJobLogAPI(NodeAPIView):
     @extend_schema(request=LogSerializer, responses={200: dict, 404: dict, 409: dict}, tags=["node"])
     def post(self, request, job_id: int):
         data = self.parsed(request)
-        result = self.call(node_services.node_job_log, node=request.user.node, job_id=job_id, **data)
+        result = self.call(node_jobs.node_job_log, node=request.user.node, job_id=job_id, **data)
         return result if isinstance(result, Response) else Response({"size": result})
 
 

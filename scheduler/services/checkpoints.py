@@ -16,7 +16,8 @@ from scheduler.models import Job, Node
 from scheduler.models.jobs import JobState
 from scheduler.services.common import db_now
 from scheduler.services.jobs import NotAllowed
-from scheduler.services.nodes import NodeProtocolError, _not_current, _reported_attempt
+from scheduler.services.node_jobs import _not_current, _reported_attempt
+from scheduler.services.nodes import NodeProtocolError
 
 
 class NotRunning(Exception):

@@ -31,7 +31,7 @@ def engine_state_apply(*, node: Node, engine: dict, now) -> None:
     """Apply what the engine says of ``node`` (a row locked by the caller, its fields current). ``engine`` is
     ``{"name", "state": ready|draining|drained|down, "reason"}``. A down node's held jobs are settled as when
     a node goes silent: the engine has lost them."""
-    from scheduler.services.nodes import _lose_node
+    from scheduler.services.node_jobs import _lose_node
 
     state, reason = engine["state"], (engine.get("reason") or "").strip()
     prefix = engine_reason_prefix(engine)

@@ -5,7 +5,7 @@ event says ``starting`` (an agent that does not probe says nothing: the replica 
 heartbeat then reports, per running attempt, ``starting``, ``healthy`` or ``unhealthy``. The portal keeps
 it on the job (``Job.service_health``); the gateway sends traffic only to replicas that are not probed ("")
 or healthy. The agent itself restarts an attempt whose probe fails too often: it ends ``exited`` with reason
-``Unhealthy`` and the job lifecycle starts it again (``scheduler.services.nodes``).
+``Unhealthy`` and the job lifecycle starts it again (``scheduler.services.node_jobs``).
 """
 
 from django.db import transaction

@@ -131,14 +131,17 @@ def test_a_fake_gpu_shows_load_only_while_its_job_runs(portal: StandInPortal, ma
     portal.assign(1, "sleep 30", gpus=[{"index": 0, "uuid": busy, "share": 1.0}])
 
     def utilization() -> dict[str, float]:
-        return {row["uuid"]: row["util_pct"] for row in portal.heartbeats[-1]["telemetry"]}
+        """The latest sample of each GPU (GPUs are sampled once an interval: a heartbeat news brings early
+        carries none)."""
+        latest = next((beat["telemetry"] for beat in reversed(portal.heartbeats) if beat["telemetry"]), [])
+        return {row["uuid"]: row["util_pct"] for row in latest}
 
     with running(agent):
-        wait_until(lambda: portal.heartbeats and utilization()[busy] > 50)
+        wait_until(lambda: utilization().get(busy, 0) > 50)
         assert utilization()[idle] == 0
         portal.unassign(1)
         wait_until(lambda: portal.events_of(1, "exited"))
-        wait_until(lambda: utilization()[busy] == 0)
+        wait_until(lambda: utilization().get(busy) == 0)
 
 
 def test_a_scripted_xid_reaches_the_portal_as_an_unhealthy_gpu(portal: StandInPortal, make_agent: MakeAgent):

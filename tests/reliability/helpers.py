@@ -9,7 +9,8 @@ from portal import locks
 from scheduler.audit import audit
 from scheduler.models import Job, JobTransition, PriorityClass
 from scheduler.services.jobs import job_submit
-from scheduler.services.nodes import node_heartbeat, node_job_event
+from scheduler.services.node_jobs import node_job_event
+from scheduler.services.nodes import node_heartbeat
 
 
 def submit(user, **kw):

@@ -18,14 +18,8 @@ from scheduler.dispatch import persist_decisions
 from scheduler.models import Allocation, GpuSample, Job, Node
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_cancel
-from scheduler.services.nodes import (
-    NodeProtocolError,
-    node_assignments,
-    node_heartbeat,
-    node_job_event,
-    node_register,
-    nodes_check_liveness,
-)
+from scheduler.services.node_jobs import node_job_event, nodes_check_liveness
+from scheduler.services.nodes import NodeProtocolError, node_assignments, node_heartbeat, node_register
 from scheduler.snapshot import build_snapshot
 from tests.processes import wait_for
 from tests.reliability.helpers import Stopwatch, assert_sound, cycle_lock_held, run_on_node, state_of, submit

@@ -19,7 +19,7 @@ from scheduler import tasks
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Job, Node
 from scheduler.models.jobs import JobState
-from scheduler.services.nodes import nodes_check_liveness
+from scheduler.services.node_jobs import nodes_check_liveness
 from tests.processes import ROOT, _stop, wait_for
 from tests.reliability.helpers import ContinuousAudit, Stopwatch, assert_sound, backlog, cycle_lock_held, state_of
 

@@ -12,7 +12,8 @@ from django.db.models import Count
 from portal.models import Membership
 from scheduler.cycle import run_cycle
 from scheduler.models import Job, Preemption
-from scheduler.services.nodes import node_heartbeat, node_job_event
+from scheduler.services.node_jobs import node_job_event
+from scheduler.services.nodes import node_heartbeat
 from tests.factories import GpuFactory, MembershipFactory, NodeFactory, QuotaFactory, TeamFactory, UserFactory
 from tests.reliability.helpers import assert_sound, submit
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from scheduler import tasks
 from scheduler.cycle import run_cycle
 from scheduler.models import Job, Node
-from scheduler.services.nodes import nodes_check_liveness
+from scheduler.services.node_jobs import nodes_check_liveness
 from tests.processes import wait_for
 from tests.reliability.helpers import ContinuousAudit, assert_sound
 

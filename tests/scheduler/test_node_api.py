@@ -7,7 +7,7 @@ import pytest
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Gpu, Job, Node, NodeToken
 from scheduler.services.jobs import job_cancel, job_submit
-from scheduler.services.nodes import nodes_check_liveness
+from scheduler.services.node_jobs import nodes_check_liveness
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from scheduler.models import Allocation, Gpu, GpuModel, GpuSample, Job, JobLog, 
 from scheduler.models.jobs import StopReason
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_submit
-from scheduler.services.nodes import LATE_REPORT_WINDOW, nodes_check_liveness
+from scheduler.services.node_jobs import LATE_REPORT_WINDOW, nodes_check_liveness
 from tests.factories import GpuFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db

@@ -81,7 +81,8 @@ def test_a_checkpoint_goes_in_the_batch_before_the_end_of_its_attempt(alice, nod
     events = [{"job_id": job.pk, "attempt": 1, "type": "checkpoint", "at": at.isoformat()},
               {"job_id": job.pk, "attempt": 1, "type": "exited", "exit_code": 0}]
     results = client.post(URL, {"events": events}, format="json").json()["results"]
-    assert results == [{"job_id": job.pk, "state": "running", "recorded": True},
+    assert results == [{"job_id": job.pk, "state": "running", "recorded": True,
+                        "last_checkpoint_at": at.isoformat().replace("+00:00", "Z")},
                        {"job_id": job.pk, "state": "succeeded"}]
     assert Job.objects.get(pk=job.pk).last_checkpoint_at == at
     bad = client.post(URL, {"events": [{"job_id": job.pk, "attempt": 1, "type": "checkpoint", "at": "soon"}]},

@@ -11,7 +11,7 @@ from scheduler.models import Job, Node
 from scheduler.retries import FAILED, NODE_LOST, TIMED_OUT, RetryPolicy, retry_delay
 from scheduler.services.common import db_now
 from scheduler.services.jobs import job_submit
-from scheduler.services.nodes import nodes_check_liveness
+from scheduler.services.node_jobs import nodes_check_liveness
 from tests.factories import GpuFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db

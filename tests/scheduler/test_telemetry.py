@@ -171,7 +171,7 @@ def test_a_stopped_scheduler_shows_in_the_metrics_and_on_every_page(alice, clust
     from datetime import timedelta
 
     from scheduler.models import SchedulerBeat
-    from scheduler.services.nodes import nodes_check_liveness
+    from scheduler.services.node_jobs import nodes_check_liveness
 
     before = db_now()
     run_cycle()

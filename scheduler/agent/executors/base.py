@@ -11,7 +11,8 @@ The shim (``shim.py``) leads a new session, so the attempt is one process group:
 its GPUs may be released) only when no process of its group is left; until then the agent does not reap
 the shim, whose pid keeps the group id from being reused. The records are kept in
 ``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL adopts its running
-jobs when it comes back, and learns from the shim's status file how the others ended.
+jobs when it comes back, and learns from the shim's status file how the others ended. Starting the shim
+and reading its status file are ``scheduler.agent.executors.launch``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,23 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from scheduler.agent import procs
 from scheduler.agent.executors import identity
 from scheduler.agent.executors.identity import Identity, IdentityRefused
+from scheduler.agent.executors.launch import (
+    INHERITED_ENV,
+    STOP_SIGNALS,
+    Launch,
+    rota_env,
+    shim_outcome,
+    shim_spawn,
+    visible_devices,
+)
 from scheduler.agent.gpu.base import utc_now
 from scheduler.agent.jobs import (
     RUNNING,
@@ -47,40 +56,8 @@ from scheduler.agent.jobs import (
 from scheduler.agent.wire import iso
 
 log = logging.getLogger(__name__)
-SHIM = str(Path(__file__).resolve().parents[1] / "shim.py")
 STATE_FILE = "agent-jobs.json"
 FINISHED_KEPT = 500
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
-# Variables of the agent's own environment a job inherits; nothing else (the agent's token stays here).
-INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "TMPDIR",
-    "SHELL",
-    "LD_LIBRARY_PATH",
-)
-
-
-def visible_devices(assignment: Assignment) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for an assignment: GPU indices, or device UUIDs when MIG slices are in it."""
-    if any(gpu.uuid.startswith("MIG-") for gpu in assignment.gpus):
-        return ",".join(gpu.uuid for gpu in assignment.gpus)
-    return ",".join(str(gpu.index) for gpu in assignment.gpus)
-
-
-def rota_env(assignment: Assignment) -> dict[str, str]:
-    """The variables an assignment sets, then Rota's own (which a job's ``env`` cannot override)."""
-    return {
-        **assignment.env,
-        "ROTA_JOB_ID": str(assignment.job_id),
-        "ROTA_ATTEMPT": str(assignment.attempt),
-        "CUDA_VISIBLE_DEVICES": visible_devices(assignment),
-    }
 
 
 class Executor:
@@ -192,16 +169,7 @@ class Executor:
             identity.private_file(log_path, who)
             status_path.unlink(missing_ok=True)
             launch = self._launch(assignment, job_dir, who)
-            with open(log_path, "ab") as log_file:
-                popen = subprocess.Popen(
-                    [sys.executable, "-I", "-S", SHIM, str(status_path), *launch.user, *launch.argv],
-                    cwd=job_dir,
-                    env=launch.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            popen = shim_spawn(launch, status_path=status_path, job_dir=job_dir, log_path=log_path)
         except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
             self._abandon(assignment)
             return self.start_failed(assignment, f"cannot start: {error}")
@@ -317,7 +285,7 @@ class Executor:
         """Forget an attempt whose group is gone and describe how it ended."""
         popen = self._popens.pop(job.key, None)
         returncode = popen.wait() if popen is not None else None  # reap the shim only now
-        exit_code, signum, message, started = self._outcome(job, returncode)
+        exit_code, signum, message, started = shim_outcome(job, returncode)
         exit_code, signum, message, reason, started = self._ended(job, exit_code, signum, message, started)
         del self.jobs[job.key]
         self.finished[job.key] = self._clock()
@@ -346,28 +314,6 @@ class Executor:
         self.unreported[job.key] = event
         self.save()
         return event
-
-    def _outcome(self, job: JobRecord, returncode: int | None) -> tuple[int | None, int | None, str, bool]:
-        """(exit code, signal, message, whether the command started at all).
-
-        The shim's status file is the truth; without it (the shim was killed too, or its record is lost)
-        the shim's own return code, or failing that the agent's SIGKILL, tells how the attempt ended.
-        """
-        try:
-            status = json.loads(Path(job.status_path).read_text())
-        except (OSError, ValueError):
-            status = None
-        if isinstance(status, dict):
-            if status.get("start_error"):
-                return None, None, f"cannot start: {status['start_error']}", False
-            return status.get("exit_code"), status.get("signal"), "", True
-        if returncode is not None and returncode < 0:
-            return None, -returncode, "", True
-        if job.killed:
-            return None, signal.SIGKILL.value, "", True
-        if returncode is not None:
-            return returncode, None, "", True
-        return None, None, "exit status unknown: the job ended while no agent was watching", True
 
     # views ------------------------------------------------------------------------------------------
 
@@ -440,14 +386,3 @@ class Executor:
         """Refine the shim's outcome once the attempt is gone: ``(exit code, signal, message, reason,
         started)``; the place to clean up what the attempt left."""
         return exit_code, signum, message, "", started
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """What the shim runs: ``argv`` with environment ``env``, as ``user`` (the shim's UID GID arguments)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    user: tuple[str, str] = ("-", "-")
-    container: str = ""
-    notes: tuple[str, ...] = ()

@@ -28,9 +28,10 @@ from pathlib import Path
 
 from scheduler.agent.checkpoints import CHECKPOINT_ENV, checkpoint_file
 from scheduler.agent.executors import cgroups
-from scheduler.agent.executors.base import Executor, Launch, rota_env
+from scheduler.agent.executors.base import Executor
 from scheduler.agent.executors.devices import GpuDeviceFiles
 from scheduler.agent.executors.identity import Identity
+from scheduler.agent.executors.launch import Launch, rota_env
 from scheduler.agent.executors.podman import Podman, PodmanError
 from scheduler.agent.jobs import Assignment, JobRecord
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler.agent.checkpoints import CHECKPOINT_ENV, checkpoint_file
-from scheduler.agent.executors.base import Executor, Launch
+from scheduler.agent.executors.base import Executor
 from scheduler.agent.executors.identity import Identity
+from scheduler.agent.executors.launch import Launch
 from scheduler.agent.jobs import Assignment, Limits
 
 
