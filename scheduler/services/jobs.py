@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.functions import Now
 
 from accounting.budgets import budget_action
 from accounting.models import Budget
@@ -331,10 +332,10 @@ def job_submit(*, user, **request) -> Job:
     cause = (f"submitted at priority class {job.priority_class.name}: {job.lowered_by_budget}"[:300]
              if job.lowered_by_budget else "submitted")
     with transaction.atomic():
-        now = db_now()
         job.save()
         dependencies_save([job], deps)
-        job.transitions.create(from_state="", to_state=JobState.PENDING, at=now, cause=cause, actor=user)
+        # The database's clock stamps it in the INSERT itself (the statement's time), not a round trip before.
+        job.transitions.create(from_state="", to_state=JobState.PENDING, at=Now(), cause=cause, actor=user)
         wake_cycle()
     return job
 
