@@ -35,7 +35,7 @@ from load import _env, seed, setup_database  # noqa: E402
 KINDS = ("submit", "list", "heartbeat")
 
 
-def _requests(client, tokens: dict, node: tuple[str, str]):
+def _requests(client, tokens: dict, node: tuple[str, str], wake):
     """One request of each kind, as a function returning its status code."""
     api = {"HTTP_AUTHORIZATION": f"Token {tokens['api_tokens'][0]}"}
     node_auth = {"HTTP_AUTHORIZATION": f"Node {node[1]}"}
@@ -44,7 +44,9 @@ def _requests(client, tokens: dict, node: tuple[str, str]):
 
     def submit():
         body = {"name": f"p-{next(count)}", "command": "true", "gpu_model": "h100-80gb", "gpus": 1}
-        return client.post("/api/v1/jobs/", body, content_type="application/json", **api).status_code
+        status = client.post("/api/v1/jobs/", body, content_type="application/json", **api).status_code
+        wake.cycle_claim()  # as a cycle taking each wake-up would: every submit then sends its own (the most)
+        return status
 
     def listing():
         return client.get("/api/v1/jobs/?limit=50", **api).status_code
@@ -80,6 +82,7 @@ def main() -> int:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
+    from scheduler import wake
     from scheduler.cycle import run_cycle
 
     setup_test_environment()  # the test client's response hooks; DEBUG stays off
@@ -93,7 +96,7 @@ def main() -> int:
         client.post("/api/v1/node/register/", body, content_type="application/json",
                     HTTP_AUTHORIZATION=f"Node {token}")
     run_cycle()  # some of the backlog runs: heartbeats carry assignments, the list shows allocations
-    calls = _requests(client, seeded, node)
+    calls = _requests(client, seeded, node, wake)
     figures = {}
     for kind in KINDS:
         call = calls[kind]
