@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from burst import burst  # noqa: E402
 from latency import journey, seed  # noqa: E402
 from load import _env, _free_port, _pctl, setup_database  # noqa: E402
 from peer_cpu import children_named, cpu_by_group, delta  # noqa: E402
@@ -124,12 +124,13 @@ class RotaSide:
         self.env = {**os.environ, "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_VAR_DIR": str(self.logs),
                     "ROTA_STATIC_ROOT": str(self.logs / "static"), "ROTA_SERVE_DEMO": "0",
                     "ROTA_REQUIRE_ISOLATION": "0"}
-        self.serve = self._start("serve", ["./scripts/serve.sh"])
+        self.root = Path(args.rota_root or ROOT).resolve()  # another checkout's make serve, to compare
+        self.serve = self._start("serve", [str(self.root / "scripts" / "serve.sh")], cwd=self.root)
         self.agent: subprocess.Popen | None = None
         self.errors = 0  # submits answered 5xx (and tried again)
 
-    def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=open(self.logs / f"{name}.log", "w"),
+    def _start(self, name: str, argv: list[str], cwd: Path = ROOT) -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=open(self.logs / f"{name}.log", "w"),
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
     @staticmethod
@@ -219,22 +220,11 @@ class RotaSide:
         return seconds, legs
 
     def submit_burst(self, clients: int, total: int) -> tuple[float, list[float]]:
-        latencies: list[float] = []
-
-        def client(c: int, n: int) -> None:
+        def client(c: int):
             session = self.session()
-            for i in range(n):
-                began = time.perf_counter()
-                self.submit(session, f"burst-{c}-{i}")
-                latencies.append(time.perf_counter() - began)
+            return lambda i: self.submit(session, f"burst-{c}-{i}")
 
-        threads = [threading.Thread(target=client, args=(c, total // clients)) for c in range(clients)]
-        began = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return time.perf_counter() - began, latencies
+        return burst(clients, total, client)
 
     def cycles(self, first_id: int) -> int:
         """How many cycles admitted the jobs from ``first_id`` on (a cycle stamps its admissions with its time)."""
@@ -272,6 +262,8 @@ def run_rota(args) -> dict:
     try:
         side.start_agent("process")
         figures: dict = {}
+        if args.submits_only:
+            return rota_submits(side, args)
         idle, legs = side.idle_starts(args.idle_jobs)
         figures.update(submit_to_running_p50_s=round(_pctl(idle, .5), 3),
                        submit_to_running_p99_s=round(_pctl(idle, .99), 3),
@@ -307,6 +299,19 @@ def run_rota(args) -> dict:
         side.close()
 
 
+def rota_submits(side: RotaSide, args) -> dict:
+    """(c) alone (``--submits-only``), with what the submits cost each process in CPU (the node agent runs the
+    jobs meanwhile, as in the whole run: its heartbeats and events are in the web's share)."""
+    figures: dict = {}
+    for clients in (1, 8):
+        cpu_before = side.cpu()
+        figures.update(burst_figures(*side.submit_burst(clients, args.submits), clients))
+        cpu = delta(cpu_before, side.cpu())
+        figures[f"submit_cpu_ms_per_submit_{clients}"] = {k: round(v * 1000 / args.submits, 2) for k, v in cpu.items()}
+    figures["submit_errors_5xx"] = side.errors
+    return figures
+
+
 def table(results: dict) -> str:
     slurm, rota = results.get("slurm", {}), results.get("rota", {})
     lines = [f"{'':34} {'Slurm (tuned)':>14} {'Rota':>10} {'Rota advantage':>15}"]
@@ -327,6 +332,9 @@ def main() -> int:
     parser.add_argument("--submits", type=int, default=200, help="submits from 1 client, then from 8 clients")
     parser.add_argument("--only", choices=["slurm", "rota"], help="run one side, keep the other from the file")
     parser.add_argument("--no-container", action="store_true", help="skip Rota's container-executor figure")
+    parser.add_argument("--submits-only", action="store_true",
+                        help="Rota: only the submits from 1 and 8 clients (c), with their CPU per submit")
+    parser.add_argument("--rota-root", type=Path, help="serve Rota from this checkout (a before/after comparison)")
     parser.add_argument("--database", default="rota_peer")
     parser.add_argument("--redis-url", default=os.environ.get("ROTA_PEER_REDIS_URL", "redis://localhost:6379/13"))
     parser.add_argument("--output", type=Path, default=ROOT / "var" / "bench-peer.json")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from burst import burst
 
 from tests.slurm.cluster import SlurmCluster
 
@@ -84,19 +85,7 @@ class SlurmSide:
 
     def submit_burst(self, clients: int, total: int) -> tuple[float, list[float]]:
         """``total`` trivial jobs from ``clients`` concurrent ``sbatch`` loops: elapsed seconds and each call's."""
-        latencies: list[float] = []
-
-        def client(n: int) -> None:
-            for _ in range(n):
-                latencies.append(self.sbatch("true")[1])
-
-        threads = [threading.Thread(target=client, args=(total // clients,)) for _ in range(clients)]
-        began = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return time.perf_counter() - began, latencies
+        return burst(clients, total, lambda _c: lambda _i: self.sbatch("true"))
 
     def completed(self) -> dict[str, int]:
         """Finished jobs by final state, from the job completion log (``JobCompType=jobcomp/filetxt``)."""

@@ -142,3 +142,28 @@ class PlannedRepresentation:
             check_for_none = attribute.pk if isinstance(attribute, PKOnlyObject) else attribute
             ret[name] = None if check_for_none is None else field.to_representation(attribute)
         return ret
+
+
+class SharedFields:
+    """For input serializers whose fields need no context (no request, no partial update): validate through
+    fields bound once per serializer class, in one prototype instance, instead of the fields DRF deep-copies
+    for every serializer made (the job request's ~25 fields: about 1.3 ms of each submit's ~13 ms). A field
+    only reads its own settings while it validates (its errors, limits, child field), never its parent's
+    state, so threads share the prototype's fields safely; what a validation produces (``validated_data``,
+    ``errors``) stays on the serializer made for the request. A serializer given a context, or a partial one,
+    builds its own fields the ordinary way."""
+
+    @property
+    def fields(self):
+        own = self.__dict__.get("fields")  # DRF's cached property keeps a serializer's own fields here
+        if own is not None:
+            return own
+        if self._context or self.partial:
+            return super().fields
+        cls = type(self)
+        prototype = cls.__dict__.get("_prototype")
+        if prototype is None:  # per class; two threads may both build one: harmless, the last one stays
+            prototype = cls()
+            super(SharedFields, prototype).fields  # noqa: B018 - builds and keeps DRF's bound fields
+            cls._prototype = prototype
+        return prototype.fields

@@ -84,8 +84,12 @@ async def _wsgi(scope, receive, send) -> None:
     body.seek(0)
     loop = asyncio.get_running_loop()
 
-    def relay(message) -> None:  # from the pool thread: hand one message to the event loop, wait for it
-        asyncio.run_coroutine_threadsafe(send(message), loop).result()
+    async def send_all(messages) -> None:
+        for message in messages:
+            await send(message)
+
+    def relay(*messages) -> None:  # from the pool thread: hand messages to the event loop, wait until sent
+        asyncio.run_coroutine_threadsafe(send_all(messages), loop).result()
 
     try:
         await loop.run_in_executor(pool, _run, _environ(scope, body), relay)
@@ -94,7 +98,9 @@ async def _wsgi(scope, receive, send) -> None:
 
 
 def _run(environ, relay) -> None:
-    """Call the WSGI app in a pool thread and stream its answer back (headers with the first chunk)."""
+    """Call the WSGI app in a pool thread and send its answer back: a whole answer (Django's ``HttpResponse``,
+    every API answer) in one hand-over to the event loop, a streamed one chunk by chunk (headers with the
+    first). Each hand-over wakes the loop and waits for it: one instead of three per answer."""
     started = []
 
     def start_response(status, headers, exc_info=None):
@@ -104,6 +110,11 @@ def _run(environ, relay) -> None:
 
     result = wsgi_app(environ, start_response)
     try:
+        if getattr(result, "streaming", True) is False:  # its whole body is in memory already
+            body = b"".join(result)
+            relay({"type": "http.response.start", "status": started[0], "headers": started[1]},
+                  {"type": "http.response.body", "body": body})
+            return
         sent_head = False
         for chunk in result:
             if not chunk:

@@ -12,12 +12,28 @@ from scheduler.services.node_jobs import nodes_check_liveness
 
 
 class CycleTask(Task):
-    """``delay`` (and so ``delay_on_commit``) is a wake-up: it raises the wanted flag (``scheduler.wake``)
-    before the message goes, so a burst of submits coalesces and none is missed by a running cycle."""
+    """``delay`` is a wake-up: it raises the wanted flag (``scheduler.wake``) before the message goes, so a
+    burst of wake-ups is answered by one cycle and none is missed by a running cycle.
+
+    ``delay_on_commit`` (a submit, a release, a job's end) sends no message when the flag was up already: the
+    wake-up that raised it has its message queued, or its cycle not yet reading (the cycle takes the flag
+    before it reads), so the change just committed is seen either way. A task that finds a cycle running
+    leaves the flag up and that cycle asks again after its commit (``delay``, which always sends), and beat's
+    periodic cycle takes a flag whose message was lost. A burst of submits sends a message or so per cycle,
+    not one each (each cost the request ~1 ms, and a worker process a task)."""
 
     def delay(self, *args, **kwargs):
         wake.cycle_request()
         return super().delay(*args, wanted=True, **kwargs)
+
+    def delay_on_commit(self, *args, **kwargs) -> None:
+        from django.db import transaction
+
+        def wake_up():
+            if wake.cycle_request():
+                super(CycleTask, self).delay(*args, wanted=True, **kwargs)
+
+        transaction.on_commit(wake_up, robust=True)
 
 
 @shared_task(base=CycleTask, name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)

@@ -44,11 +44,12 @@ def _client() -> redis.Redis | None:
     return redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
 
 
-def _push(*keys: str, ttl_s: int | None = None) -> None:
-    """Raise each flag of ``keys`` (a list holding at most one item), all in one round trip to Redis."""
+def _push(*keys: str, ttl_s: int | None = None) -> bool:
+    """Raise each flag of ``keys`` (a list holding at most one item), all in one round trip to Redis; whether
+    the first flag was down before (True also when that cannot be known)."""
     client = _client()
     if client is None or not keys:
-        return
+        return True
     try:
         with client.pipeline(transaction=True) as pipe:
             for key in keys:
@@ -56,15 +57,17 @@ def _push(*keys: str, ttl_s: int | None = None) -> None:
                 pipe.ltrim(key, 0, 0)
                 if ttl_s:
                     pipe.expire(key, ttl_s)
-            pipe.execute()
+            return pipe.execute()[0] == 1
     except redis.RedisError as exc:
         log.warning("wake-up %s not sent (Redis: %s); the periodic cycle and heartbeats cover it",
                     ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""), exc)
+        return True
 
 
-def cycle_request() -> None:
-    """Say a cycle is wanted (the caller then enqueues the task)."""
-    _push(CYCLE_WANTED)
+def cycle_request() -> bool:
+    """Say a cycle is wanted (the caller then enqueues the task). False when it was wanted already: a wake-up
+    is outstanding, and the cycle that takes the flag reads everything committed before this."""
+    return _push(CYCLE_WANTED)
 
 
 def cycle_claim() -> None:

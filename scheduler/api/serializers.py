@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api import PlannedRepresentation
+from portal.api import PlannedRepresentation, SharedFields
 from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Job, JobArray, JobTransition, Node, PriorityClass
 from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES, RETRY_KINDS
@@ -14,7 +14,7 @@ from scheduler.services.dependencies import MAX_DEPENDENCY
 from scheduler.services.runtime import job_how_it_runs
 
 
-class JobInputSerializer(serializers.Serializer):
+class JobInputSerializer(SharedFields, serializers.Serializer):
     """What a client may send to submit a job (shape and ranges; the service checks the rest). A field
     it does not know is an error, not ignored: a typo such as ``"gpu": 4`` must not quietly give 1 GPU."""
 

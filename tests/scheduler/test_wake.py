@@ -196,3 +196,16 @@ def test_a_node_turning_over_short_jobs_is_not_held_back_by_its_rate_limit(clust
     client = node_client(cluster["nodes"][0])
     answers = {client.post("/api/v1/node/wait/", {"timeout_s": 0}, format="json").status_code for _ in range(700)}
     assert answers == {200}
+
+
+def test_wakeups_while_one_is_outstanding_send_no_more_messages(alice, django_capture_on_commit_callbacks,
+                                                               _no_wakeups_yet):
+    with django_capture_on_commit_callbacks(execute=True):
+        first = [_submit(alice) for _ in range(3)]
+    assert _queued_tasks(_no_wakeups_yet) == 1 and wake.cycle_requested()  # one message answers all three
+    run_cycle()  # takes the flag, reads them all
+    assert Job.objects.filter(pk__in=[j.pk for j in first], state="admitted").count() == 3
+    with django_capture_on_commit_callbacks(execute=True):
+        _submit(alice)
+    assert _queued_tasks(_no_wakeups_yet) == 2  # the flag was down again: this one sends its own
+    assert tasks.run_cycle.delay() and _queued_tasks(_no_wakeups_yet) == 3  # a cycle's own ask always sends
