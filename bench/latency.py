@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from burst import burst as run_burst  # noqa: E402
 from load import _env, _free_port, _pctl, setup_database  # noqa: E402
 
 LEGS = (("submit_to_admitted", "pending", "admitted"), ("admitted_to_starting", "admitted", "starting"),
@@ -91,24 +91,18 @@ def journey(job_id: int) -> dict[str, float]:
 
 def submit_burst(base: str, token: str, clients: int, total: int) -> dict:
     """``total`` submits from ``clients`` concurrent clients, each one after the other: rate and latency."""
-    latencies: list[float] = []
 
-    def client(n: int) -> None:
+    def client(_c: int):
         session = requests.Session()
         session.headers["Authorization"] = f"Token {token}"
-        for i in range(n):
-            started = time.perf_counter()
+
+        def submit(i: int) -> None:
             session.post(f"{base}/api/v1/jobs/", json={"name": f"burst-{i}", "command": "true", "gpus": 1,
                                                        "gpu_model": "h100-80gb"}, timeout=30).raise_for_status()
-            latencies.append((time.perf_counter() - started) * 1000)
+        return submit
 
-    threads = [threading.Thread(target=client, args=(total // clients,)) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed, seconds = run_burst(clients, total, client)
+    latencies = [s * 1000 for s in seconds]
     return {"submits": len(latencies), "per_s": round(len(latencies) / elapsed, 1),
             "p50_ms": round(_pctl(latencies, .5), 1), "p99_ms": round(_pctl(latencies, .99), 1)}
 
