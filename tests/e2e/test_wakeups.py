@@ -1,7 +1,9 @@
 """Submit -> running without waiting for a heartbeat: the submit wakes the cycle (Celery, real worker), the
 cycle tells the node on commit, and the node agent's long-poll (``POST /api/v1/node/wait/``) makes it send
-its heartbeat at once. The portal names a 10 s heartbeat interval here, so a job that runs within a couple
-of seconds, three times in a row, learnt of its start from the long-poll, not from a heartbeat."""
+its heartbeat at once. The portal names a 60 s heartbeat interval here, so a job that runs within a third of
+it, three times in a row (each submitted right after the last one ended, so a heartbeat-paced start would
+take most of an interval), learnt of its start from the long-poll, not from a heartbeat. The bound is far
+from what a loaded box takes (seconds): this checks the mechanism, not its speed."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -15,7 +17,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def slow_heartbeats(settings):
-    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = 10
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_S = HEARTBEAT_S
+
+
+HEARTBEAT_S = 60
+LONG_BEFORE_S = HEARTBEAT_S / 3  # a heartbeat-paced start or cancel would take up to a whole interval
 
 
 def _state(job_id):
@@ -37,9 +43,9 @@ def test_an_idle_node_runs_a_submitted_job_long_before_its_next_heartbeat(
     for n in range(3):
         job_id = client.post("/api/v1/jobs/", {"name": f"quick-{n}", "gpu_model": "h100-80gb", "command": "true"},
                              format="json").json()["id"]
-        wait_for(lambda job_id=job_id: _state(job_id) == "succeeded", timeout=30, what="the job to succeed")
+        wait_for(lambda job_id=job_id: _state(job_id) == "succeeded", timeout=HEARTBEAT_S, what="the job to succeed")
         submitted, running = _reached(job_id, "pending"), _reached(job_id, "running")
-        assert (running - submitted).total_seconds() < 2.5, f"job {n}: {running - submitted} from submit to running"
+        assert (running - submitted).total_seconds() < LONG_BEFORE_S, f"job {n}: {running - submitted} to running"
 
 
 def test_a_cancel_reaches_the_node_long_before_its_next_heartbeat(
@@ -52,8 +58,9 @@ def test_a_cancel_reaches_the_node_long_before_its_next_heartbeat(
     for n in range(2):
         job_id = client.post("/api/v1/jobs/", {"name": f"long-{n}", "gpu_model": "h100-80gb", "command": "sleep 300"},
                              format="json").json()["id"]
-        wait_for(lambda job_id=job_id: _state(job_id) == "running", timeout=30, what="the job to run")
+        wait_for(lambda job_id=job_id: _state(job_id) == "running", timeout=HEARTBEAT_S, what="the job to run")
         asked = db_now()
         assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
-        wait_for(lambda job_id=job_id: _state(job_id) == "cancelled", timeout=30, what="the job to be cancelled")
-        assert (_reached(job_id, "cancelled") - asked).total_seconds() < 2.5
+        wait_for(lambda job_id=job_id: _state(job_id) == "cancelled", timeout=HEARTBEAT_S,
+                 what="the job to be cancelled")
+        assert (_reached(job_id, "cancelled") - asked).total_seconds() < LONG_BEFORE_S
