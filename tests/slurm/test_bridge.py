@@ -103,10 +103,14 @@ def test_a_node_slurm_marks_down_is_down_in_rota_its_job_requeued_and_back_when_
     job.refresh_from_db()
     assert (node.state, node.state_reason) == (Node.DOWN, "slurm: power supply")
     assert (job.state, job.attempt) == ("pending", 2) and not job.allocations.filter(ended_at__isnull=True)
-    assert bridge.poll() == {slurm.node: "heartbeat"}  # a node Slurm calls down keeps reporting
+    # A node Slurm calls down keeps reporting; with ReturnToService=2 slurmctld may already have returned it
+    # by itself (slurmd registered again), and then the bridge registers it back at this poll.
+    second = bridge.poll()
+    assert second in ({slurm.node: "heartbeat"}, {slurm.node: "registered"})
     resume(slurm)  # (slurmctld may refuse it while the down node's job is completing)
     slurm.wait_for_node(("IDLE",))
-    assert bridge.poll() == {slurm.node: "registered"}
+    third = bridge.poll()
+    assert {slurm.node: "registered"} in (second, third), (second, third)
     node.refresh_from_db()
     assert node.state == Node.READY
 
