@@ -1,6 +1,7 @@
 """Shared fixtures: the alice / bob / charlie trio (owner, team-mate, outsider), a small cluster, API clients."""
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from portal.models import Membership
@@ -18,6 +19,11 @@ from tests.factories import (
 )
 
 pytest_plugins = ["tests.processes"]
+
+# Property tests check what is computed, not how fast: Hypothesis's default 200 ms deadline per example fails
+# them on a shared, loaded 2-core box (DeadlineExceeded, then "Flaky") though every example holds.
+hypothesis_settings.register_profile("rota", deadline=None)
+hypothesis_settings.load_profile("rota")
 
 
 @pytest.fixture(autouse=True)
