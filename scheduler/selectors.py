@@ -65,6 +65,7 @@ class JobFilter:
     sort: str = "-id"
     columns: tuple[str, ...] = DEFAULT_COLUMNS
     array: int | None = None  # one array's tasks; without it each array shows as one row
+    each_task: bool = False  # ``tasks=each``: every task of an array its own row (what the counters count)
     page: int = 1
     errors: list[str] = field(default_factory=list)
 
@@ -90,6 +91,11 @@ class JobFilter:
             f.errors.append(f"reason must be a pending reason code such as {', '.join(ALL_CODES[:3])} "
                             "(letters, at most 40)")
             f.reason = ""
+        tasks = params.get("tasks", "")
+        if tasks == "each":
+            f.each_task = True
+        elif tasks:
+            f.errors.append("tasks must be each (every task of an array its own row) or left out")
         array = params.get("array", "")
         if array.isascii() and array.isdigit() and len(array) <= 18:
             f.array = int(array)
@@ -112,7 +118,7 @@ class JobFilter:
 
         pairs = [(k, v) for k, v in [("scope", self.scope), ("state", self.state), ("kind", self.kind),
                                      ("reason", self.reason), ("team", self.team), ("q", self.q), ("sort", self.sort),
-                                     ("array", self.array)] if v]
+                                     ("array", self.array), ("tasks", "each" if self.each_task else "")] if v]
         pairs += [("cols", c) for c in self.columns]
         if self.page > 1:
             pairs.append(("page", str(self.page)))
@@ -146,7 +152,7 @@ def job_table(user, f: JobFilter) -> QuerySet[Job]:
         qs = qs.filter(text)
     if f.array is not None:
         qs = qs.filter(array_id=f.array)
-    else:  # an array is one row: its first task that matches the filters stands for it
+    elif not f.each_task:  # an array is one row: its first task that matches the filters stands for it
         earlier = qs.filter(array_id=OuterRef("array_id"), pk__lt=OuterRef("pk"))
         qs = qs.filter(Q(array__isnull=True) | ~Exists(earlier.order_by().values("pk")))
     return qs.order_by(SORTS[f.sort], "-id")

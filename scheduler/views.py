@@ -82,9 +82,9 @@ def job_list(request):
 
 
 def _mark_array_rows(rows: list, f: JobFilter) -> None:
-    """Outside one array's view, a task row stands for its whole array: give it the array's state counts
-    (one query for the page)."""
-    if f.array is not None:
+    """Outside one array's view, and unless every task is its own row, a task row stands for its whole array:
+    give it the array's state counts (one query for the page)."""
+    if f.array is not None or f.each_task:
         return
     counts = array_state_counts({job.array_id for job in rows if job.array_id is not None})
     for job in rows:

@@ -1,5 +1,7 @@
 """The home dashboard: your teams' counts, why work waits (only your teams'), links to team dashboards."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -84,3 +86,22 @@ def test_every_counter_links_to_a_list_of_exactly_the_jobs_it_counted(alice, cha
 def test_the_jobs_table_names_a_reason_that_is_no_code(alice):
     page = client_for(alice).get("/jobs/?reason=Not-a-code").content.decode()
     assert "reason must be a pending reason code such as Priority" in page
+
+
+def test_a_counter_of_array_tasks_links_to_every_task_it_counted(alice):
+    """The job list shows an array as one row; the counters count tasks (each asks for its GPUs), so they link to
+    the list with every task a row, which lists exactly what they counted."""
+    from scheduler.services.arrays import array_submit
+
+    single = job_submit(user=alice, name="single", command="true", gpu_model="h100-80gb")
+    sweep = array_submit(user=alice, array="0-2", name="sweep", command="true", gpu_model="h100-80gb")
+    want = sorted([single.pk, *sweep.tasks.values_list("pk", flat=True)])
+    client = client_for(alice)
+    home = client.get("/").content.decode()
+    [(link, count)] = re.findall(r'<a class="tile" href="([^"]+)"[^>]*><b>(\d+)</b><span>pending</span>', home)
+    assert int(count) == 4 and _listed_ids(client, link) == want
+    # the list by default: the array is one row (a link to the array), beside the single job
+    default = client.get("/jobs/?state=pending").content.decode()
+    assert _listed_ids(client, "/jobs/?state=pending") == [single.pk]
+    assert default.count(f'<a href="/jobs/?array={sweep.pk}">array {sweep.pk}</a>') == 1
+    assert "tasks must be each" in client.get("/jobs/?tasks=all").content.decode()
