@@ -168,3 +168,18 @@ def test_an_admin_reads_a_what_if_against_its_baseline(page, alice, cluster):  #
     assert "Average wait\t20 min\t0 s\t−20 min" in whole  # twice the nodes and a limit of 6: nobody waits
     assert "team vision, gpu model h100-80gb, limit 6" in page.inner_text("main")
     shot(page, "whatif-detail")
+
+
+def test_a_count_out_of_range_on_the_service_page_reaches_the_server_and_its_message_shows(page, alice, cluster):  # noqa: F811
+    """The browser's own check of a number field would block the form silently; the server's message names the
+    field and the limit."""
+    from scheduler.services.jobs import job_submit
+
+    job_submit(user=alice, name="llm-1", kind="inference", command="serve", gpu_model="h100-80gb",
+               env={"ROTA_HEALTH_PATH": "/health"})
+    sign_in(page, "alice")
+    page.goto("/services/vision/llm/")
+    page.fill("form[aria-label=scale] input[name=replicas]", "99")
+    page.click("form[aria-label=scale] button:has-text('Scale')")
+    page.wait_for_selector("text=replicas: Ensure this value is less than or equal to 16.", timeout=5000)
+    assert Job.objects.filter(team=cluster["vision"], kind="inference").count() == 1
