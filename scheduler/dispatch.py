@@ -13,6 +13,7 @@ from django.db.models import Max, Min
 from scheduler import notebooks
 from scheduler.core.types import Decisions, PendingInfo, Reason, Start
 from scheduler.core.types import Preemption as PreemptionDecision
+from scheduler.metrics_kueue import admissions_tally
 from scheduler.models import Allocation, Job, JobTransition, Preemption
 from scheduler.models.jobs import HOLDING_STATES, WAITING_STATES, JobState, StopReason
 
@@ -91,6 +92,7 @@ def _start_together(starts: tuple[Start, ...], gpu_nodes: dict[int, int], now: d
                           details={"gpus": [p.gpu_id for p in by_job[pk].placements], "borrowed": by_job[pk].borrowed})
             for pk, _attempt, _kind in jobs
         )
+        admissions_tally([pk for pk, _attempt, _kind in jobs], now)
         Allocation.objects.bulk_create(
             Allocation(job_id=pk, attempt=attempt, gpu_id=p.gpu_id, node_id=gpu_nodes[p.gpu_id],
                        share_milli=max(1, round(p.share * 1000)), started_at=now)

@@ -12,7 +12,7 @@ from scheduler.models.notebooks import NotebookServer
 from scheduler.models.policies import PolicyActivation, PolicyVersion, SchedulingPolicy
 from scheduler.models.quota import Quota
 from scheduler.models.slurm import SlurmAccounting
-from scheduler.models.telemetry import GpuSample, GpuSampleRollup, JobEvent
+from scheduler.models.telemetry import AdmissionTally, GpuSample, GpuSampleRollup, JobEvent
 from scheduler.models.templates import JobTemplate
 from scheduler.models.whatif import WhatIfRun
 
@@ -26,6 +26,7 @@ __all__ = [
     "Job",
     "JobArray",
     "JobDependency",
+    "AdmissionTally",
     "JobEvent",
     "JobLog",
     "JobTemplate",

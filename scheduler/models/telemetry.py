@@ -63,3 +63,40 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class AdmissionTally(models.Model):
+    """Admissions counted as they are made, per team and GPU model (no model: a job that takes whichever is
+    free): how many, their waits summed, and how many waited at most each bound of ``WAIT_BOUNDS_S`` (Kueue's
+    ``kueue_admission_wait_time_seconds`` histogram, cumulative as Prometheus reads it). Written by the cycle in
+    the same transaction as the admissions, so /metrics reads a row per queue instead of every admission ever
+    made (``scheduler.metrics_kueue``)."""
+
+    WAIT_BOUNDS_S = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+
+    team = models.ForeignKey("portal.Team", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("scheduler.GpuModel", null=True, blank=True, on_delete=models.CASCADE,
+                                  related_name="+")
+    admitted = models.BigIntegerField(default=0)
+    wait_sum_s = models.FloatField(default=0)
+    wait_le_1 = models.BigIntegerField(default=0)
+    wait_le_5 = models.BigIntegerField(default=0)
+    wait_le_15 = models.BigIntegerField(default=0)
+    wait_le_60 = models.BigIntegerField(default=0)
+    wait_le_300 = models.BigIntegerField(default=0)
+    wait_le_900 = models.BigIntegerField(default=0)
+    wait_le_3600 = models.BigIntegerField(default=0)
+    wait_le_14400 = models.BigIntegerField(default=0)
+    wait_le_86400 = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "gpu_model"], nulls_distinct=False,
+                                               name="admission_tally_queue")]
+
+    @classmethod
+    def bucket_columns(cls) -> list[str]:
+        """The ``wait_le_*`` columns, in the order of ``WAIT_BOUNDS_S``."""
+        return [f"wait_le_{bound}" for bound in cls.WAIT_BOUNDS_S]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.gpu_model_id or 'any'}: {self.admitted} admitted"
