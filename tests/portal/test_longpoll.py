@@ -151,3 +151,14 @@ def test_a_bad_token_or_timeout_is_answered_as_the_wsgi_view_answers_it(serve, c
             assert served.headers.get(header) == reference.headers.get(header), (header, body)
     assert served.json() == {"news": False, "waited": True}
     assert int(served.headers["Content-Length"]) == len(served.content)
+
+
+def test_without_redis_a_node_is_told_at_once_to_poll(serve, cluster):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    base = serve(REDIS_URL=f"redis://127.0.0.1:{dead}/0")
+    token = NodeToken.issue(cluster["nodes"][0])[1]
+    started = time.monotonic()
+    assert _wait(base, token, 10) == {"news": False, "waited": False}  # not "no news": the agent waits first
+    assert time.monotonic() - started < 5
