@@ -43,10 +43,14 @@ NEWS_TTL_S = 120  # a node that never asks again leaves no key behind
 @functools.cache
 def _client() -> redis.Redis | None:
     """One client (a thread-safe connection pool) per process; None without Redis (the file broker)."""
+    url = _redis_url()
+    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+
+
+def _redis_url() -> str | None:
+    """Redis's URL, None without Redis (``make dev``'s file broker)."""
     url = settings.REDIS_URL
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        return None
-    return redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
 
 
 def _push(*keys: str, ttl_s: int | None = None) -> bool:
@@ -186,9 +190,9 @@ def _async_client(max_connections: int) -> redis.asyncio.Redis | None:
     """The running loop's client, made on first use; each held wait takes one of its connections."""
     loop = asyncio.get_running_loop()
     if loop not in _async_clients:
-        url = settings.REDIS_URL
-        _async_clients[loop] = None if not url.startswith(("redis://", "rediss://", "unix://")) else (
-            redis.asyncio.Redis.from_url(url, socket_connect_timeout=2, max_connections=max_connections))
+        url = _redis_url()
+        _async_clients[loop] = None if url is None else redis.asyncio.Redis.from_url(
+            url, socket_connect_timeout=2, health_check_interval=30, max_connections=max_connections)
     return _async_clients[loop]
 
 
