@@ -47,6 +47,15 @@ def _client() -> redis.Redis | None:
     return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
 
 
+@functools.cache
+def _wait_client() -> redis.Redis | None:
+    """The long-poll's client (``node_wait``): without a socket timeout, since BLPOP's own ends the read; redis-py's
+    default of 5 s would cut a longer wait short and send the node to poll at its interval."""
+    url = _redis_url()
+    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=None,
+                                                         health_check_interval=30)
+
+
 def _redis_url() -> str | None:
     """Redis's URL, None without Redis (``make dev``'s file broker)."""
     url = settings.REDIS_URL
@@ -168,14 +177,14 @@ def can_wait() -> bool:
 def node_wait(node_id: int, timeout_s: float) -> bool | None:
     """Block until node ``node_id`` has news or ``timeout_s`` passes; True when it had news (taken now), None
     when it could not wait (no Redis, or Redis failed)."""
-    client = _client()
+    client = _wait_client()
     if client is None:
         return None
     key = NODE_NEWS.format(node_id)
     try:
         if timeout_s <= 0:  # BLPOP's 0 would mean "for ever"
             return client.lpop(key) is not None
-        # BLPOP takes a float timeout; the socket must outlast it (the pool's sockets have no read timeout).
+        # BLPOP takes a float timeout; the socket must outlast it (this client's sockets have no read timeout).
         return client.blpop([key], timeout=timeout_s) is not None
     except redis.RedisError as exc:
         log.warning("node %s long-poll ended early (Redis: %s)", node_id, exc)
@@ -192,7 +201,8 @@ def _async_client(max_connections: int) -> redis.asyncio.Redis | None:
     if loop not in _async_clients:
         url = _redis_url()
         _async_clients[loop] = None if url is None else redis.asyncio.Redis.from_url(
-            url, socket_connect_timeout=2, health_check_interval=30, max_connections=max_connections)
+            url, socket_connect_timeout=2, socket_timeout=None,  # as _wait_client's: BLPOP's own timeout ends a read
+            health_check_interval=30, max_connections=max_connections)
     return _async_clients[loop]
 
 
