@@ -1,10 +1,12 @@
 """gunicorn settings for the portal (``gunicorn -c deploy/gunicorn.conf.py portal.wsgi``), read from the
 environment so ``make serve`` and the systemd unit share them.
 
-Threaded workers (``gthread``): each worker process serves ``ROTA_WEB_THREADS`` requests at once, so a node
-agent's long-poll (``POST /api/v1/node/wait/``, held up to a heartbeat interval) occupies a thread, not a
-whole process. ``ROTA_WEB_WORKERS`` defaults to one process per core plus one (bench/README.md has the sync
-against threaded figures that chose this).
+Threaded workers (``gthread``): each worker process serves ``ROTA_WEB_THREADS`` requests at once. Here a node
+agent's long-poll (``POST /api/v1/node/wait/``, held up to a heartbeat interval) occupies a thread, not a whole
+process, up to ``ROTA_NODE_WAITERS_PER_PROCESS``; under ``deploy/gunicorn_asgi.conf.py`` (``make serve``) it is
+held on the event loop instead and takes no thread, so the threads serve only requests that work.
+``ROTA_WEB_WORKERS`` defaults to one process per core plus one (bench/README.md has the sync against threaded
+figures that chose this).
 """
 
 import os
@@ -18,7 +20,7 @@ except AttributeError:  # not Linux
 
 bind = [env_str("ROTA_BIND", "127.0.0.1:8000")]
 workers = env_int("ROTA_WEB_WORKERS", _cores + 1, minimum=1, maximum=256)
-threads = env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)  # node long-polls each hold one
+threads = env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)  # under gthread, each held long-poll takes one
 worker_class = "gthread"
 # A request that runs longer than this is killed with its worker; the long-poll waits at most a heartbeat.
 timeout = env_int("ROTA_WEB_TIMEOUT_S", 60, minimum=5, maximum=3600)

@@ -4,8 +4,11 @@ recycling, logs, the warm-up hook), with uvicorn workers serving ``portal.asgi``
 websockets, the notebook proxy) is served on the same address as the rest of the portal.
 
 Each worker runs the portal's WSGI application for every other request in a fixed pool of ``ROTA_WEB_THREADS``
-threads (``portal/asgi.py``), as gthread does: a node's long-poll holds a thread, not the worker, and each
-thread keeps its database connection."""
+threads (``portal/asgi.py``), as gthread does, and each thread keeps its database connection. A node's long-poll
+is checked in a thread, then held on the event loop (``portal/longpoll.py``): up to
+``ROTA_NODE_ASYNC_WAITERS_PER_PROCESS`` held waits per worker, each a socket to the node and one to Redis, so
+the threads are sized for the requests that work, not for the nodes (and the file limit for the nodes:
+``LimitNOFILE`` in ``deploy/systemd/rota-web.service``)."""
 
 import runpy
 from pathlib import Path

@@ -1,13 +1,14 @@
 """ASGI entry point (``make serve``: gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``; ``make dev``:
 uvicorn): ``/notebooks/…``, HTTP and websockets, goes to the notebook proxy (``scheduler.notebook_proxy``);
 every other request to the portal's WSGI application (``portal/wsgi.py``), run as gunicorn's threaded workers
-run it: in a fixed pool of ``ROTA_WEB_THREADS`` long-lived threads.
+run it: in a fixed pool of ``ROTA_WEB_THREADS`` long-lived threads. A node's long-poll goes through that
+application too, then waits on the event loop, not in a thread (``portal/longpoll.py``).
 
 Why not Django's own ASGI handler for the rest: it runs each request's sync code in a new thread, so a
 persistent database connection (``CONN_MAX_AGE``) is opened per request and never reused (left open until
 the thread is collected: PostgreSQL runs out of connections under load); and every view here is sync. In
 long-lived threads, connections are kept and reused exactly as under gthread, and the request path through
-Django (middleware, views, the node long-poll holding a thread) is the WSGI one."""
+Django (middleware, views) is the WSGI one."""
 
 import asyncio
 import os
@@ -22,6 +23,7 @@ wsgi_app = get_wsgi_application()  # sets Django up before the imports below
 
 from django.conf import settings  # noqa: E402
 
+from portal import longpoll  # noqa: E402
 from portal.env import env_int  # noqa: E402
 from scheduler import notebook_proxy  # noqa: E402
 
@@ -41,6 +43,8 @@ async def application(scope, receive, send):
     kind = scope["type"]
     if kind in ("http", "websocket") and scope["path"].startswith(notebook_proxy.PREFIX):
         await notebook_proxy.app(scope, receive, send)
+    elif longpoll.handles(scope):
+        await longpoll.serve(scope, receive, send, _wsgi)
     elif kind == "http":
         await _wsgi(scope, receive, send)
     elif kind == "websocket":  # the portal serves no other websockets
@@ -71,7 +75,7 @@ def _environ(scope, body) -> dict:
     return environ
 
 
-async def _wsgi(scope, receive, send) -> None:
+async def _wsgi(scope, receive, send, extra_environ: dict | None = None) -> None:
     body = tempfile.SpooledTemporaryFile(max_size=BODY_IN_MEMORY)
     while True:
         message = await receive()
@@ -92,7 +96,9 @@ async def _wsgi(scope, receive, send) -> None:
         asyncio.run_coroutine_threadsafe(send_all(messages), loop).result()
 
     try:
-        await loop.run_in_executor(pool, _run, _environ(scope, body), relay)
+        environ = _environ(scope, body)
+        environ.update(extra_environ or {})
+        await loop.run_in_executor(pool, _run, environ, relay)
     finally:
         body.close()
 

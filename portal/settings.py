@@ -157,7 +157,11 @@ ROTA_WEBHOOK_ALLOW_PRIVATE = env_bool("ROTA_WEBHOOK_ALLOW_PRIVATE", False)
 ROTA_PLATFORM_RETRIES = env_int("ROTA_PLATFORM_RETRIES", 3, minimum=0, maximum=100)
 ROTA_NODE_REQUESTS_PER_MIN = env_int("ROTA_NODE_REQUESTS_PER_MIN", 12_000, minimum=60)
 # Node long-polls (POST /api/v1/node/wait/) one web process holds at once; past it a node polls at its interval.
+# In web threads (gthread, runserver) each held one takes a thread; on the ASGI server's event loop (make serve,
+# portal/longpoll.py) a socket to the node and one to Redis.
 ROTA_NODE_WAITERS_PER_PROCESS = env_int("ROTA_NODE_WAITERS_PER_PROCESS", 12, minimum=0, maximum=10_000)
+ROTA_NODE_ASYNC_WAITERS_PER_PROCESS = env_int("ROTA_NODE_ASYNC_WAITERS_PER_PROCESS", 2000, minimum=0,
+                                              maximum=100_000)
 # Slurm's elapsed x GPUs and Rota's ledger may differ by this many seconds per GPU before the difference is a
 # mismatch (docs/slurm.md): Rota holds the GPUs from its decision to the bridge's report of the end.
 ROTA_SLURM_ACCOUNTING_TOLERANCE_S = env_int("ROTA_SLURM_ACCOUNTING_TOLERANCE_S", 30, minimum=0, maximum=86_400)

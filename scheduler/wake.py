@@ -12,17 +12,22 @@ into one, and one made while nobody waits is still there when the reader comes (
   first rests after the last one as long as that one took (``ROTA_CYCLE_REST_PCT`` of it, ``cycle_rest``): on
   an idle cluster a few milliseconds; under a busy node's exits, one cycle answers several of them.
 - Nodes: the cycle (starts, stops) and a cancel push ``node_notify`` on commit; a node agent long-polls
-  ``POST /api/v1/node/wait/`` (``node_wait``), which returns as soon as its list has an item, and then sends
-  its heartbeat, whose answer says what to run.
+  ``POST /api/v1/node/wait/``, which returns as soon as its list has an item, and then sends its heartbeat,
+  whose answer says what to run. The wait is ``node_wait`` in a web thread (gthread, runserver, the test
+  client) or ``node_wait_async`` on the ASGI server's event loop (``make serve``: ``portal/longpoll.py``); both
+  bound it with ``node_wait_timeout`` and answer ``node_wait_answer``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import weakref
 from collections.abc import Iterable
 
 import redis
+import redis.asyncio
 from django.conf import settings
 from django.db import transaction
 
@@ -38,10 +43,23 @@ NEWS_TTL_S = 120  # a node that never asks again leaves no key behind
 @functools.cache
 def _client() -> redis.Redis | None:
     """One client (a thread-safe connection pool) per process; None without Redis (the file broker)."""
+    url = _redis_url()
+    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+
+
+@functools.cache
+def _wait_client() -> redis.Redis | None:
+    """The long-poll's client (``node_wait``): without a socket timeout, since BLPOP's own ends the read; redis-py's
+    default of 5 s would cut a longer wait short and send the node to poll at its interval."""
+    url = _redis_url()
+    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=None,
+                                                         health_check_interval=30)
+
+
+def _redis_url() -> str | None:
+    """Redis's URL, None without Redis (``make dev``'s file broker)."""
     url = settings.REDIS_URL
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        return None
-    return redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else None
 
 
 def _push(*keys: str, ttl_s: int | None = None) -> bool:
@@ -133,6 +151,24 @@ def holders_notify(job_ids: Iterable[int]) -> None:
                      .values_list("node_id", flat=True).distinct())
 
 
+def node_wait_limit_s() -> float:
+    """The longest a node's long-poll is held: its heartbeat interval, so a node whose news was lost still hears
+    from the portal as often as it would by polling."""
+    return float(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S)
+
+
+def node_wait_timeout(asked_s: float | None) -> float:
+    """How long to hold a long-poll that asked for ``asked_s`` seconds (None: as long as allowed)."""
+    limit = node_wait_limit_s()
+    return limit if asked_s is None else min(asked_s, limit)
+
+
+def node_wait_answer(news: bool | None) -> dict:
+    """The long-poll's answer for what ``node_wait`` returned: ``waited`` False when it could not wait (no
+    Redis, Redis failed, no waiting slot left); the node then polls at its heartbeat interval instead."""
+    return {"news": bool(news), "waited": news is not None}
+
+
 def can_wait() -> bool:
     """Whether ``node_wait`` can block (there is a Redis to wait on)."""
     return _client() is not None
@@ -141,15 +177,48 @@ def can_wait() -> bool:
 def node_wait(node_id: int, timeout_s: float) -> bool | None:
     """Block until node ``node_id`` has news or ``timeout_s`` passes; True when it had news (taken now), None
     when it could not wait (no Redis, or Redis failed)."""
-    client = _client()
+    client = _wait_client()
     if client is None:
         return None
     key = NODE_NEWS.format(node_id)
     try:
         if timeout_s <= 0:  # BLPOP's 0 would mean "for ever"
             return client.lpop(key) is not None
-        # BLPOP takes a float timeout; the socket must outlast it (the pool's sockets have no read timeout).
+        # BLPOP takes a float timeout; the socket must outlast it (this client's sockets have no read timeout).
         return client.blpop([key], timeout=timeout_s) is not None
     except redis.RedisError as exc:
         log.warning("node %s long-poll ended early (Redis: %s)", node_id, exc)
+        return None
+
+
+# One asyncio client per event loop (a uvicorn worker runs one; tests may start several, one after the other).
+_async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _async_client(max_connections: int) -> redis.asyncio.Redis | None:
+    """The running loop's client, made on first use; each held wait takes one of its connections."""
+    loop = asyncio.get_running_loop()
+    if loop not in _async_clients:
+        url = _redis_url()
+        _async_clients[loop] = None if url is None else redis.asyncio.Redis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=None,  # as _wait_client's: BLPOP's own timeout ends a read
+            health_check_interval=30, max_connections=max_connections)
+    return _async_clients[loop]
+
+
+async def node_wait_async(node_id: int, timeout_s: float, *, max_connections: int) -> bool | None:
+    """``node_wait`` on the event loop: True when node ``node_id`` had news (taken now), False after
+    ``timeout_s`` without, None when it could not wait. Cancelled (the node hung up), the client closes the
+    connection it was blocked on rather than return it to the pool with a reply still owed."""
+    client = _async_client(max_connections)
+    if client is None:
+        return None
+    key = NODE_NEWS.format(node_id)
+    try:
+        if timeout_s <= 0:  # BLPOP's 0 would mean "for ever"
+            return await client.lpop(key) is not None
+        async with asyncio.timeout(timeout_s + 10):  # Redis answers at timeout_s; this only bounds a hung server
+            return await client.blpop([key], timeout=timeout_s) is not None
+    except (redis.RedisError, TimeoutError) as exc:
+        log.warning("node %s long-poll ended early (Redis: %s)", node_id, exc or "no answer")
         return None

@@ -319,8 +319,12 @@ class NodeJobLogAPI(NodeAPIView):
         return result if isinstance(result, Response) else Response({"size": result})
 
 
-# Each held long-poll occupies a web thread: at most this many per web process, so the rest keep serving.
+# Each long-poll held in a web thread occupies it: at most this many per web process, so the rest keep serving.
+# (Under the ASGI server the wait is held on its event loop instead, with a bound of its own: portal/longpoll.py.)
 _WAITING_SLOTS = threading.BoundedSemaphore(settings.ROTA_NODE_WAITERS_PER_PROCESS)
+# Put in the WSGI environ by the ASGI server (portal/longpoll.py): called with the node and the timeout, it holds
+# the wait on the event loop after this view has answered, and replaces the answer's body with the wait's.
+WAIT_ON_LOOP = "rota.node_wait_on_loop"
 
 
 class NodeWaitAPI(NodeAPIView):
@@ -334,12 +338,15 @@ class NodeWaitAPI(NodeAPIView):
 
     @extend_schema(request=WaitSerializer, responses={200: dict}, tags=["node"])
     def post(self, request):
-        interval = float(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S)
-        timeout = min(self.parsed(request).get("timeout_s", interval), interval)
+        timeout = wake.node_wait_timeout(self.parsed(request).get("timeout_s"))
+        wait_on_loop = request.META.get(WAIT_ON_LOOP)
+        if wait_on_loop is not None:  # authenticated and valid: the ASGI server waits, without this thread
+            wait_on_loop(request.user.node.pk, timeout)
+            return Response(wake.node_wait_answer(None))
         if not wake.can_wait() or not _WAITING_SLOTS.acquire(blocking=False):
-            return Response({"news": False, "waited": False})
+            return Response(wake.node_wait_answer(None))
         try:
             news = wake.node_wait(request.user.node.pk, timeout)
         finally:
             _WAITING_SLOTS.release()
-        return Response({"news": bool(news), "waited": news is not None})
+        return Response(wake.node_wait_answer(news))

@@ -178,9 +178,18 @@ def test_when_redis_fails_the_node_is_told_at_once_to_poll(cluster, node_client,
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     unreachable = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
-    monkeypatch.setattr(wake, "_client", lambda: unreachable)
+    monkeypatch.setattr(wake, "_wait_client", lambda: unreachable)
     answer = node_client(cluster["nodes"][0]).post("/api/v1/node/wait/", {"timeout_s": 2}, format="json")
     assert answer.json() == {"news": False, "waited": False}  # not "no news": the agent waits before asking again
+
+
+def test_a_wait_outlasts_the_redis_clients_default_socket_timeout(cluster):
+    """redis-py's sockets time out after 5 s by default: a longer wait must not end there without its news."""
+    node = cluster["nodes"][0]
+    threading.Timer(6, lambda: wake._push(wake.NODE_NEWS.format(node.pk))).start()
+    started = time.monotonic()
+    assert wake.node_wait(node.pk, 10) is True
+    assert time.monotonic() - started > 5.5
 
 
 def test_a_zero_timeout_only_looks(cluster, node_client):
