@@ -55,10 +55,10 @@ def forget_count() -> None:
 
 def heartbeat_interval_s(nodes: int | None = None) -> int:
     """Seconds between a node's heartbeats: ``ROTA_NODE_HEARTBEAT_INTERVAL_S``, longer for a fleet above the
-    portal's heartbeat budget, at most ``ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S``."""
+    portal's heartbeat budget, at most ``ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S`` (or the first, if that is longer)."""
     nodes = nodes_in_service() if nodes is None else nodes
-    spread = math.ceil(nodes / settings.ROTA_NODE_HEARTBEATS_PER_S)
-    return min(max(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, spread), settings.ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S)
+    spread = min(math.ceil(nodes / settings.ROTA_NODE_HEARTBEATS_PER_S), settings.ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S)
+    return max(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, spread)
 
 
 def heartbeat_timeout_s(interval_s: int) -> int:

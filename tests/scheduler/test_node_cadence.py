@@ -47,6 +47,8 @@ def test_the_interval_grows_with_the_nodes_in_service_up_to_the_maximum(cluster,
     assert node_cadence.cadence() == {"heartbeat_interval_s": 14, "heartbeat_timeout_s": 42}
     settings.ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S = 10
     assert node_cadence.cadence() == {"heartbeat_interval_s": 10, "heartbeat_timeout_s": 30}
+    settings.ROTA_NODE_HEARTBEAT_INTERVAL_MAX_S = 1  # below the interval setting: caps nothing
+    assert node_cadence.cadence() == {"heartbeat_interval_s": 2, "heartbeat_timeout_s": 30}
 
 
 def test_the_count_is_not_a_query_per_heartbeat(cluster, django_assert_num_queries):
