@@ -1,18 +1,22 @@
 """Loopback load test of the whole portal: ``python bench/load.py [--jobs N] [--nodes M] [--clients C]``.
 
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
-portal (gunicorn under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server runserver`` to
-compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
+portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1;
+``--server runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
 jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
-(``bench/loadgen.py``: heartbeats at the interval, the long-poll, each node "runs" what it is assigned for a short
-while and reports its starts and exits in batches), and runs C concurrent
-API clients that submit and list jobs. Bounded: every phase has a deadline. It prints, and with ``--json``
-emits, submit throughput, API p50/p99 latency, cycle time, time to drain the backlog, the RSS of the portal
-and cycle processes, and the invariant auditor's findings at the end (exit 1 if the auditor finds anything or
-the backlog did not drain).
+(``bench/loadgen.py``: heartbeats at the interval the portal tells each node, the long-poll, each node "runs" what
+it is assigned for a short while and reports its starts and exits in batches), and runs C concurrent API clients
+that submit and list jobs: closed loop by default (each sends its next request when the last is answered: a
+saturation test, its latency is C / throughput), or open loop with ``--client-rate R`` (each sends R requests a
+second, Poisson arrivals, latency timed from when each request was due). Bounded: every phase has a deadline.
+It prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, the heartbeat interval the nodes
+were told, cycle time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant
+auditor's findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
 
-Full size from the issue: ``--preset full`` (``--jobs 10000 --nodes 500 --clients 50``, the drain bounded at 15
-minutes: ``make load LOAD_ARGS="--preset full"``); ``make load`` runs a reduced default that finishes in a few
+Full size from the issue: ``--preset full`` (``--jobs 10000 --nodes 500 --clients 50 --client-rate 1``, the drain
+bounded at 15 minutes: ``make load LOAD_ARGS="--preset full"``): 50 users each sending a request a second, what
+50 people at terminals and scripts do, not 50 loops with no think time (``--client-rate 0`` for that saturation
+figure); ``make load`` runs a reduced default that finishes in a few
 minutes on a 2-core machine. The traffic (``bench/loadgen.py``) runs in processes of its own; one of the nodes
 is a real node agent (fake GPUs, the process executor) so that its memory under the load is measured too.
 """
@@ -89,7 +93,7 @@ def _env(database_url: str) -> dict[str, str]:
         **os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "portal.settings", "DEBUG": "0",
         "SECRET_KEY": os.environ.get("ROTA_LOAD_SECRET_KEY", secrets.token_urlsafe(50)),
         "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "LOG_LEVEL": "WARNING",
-        "REDIS_URL": os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
+        "REDIS_URL": os.environ["ROTA_LOAD_REDIS_URL"],
         "PYTHONUNBUFFERED": "1",
         # The fake nodes run nothing (they only report): production's refusal of nodes whose executor does not
         # isolate tenants (ROTA_REQUIRE_ISOLATION) would turn every one of them away with 409.
@@ -98,7 +102,8 @@ def _env(database_url: str) -> dict[str, str]:
 
 
 def start_server(args, port: int, logs: Path) -> subprocess.Popen:
-    """The portal as ``make serve`` runs it (gunicorn, production settings), or ``runserver`` to compare."""
+    """The portal as ``make serve`` runs it (gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``:
+    the nodes' long-polls held on the event loop; production settings), or ``runserver`` to compare."""
     env = os.environ.copy()
     log = open(logs / "server.log", "w")
     if args.server == "runserver":
@@ -112,7 +117,7 @@ def start_server(args, port: int, logs: Path) -> subprocess.Popen:
             env["ROTA_WEB_THREADS"] = str(args.web_threads)
         subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"], cwd=ROOT,
                        env=env, check=True)
-        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "deploy/gunicorn.conf.py"]
+        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "deploy/gunicorn_asgi.conf.py"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -226,7 +231,7 @@ def start_agent(name: str, token: str, base: str, logs: Path) -> subprocess.Pope
 
 
 # The issue's size, bounded: 10,000 pending, 500 nodes of 8 GPUs, 50 clients; the drain gives up after 15 min.
-PRESETS = {"full": {"jobs": 10000, "nodes": 500, "clients": 50, "drain_timeout": 900.0}}
+PRESETS = {"full": {"jobs": 10000, "nodes": 500, "clients": 50, "client_rate": 1.0, "drain_timeout": 900.0}}
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -239,12 +244,18 @@ def main() -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--clients", type=int, default=10, help="concurrent API clients (issue: 50)")
     parser.add_argument("--requests", type=int, default=40, help="requests per client (half submit, half list)")
+    parser.add_argument("--client-rate", type=float, default=0.0,
+                        help="requests a second per client, open loop (0: closed loop, each client sends its next "
+                             "request when the last is answered; full preset: 1)")
+    parser.add_argument("--arrivals", choices=("poisson", "even"), default="poisson",
+                        help="open loop: Poisson arrivals or evenly spaced")
     parser.add_argument("--teams", type=int, default=10)
     parser.add_argument("--guaranteed", type=float, default=0.0,
                         help="share of the GPUs guaranteed to the teams together (1.0: reclaim stress)")
     parser.add_argument("--no-long-poll", dest="long_poll", action="store_false",
                         help="fake nodes do not long-poll for news (POST /api/v1/node/wait/; the real agent does)")
-    parser.add_argument("--interval", type=float, default=2.0, help="heartbeat interval of each node, s")
+    parser.add_argument("--interval", type=float, default=2.0,
+                        help="heartbeat interval of each node until the portal names its own (it grows with the fleet)")
     parser.add_argument("--job-seconds", type=float, nargs=2, default=(0.5, 3.0), help="simulated run time range")
     parser.add_argument("--drain-timeout", type=float, default=420, help="give up draining after this many s")
     parser.add_argument("--node-procs", type=int, default=2,
@@ -260,13 +271,16 @@ def main() -> int:
     parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
     parser.add_argument("--web-threads", type=int, help="threads per gunicorn worker (default: make serve's)")
     parser.add_argument("--database", default="rota_load")
+    parser.add_argument("--redis-url", default=os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
+                        help="the portal's Redis (default: $ROTA_LOAD_REDIS_URL or db 14)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cycle-loop", action="store_true", help=argparse.SUPPRESS)
+    preset = parser.parse_known_args()[0].preset
+    parser.set_defaults(**PRESETS.get(preset, {}))  # the preset's sizes; a flag given beside it wins
     args = parser.parse_args()
-    for key, value in PRESETS.get(args.preset, {}).items():
-        setattr(args, key, value)
     base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
     database_url = f"{base_url}/{args.database}"
+    os.environ["ROTA_LOAD_REDIS_URL"] = args.redis_url  # (the cycle loop's process reads it from here too)
     os.environ.update(_env(database_url))
     if args.cycle_loop:
         cycle_loop()
@@ -374,18 +388,35 @@ def main() -> int:
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
     cycle_cpu = [c["cpu_ms"] for c in cycle_ms if "cpu_ms" in c]
     node_seconds = max(1e-9, (nodes_span[1] - nodes_span[0]) * (args.nodes - args.agent))
+    told = sorted(stats["interval_told"])  # the interval the portal last told each fake node
+    api_requests = submitted + len(stats["list"])
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
         "server": args.server,
         "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
         "submit_per_s": round(submitted / client_s, 1) if client_s else None,
-        "api_requests": submitted + len(stats["list"]),
+        "api_requests": api_requests,
+        # closed loop: clients send back to back (saturation); open: each at --client-rate, latency from when due
+        "client_mode": (f"open loop, {args.client_rate:g}/s per client ({args.arrivals})" if args.client_rate > 0
+                        else "closed loop (no think time)"),
+        "api_rate_per_s": {"offered": round(args.clients * args.client_rate, 1) if args.client_rate > 0 else None,
+                           "achieved": round(api_requests / client_s, 1) if client_s else None},
         "submit_ms": {"p50": round(_pctl(stats["submit"], .5), 1), "p99": round(_pctl(stats["submit"], .99), 1)},
         "list_ms": {"p50": round(_pctl(stats["list"], .5), 1), "p99": round(_pctl(stats["list"], .99), 1)},
+        # from the actual send, not from when due: what a closed-loop or coordinated-omission figure shows
+        "api_service_ms": {kind: {"p50": round(_pctl(stats[f"{kind}_service"], .5), 1),
+                                  "p99": round(_pctl(stats[f"{kind}_service"], .99), 1)}
+                           for kind in ("submit", "list")},
+        "heartbeat_interval_s": {"start": args.interval, "told_min": told[0] if told else None,
+                                 "told_max": told[-1] if told else None,
+                                 "timeout_s": max(stats["timeout_told"], default=None)},
         "heartbeat_ms": {"p50": round(_pctl(stats["heartbeat"], .5), 1),
                          "p99": round(_pctl(stats["heartbeat"], .99), 1), "count": len(stats["heartbeat"]),
-                         # a node heartbeats once an interval, more often when the long-poll brings news
-                         "per_node_interval": round(len(stats["heartbeat"]) * args.interval / node_seconds, 2)},
+                         # heartbeats per node per interval told: 1 at the interval, more when the long-poll
+                         # brings news (and while a node still used the starting interval)
+                         "per_node_interval": round(len(stats["heartbeat"]) * (told[-1] if told else args.interval)
+                                                    / node_seconds, 2),
+                         "per_s": round(len(stats["heartbeat"]) / max(1e-9, nodes_span[1] - nodes_span[0]), 1)},
         # one request carries all the events a fake node has at that moment (POST /api/v1/node/events/)
         "node_event_ms": {"p50": round(_pctl(stats["event"], .5), 1), "p99": round(_pctl(stats["event"], .99), 1),
                           "requests": len(stats["event"]), "events": sum(stats["events_sent"])},

@@ -1,6 +1,7 @@
 """The traffic of ``bench/load.py``: fake nodes (registered through the node API, each driven like a real agent:
-heartbeating at its interval, long-polling for news, reporting the work it is given as started and, a moment
-later, exited, its events batched) and API clients (submit, list), each side spread over processes of its own.
+heartbeating at the interval the portal tells it, long-polling for news, reporting the work it is given as started
+and, a moment later, exited, its events batched) and API clients (submit, list; closed loop, or open loop at a
+rate), each side spread over processes of its own.
 In one process, the client threads of the full size would queue on that process's interpreter lock, and that
 wait would be timed as the portal's latency. Figures come back per process and are merged.
 """
@@ -87,8 +88,10 @@ MAX_EVENTS_PER_REQUEST = 256  # the portal's limit (scheduler/services/node_even
 
 
 class FakeNode:
-    def __init__(self, name: str, token: str, gpus: int):
+    def __init__(self, name: str, token: str, gpus: int, interval: float = 2.0):
         self.name, self.gpus, self.seq = name, gpus, 0
+        self.interval = interval  # the heartbeat interval: this until the portal names its own, as the agent does
+        self.timeout: float | None = None
         self.headers = {"Authorization": f"Node {token}"}
         self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
         self.done: set[tuple[int, int]] = set()
@@ -100,7 +103,14 @@ class FakeNode:
                 "memory_mb": 512 * 1024,
                 "gpus": [{"index": i, "uuid": f"GPU-{self.name}-{i}", "model": "h100-80gb", "memory_mb": 81559}
                          for i in range(self.gpus)]}
-        session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30).raise_for_status()
+        answer = session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30)
+        answer.raise_for_status()
+        self.follow(answer.json())
+
+    def follow(self, answer: dict) -> None:
+        """The interval and timeout of the portal's latest answer (scheduler/services/node_cadence.py)."""
+        self.interval = float(answer.get("heartbeat_interval_s") or self.interval)
+        self.timeout = float(answer.get("heartbeat_timeout_s") or self.timeout or 0) or None
 
     def beat(self, base: str, session: Session, duration: tuple[float, float], stats) -> None:
         """One heartbeat; its assignments queue the events a real agent would send (started, stopped)."""
@@ -115,7 +125,9 @@ class FakeNode:
         answer.raise_for_status()
         now = time.monotonic()
         listed = set()
-        for item in answer.json()["assignments"]:
+        told = answer.json()
+        self.follow(told)
+        for item in told["assignments"]:
             key = (item["job_id"], item["attempt"])
             listed.add(key)
             if key in self.done or key in self.running:
@@ -163,8 +175,9 @@ class FakeNode:
                     self.done.add(key)
             del self.outbox[:len(batch)]
 
-    def wait(self, base: str, session: Session, interval: float, stats) -> bool:
-        """One long-poll; True when it brought news."""
+    def wait(self, base: str, session: Session, stats) -> bool:
+        """One long-poll, held up to this node's interval; True when it brought news."""
+        interval = self.interval
         answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval}, headers=self.headers,
                               timeout=interval + 30).json()
         stats["wait_" + ("news" if answer.get("news") else "held" if answer.get("waited") else "refused")].append(1)
@@ -174,9 +187,10 @@ class FakeNode:
         return False
 
 
-def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool, duration, stop: threading.Event,
+def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop: threading.Event,
               stats) -> list[threading.Thread]:
-    """A thread per node (and one more per node for the long-poll), as each real agent has its own."""
+    """A thread per node (and one more per node for the long-poll), as each real agent has its own. Each node
+    heartbeats at the interval of the portal's latest answer (``node.interval`` until then)."""
     def agent(node: FakeNode) -> None:
         session = Session()
         for _ in range(10):
@@ -186,14 +200,14 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool
             except requests.RequestException as exc:
                 stats["node_errors"].append(str(exc)[:200])
                 stop.wait(1)
-        next_beat = time.monotonic() + random.uniform(0, interval)  # agents do not all start in the same instant
+        next_beat = time.monotonic() + random.uniform(0, node.interval)  # agents do not all start at one instant
         while not stop.is_set():
             now = time.monotonic()
             try:
                 if now >= next_beat or node.news.is_set():
                     node.news.clear()
-                    next_beat = now + interval
                     node.beat(base, session, duration, stats)
+                    next_beat = now + node.interval
                 node.exit_due(time.monotonic())
                 node.flush(base, session, stats)
             except requests.RequestException as exc:
@@ -202,15 +216,15 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool
 
     def listen(node: FakeNode) -> None:
         session = Session()
-        stop.wait(random.uniform(0, interval))
+        stop.wait(random.uniform(0, node.interval))
         while not stop.is_set():
             asked = time.monotonic()
             try:
-                if node.wait(base, session, interval, stats):
+                if node.wait(base, session, stats):
                     continue
             except (requests.RequestException, ValueError) as exc:
                 stats["node_errors"].append(f"wait: {str(exc)[:200]}")
-            stop.wait(max(0.0, asked + interval - time.monotonic()))
+            stop.wait(max(0.0, asked + node.interval - time.monotonic()))
 
     pool = [threading.Thread(target=agent, args=(node,), daemon=True) for node in nodes]
     if long_poll:
@@ -221,17 +235,38 @@ def run_nodes(nodes: list[FakeNode], base: str, interval: float, long_poll: bool
 
 
 # ------------------------------------------------------------------------------------------------------
-# API clients: submit and list, over one keep-alive connection each.
+# API clients: submit and list in turn, over one keep-alive connection each. Closed loop (``rate`` 0): each
+# sends its next request as soon as the last is answered, a saturation test (by Little's law the latency is
+# clients / throughput). Open loop (``rate`` > 0): each sends ``rate`` requests a second (Poisson or evenly spaced
+# arrivals), as users do, and a request's latency runs from when it was due to be sent, so a stalled server
+# cannot hide the requests it held back (coordinated omission).
 
 
-def run_clients(base: str, tokens: list[str], clients: list[int], requests_each: int, stats) -> None:
+def _client_schedule(rate: float, count: int, arrivals: str, rng: random.Random) -> list[float]:
+    """When each of ``count`` requests is due, seconds from the client's start (open loop); all at 0: closed."""
+    if rate <= 0:
+        return [0.0] * count
+    due, at = [], rng.uniform(0, 1 / rate)  # the clients do not all start in the same instant
+    for _ in range(count):
+        due.append(at)
+        at += rng.expovariate(rate) if arrivals == "poisson" else 1 / rate
+    return due
+
+
+def run_clients(base: str, tokens: list[str], clients: list[int], requests_each: int, stats, rate: float = 0.0,
+                arrivals: str = "poisson") -> None:
     """Clients number ``clients`` (each uses token ``i % len(tokens)``), all at once; each sends
-    ``requests_each`` requests, submits and lists in turn."""
+    ``requests_each`` requests, submits and lists in turn, closed-loop (``rate`` 0) or ``rate`` a second."""
     def client(i: int) -> None:
         session = Session()
         session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
-        for n in range(requests_each):
-            started = time.perf_counter()
+        start = time.perf_counter()
+        for n, due in enumerate(_client_schedule(rate, requests_each, arrivals, random.Random(i))):
+            late = start + due - time.perf_counter()
+            if late > 0:
+                time.sleep(late)
+            sent = time.perf_counter()
+            intended = start + due if rate > 0 else sent
             kind = "submit" if n % 2 == 0 else "list"
             try:
                 if kind == "submit":
@@ -242,8 +277,10 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
             except requests.RequestException as exc:  # an overloaded server resets connections: count it
                 stats["api_errors"].append(f"{kind} {type(exc).__name__}")
                 continue
-            stats[kind].append((time.perf_counter() - started) * 1000)
-            if response.status_code not in (200, 201):
+            done = time.perf_counter()
+            stats[kind].append((done - intended) * 1000)
+            stats[kind + "_service"].append((done - sent) * 1000)  # from the actual send: what coordinated
+            if response.status_code not in (200, 201):              # omission would report
                 stats["api_errors"].append(f"{kind} {response.status_code}")
 
     pool = [threading.Thread(target=client, args=(i,)) for i in clients]
@@ -261,23 +298,26 @@ def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval:
                    stop, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
-    fake = [FakeNode(name, token, gpus) for name, token in nodes]
-    pool = run_nodes(fake, base, interval, long_poll, duration, local_stop, stats)
+    fake = [FakeNode(name, token, gpus, interval) for name, token in nodes]
+    pool = run_nodes(fake, base, long_poll, duration, local_stop, stats)
     stop.wait()
     local_stop.set()
     for node in fake:
         node.news.set()
     for thread in pool:
         thread.join(35)
+    stats["interval_told"] = [node.interval for node in fake]  # the portal's last word to each node
+    stats["timeout_told"] = [node.timeout for node in fake if node.timeout]
     stats["loadgen_cpu_s"].append(time.process_time())  # what simulating the nodes cost this machine
     out.put(dict(stats))
 
 
-def _clients_process(base: str, tokens: list[str], clients: list[int], requests_each: int, go, out) -> None:
+def _clients_process(base: str, tokens: list[str], clients: list[int], requests_each: int, rate: float,
+                     arrivals: str, go, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     go.wait()
     started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
-    run_clients(base, tokens, clients, requests_each, stats)
+    run_clients(base, tokens, clients, requests_each, stats, rate, arrivals)
     stats["loadgen_cpu_s"].append(time.process_time())
     out.put({**stats, "span": [started, time.monotonic()]})
 
@@ -307,7 +347,8 @@ class Traffic:
         a = self.args
         go = self.ctx.Event()
         procs = [self.ctx.Process(target=_clients_process, daemon=True, args=(
-            self.base, tokens, list(range(p, a.clients, a.client_procs)), a.requests, go, self.out))
+            self.base, tokens, list(range(p, a.clients, a.client_procs)), a.requests, a.client_rate, a.arrivals, go,
+            self.out))
             for p in range(min(a.client_procs, a.clients))]
         for proc in procs:
             proc.start()

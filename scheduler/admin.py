@@ -38,7 +38,8 @@ class NodeAdmin(Audited, admin.ModelAdmin):
     inlines = [GpuInline]
     # Drain and resume on Govern -> Nodes (audited); the agent reports the rest.
     readonly_fields = ["state", "state_reason", "state_changed_at", "state_changed_by", "last_heartbeat_at",
-                       "heartbeat_seq", "registered_at", "executor", "executor_info"]
+                       "heartbeat_seq", "heartbeat_interval_s", "heartbeat_timeout_s", "registered_at", "executor",
+                       "executor_info"]
 
 
 @admin.register(NodeToken)

@@ -151,16 +151,11 @@ def holders_notify(job_ids: Iterable[int]) -> None:
                      .values_list("node_id", flat=True).distinct())
 
 
-def node_wait_limit_s() -> float:
-    """The longest a node's long-poll is held: its heartbeat interval, so a node whose news was lost still hears
+def node_wait_timeout(asked_s: float | None, interval_s: float) -> float:
+    """How long to hold a long-poll that asked for ``asked_s`` seconds (None: as long as allowed): at most the
+    node's heartbeat interval (``scheduler.services.node_cadence``), so a node whose news was lost still hears
     from the portal as often as it would by polling."""
-    return float(settings.ROTA_NODE_HEARTBEAT_INTERVAL_S)
-
-
-def node_wait_timeout(asked_s: float | None) -> float:
-    """How long to hold a long-poll that asked for ``asked_s`` seconds (None: as long as allowed)."""
-    limit = node_wait_limit_s()
-    return limit if asked_s is None else min(asked_s, limit)
+    return float(interval_s) if asked_s is None else min(asked_s, float(interval_s))
 
 
 def node_wait_answer(news: bool | None) -> dict:

@@ -148,8 +148,7 @@ class Agent:
             self._register_backoff = min(self._register_backoff * 2, MAX_REGISTER_BACKOFF_S)
             return False
         self.node = str(answer.get("node") or self.node)
-        self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
-        self.timeout_s = float(answer.get("heartbeat_timeout_s") or self.timeout_s)
+        self._follow_cadence(answer)
         self.registered, self._register_backoff = True, 1.0
         self._contact()
         self._save_state()
@@ -160,6 +159,17 @@ class Agent:
             self.interval_s,
         )
         return True
+
+    def _follow_cadence(self, answer: dict[str, Any]) -> None:
+        """Heartbeat as often, and keep jobs without an answer as long, as the portal's latest answer says: it
+        lengthens both as its fleet grows (and the timeout is what it judges this node's liveness by)."""
+        self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
+        timeout_s = float(answer.get("heartbeat_timeout_s") or self.timeout_s)
+        if timeout_s != self.timeout_s:
+            self.timeout_s = timeout_s
+            self._save_state()
+        if self._next_heartbeat > self._clock() + self.interval_s:  # shorter: no need to wait out the old one
+            self._next_heartbeat = self._clock() + self.interval_s
 
     def _contact(self) -> None:
         self.last_contact = self._clock()
@@ -207,7 +217,7 @@ class Agent:
         self._contact()
         self._failures = 0
         del self.telemetry[: len(batch)]
-        self.interval_s = float(answer.get("heartbeat_interval_s") or self.interval_s)
+        self._follow_cadence(answer)
         self.reconcile(answer.get("assignments") or [])
         return True
 

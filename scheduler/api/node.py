@@ -21,7 +21,7 @@ from scheduler.agent.gpu.models import model_slug
 from scheduler.models import NodeToken
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
-from scheduler.services import node_jobs, replica_health
+from scheduler.services import node_cadence, node_jobs, replica_health
 from scheduler.services import nodes as node_services
 from scheduler.services.node_events import node_event_apply
 
@@ -330,7 +330,8 @@ WAIT_ON_LOOP = "rota.node_wait_on_loop"
 class NodeWaitAPI(NodeAPIView):
     """Long-poll for news: answers ``{"news": true, "waited": true}`` as soon as a cycle or a cancel changed
     this node's assignments, else ``{"news": false, "waited": true}`` after ``timeout_s`` (default and at most
-    the heartbeat interval). Either way the node then sends its heartbeat, whose answer stays the truth.
+    the node's heartbeat interval, ``node_cadence``). Either way the node then sends its heartbeat, whose answer
+    stays the truth.
     ``"waited": false`` (at once): this portal cannot hold the request now (no Redis, or every waiting slot
     of this web process is taken, or Redis failed); the node polls at its heartbeat interval instead."""
 
@@ -338,7 +339,7 @@ class NodeWaitAPI(NodeAPIView):
 
     @extend_schema(request=WaitSerializer, responses={200: dict}, tags=["node"])
     def post(self, request):
-        timeout = wake.node_wait_timeout(self.parsed(request).get("timeout_s"))
+        timeout = wake.node_wait_timeout(self.parsed(request).get("timeout_s"), node_cadence.heartbeat_interval_s())
         wait_on_loop = request.META.get(WAIT_ON_LOOP)
         if wait_on_loop is not None:  # authenticated and valid: the ASGI server waits, without this thread
             wait_on_loop(request.user.node.pk, timeout)

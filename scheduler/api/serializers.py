@@ -210,7 +210,8 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["name", "pool", "state", "state_reason", "state_changed_at", "labels", "driver_version",
-                  "cuda_version", "cpus", "memory_mb", "executor", "executor_info", "last_heartbeat_at", "gpus"]
+                  "cuda_version", "cpus", "memory_mb", "executor", "executor_info", "last_heartbeat_at",
+                  "heartbeat_interval_s", "heartbeat_timeout_s", "gpus"]
 
     def get_gpus(self, node: Node) -> list[dict]:
         return [

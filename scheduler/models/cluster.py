@@ -83,6 +83,10 @@ class Node(models.Model):
     registered_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     heartbeat_seq = models.BigIntegerField(default=0)
+    # The cadence the portal last told the node (scheduler/services/node_cadence.py), written with
+    # ``last_heartbeat_at``: the node is down once silent for ``heartbeat_timeout_s`` (none told yet: the setting).
+    heartbeat_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    heartbeat_timeout_s = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -10,7 +10,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, F
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce
 
 from scheduler.models import Allocation, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
@@ -251,18 +252,23 @@ def node_job_log(*, node: Node, job_id: int, attempt: int, offset: int, data: st
 
 
 def nodes_check_liveness() -> list[str]:
-    """Mark nodes silent for longer than the heartbeat timeout (by the database clock) ``down`` and settle
-    their jobs' attempts there (see ``_lose_node``). Returns the names of the nodes marked down."""
+    """Mark nodes silent for longer than the heartbeat timeout they were told (by the database clock; see
+    ``node_cadence``) ``down`` and settle their jobs' attempts there (see ``_lose_node``). Returns the names of
+    the nodes marked down."""
     marked = []
     with transaction.atomic():
         now = db_now()
-        cutoff = now - timedelta(seconds=settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S)
+        timeout = Coalesce("heartbeat_timeout_s", Value(settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S))
+        due = ExpressionWrapper(F("last_heartbeat_at") + timeout * Value(timedelta(seconds=1)),
+                                output_field=DateTimeField())
         silent = list(
-            Node.objects.select_for_update(skip_locked=True).exclude(state=Node.DOWN).filter(last_heartbeat_at__lt=cutoff)
+            Node.objects.select_for_update(skip_locked=True).exclude(state=Node.DOWN).alias(due=due).filter(due__lt=now)
         )
         for node in silent:
+            told = node.heartbeat_timeout_s or settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S
+            every = f" (told to heartbeat every {node.heartbeat_interval_s}s)" if node.heartbeat_interval_s else ""
             Node.objects.filter(pk=node.pk).update(
-                state=Node.DOWN, state_reason=f"no heartbeat for {settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S}s",
+                state=Node.DOWN, state_reason=f"no heartbeat for {told}s{every}",
                 state_changed_at=now, state_changed_by=None,
             )
             for alloc_job in Job.objects.filter(

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from scheduler import notebooks
 from scheduler.models import Allocation, Gpu, GpuModel, Job, Node
 from scheduler.models.jobs import HOLDING_STATES, JobState
-from scheduler.services import runtime
+from scheduler.services import node_cadence, runtime
 from scheduler.services.common import db_now, jobs_transition_locked
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
@@ -126,13 +126,14 @@ def node_register(*, node: Node, report: dict) -> dict:
             pairs, gone = _match_gpus(list(node.gpus.all()), gpus_in)
             missing = sorted(gpu.index for gpu in gone)
             _save_gpus(node, pairs, gone)
+            told = node_cadence.cadence()
             fields = {
                 "driver_version": report.get("driver_version", ""), "cuda_version": report.get("cuda_version", ""),
                 "cpus": report.get("cpus", 0), "memory_mb": report.get("memory_mb", 0),
                 "gpu_backend": report.get("gpu_backend", ""), "agent_version": report.get("agent_version", ""),
                 "executor": executor.get("name", ""),
                 "executor_info": {key: executor[key] for key in ("isolates", "runtime", "detail") if key in executor},
-                "registered_at": now, "last_heartbeat_at": now, "heartbeat_seq": 0,
+                "registered_at": now, "last_heartbeat_at": now, "heartbeat_seq": 0, **told,
             }
             if missing and node.state in (Node.READY, Node.DOWN):
                 fields.update(state=Node.DRAINING,
@@ -151,12 +152,7 @@ def node_register(*, node: Node, report: dict) -> dict:
         if "uuid" not in str(exc):
             raise
         raise NodeProtocolError("a reported GPU UUID belongs to another node", field="gpus") from None
-    answer = {
-        "node": node.name,
-        "pool": pool_name,
-        "heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S,
-        "heartbeat_timeout_s": settings.ROTA_NODE_HEARTBEAT_TIMEOUT_S,
-    }
+    answer = {"node": node.name, "pool": pool_name, **told}
     if report.get("engine"):
         answer["node_state"] = node_state_view(node, report["engine"])
     return answer
@@ -231,8 +227,9 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
             raise NodeProtocolError("register", status=409)
         if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
+        told = node_cadence.cadence()  # the node's deadline is written with its heartbeat
         updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(
-            heartbeat_seq=seq, last_heartbeat_at=now
+            heartbeat_seq=seq, last_heartbeat_at=now, **told
         )
         if not updated:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
@@ -253,8 +250,7 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
                 from scheduler.tasks import run_cycle
 
                 run_cycle.delay_on_commit()
-                return {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": [],
-                        "node_state": node_state_view(node, engine)}
+                return {**told, "assignments": [], "node_state": node_state_view(node, engine)}
         jobs_transition_locked([job_id for job_id, state in held if state == JobState.ADMITTED], at=now,
                                from_state=JobState.ADMITTED, to_state=JobState.STARTING,
                                cause=f"delivered to node {node.name}")
@@ -266,7 +262,7 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    answer = {"heartbeat_interval_s": settings.ROTA_NODE_HEARTBEAT_INTERVAL_S, "assignments": assignments}
+    answer = {**told, "assignments": assignments}
     if engine:  # for the bridge to mirror a Rota drain into the engine
         answer["node_state"] = node_state_view(node, engine)
     return answer

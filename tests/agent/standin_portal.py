@@ -112,6 +112,7 @@ class StandInPortal:
                 self.heartbeats.append(body)
                 return 200, {
                     "heartbeat_interval_s": self.interval_s,
+                    "heartbeat_timeout_s": self.timeout_s,
                     "assignments": [dict(a) for a in self.assignments.values()],
                 }
             if path == "/api/v1/node/events/" and self.batch_events:

@@ -1,5 +1,7 @@
 """The reconcile loop against a stand-in portal: register, heartbeat, start, stop, re-register, loss."""
 
+import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -123,6 +125,30 @@ def test_it_stops_all_its_jobs_when_the_portal_is_lost_for_the_timeout(
     for job_id in (1, 2):
         [stopped] = portal.events_of(job_id, "stopped")
         assert stopped["message"] == "stopped: portal unreachable for 0.6 s" and stopped["signal"] == 15
+
+
+def test_it_follows_the_interval_and_timeout_of_the_portals_latest_heartbeat_answer(
+    portal: StandInPortal, make_agent: MakeAgent
+) -> None:
+    """The portal lengthens a node's interval and timeout as its fleet grows and says so in heartbeat answers:
+    the agent heartbeats that often and, the portal lost, keeps its jobs that long, no longer."""
+    portal.assign(1, "sleep 30")
+    agent = make_agent()
+    with running(agent):
+        wait_until(lambda: portal.events_of(1, "started"))
+        assert (agent.interval_s, agent.timeout_s) == (0.1, 30.0)
+        portal.interval_s, portal.timeout_s = 0.5, 1.2  # (a test's numbers: the portal's are seconds apart)
+        wait_until(lambda: (agent.interval_s, agent.timeout_s) == (0.5, 1.2))
+        beats = len(portal.heartbeats)
+        time.sleep(1.5)
+        assert 1 <= len(portal.heartbeats) - beats <= 5, "about one heartbeat every 0.5 s, not every 0.1 s"
+        portal.down = True
+        wait_until(lambda: not agent.executor.jobs, timeout=5)
+        portal.down = False
+        wait_until(lambda: portal.events_of(1, "stopped"))
+    [stopped] = portal.events_of(1, "stopped")
+    assert stopped["message"] == "stopped: portal unreachable for 1.2 s"
+    assert json.loads((agent.config.work_dir / "agent.json").read_text())["heartbeat_timeout_s"] == 1.2
 
 
 def test_a_fake_gpu_shows_load_only_while_its_job_runs(portal: StandInPortal, make_agent: MakeAgent) -> None:
