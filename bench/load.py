@@ -2,8 +2,8 @@
 
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
 portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1;
-``--server runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues N pending
-jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
+``--server runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would
+run it), queues N pending jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
 (``bench/loadgen.py``: heartbeats at the interval the portal tells each node, the long-poll, each node "runs" what
 it is assigned for a short while and reports its starts and exits in batches), and runs C concurrent API clients
 that submit and list jobs: closed loop by default (each sends its next request when the last is answered: a
