@@ -1,17 +1,17 @@
 """Loopback load test of the whole portal: ``python bench/load.py [--jobs N] [--nodes M] [--clients C]``.
 
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
-portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1;
-``--server runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would
-run it), queues N pending jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
+portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server
+runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues
+N pending jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
 (``bench/loadgen.py``: heartbeats at the interval the portal tells each node, the long-poll, each node "runs" what
 it is assigned for a short while and reports its starts and exits in batches), and runs C concurrent API clients
 that submit and list jobs: closed loop by default (each sends its next request when the last is answered: a
 saturation test, its latency is C / throughput), or open loop with ``--client-rate R`` (each sends R requests a
-second, Poisson arrivals, latency timed from when each request was due). Bounded: every phase has a deadline.
-It prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, the heartbeat interval the nodes
-were told, cycle time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant
-auditor's findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
+second, Poisson arrivals, latency timed from when each request was due). Bounded: every phase has a deadline. It
+prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, the heartbeat interval the nodes were
+told, cycle time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant auditor's
+findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
 
 Full size from the issue: ``--preset full`` (``--jobs 10000 --nodes 500 --clients 50 --client-rate 1``, the drain
 bounded at 15 minutes: ``make load LOAD_ARGS="--preset full"``): 50 users each sending a request a second, what
