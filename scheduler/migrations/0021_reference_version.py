@@ -2,7 +2,8 @@
 looks up sets to a fresh number, in the writer's own transaction, so a process that remembers those rows knows at
 its next read whether any of them changed. A trigger per table, per statement: whatever writes (an admin's form, a
 service, ``QuerySet.update``, SQL by hand, ``TRUNCATE``), the number moves; numbers come from a sequence, so a
-rolled-back write's number is never seen again."""
+rolled-back write's number is never seen again, and they start from the clock, so neither is a number of a
+database dropped and made again."""
 
 from django.db import migrations
 
@@ -12,6 +13,8 @@ TABLES = ("scheduler_gpumodel", "scheduler_priorityclass", "scheduler_prioritycl
 
 FORWARD = """
 CREATE SEQUENCE rota_reference_version_seq;
+-- From the clock's microseconds: a database made again under running processes never repeats their number.
+SELECT setval('rota_reference_version_seq', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 CREATE TABLE rota_reference_version (id smallint PRIMARY KEY CHECK (id = 1), n bigint NOT NULL);
 INSERT INTO rota_reference_version VALUES (1, nextval('rota_reference_version_seq'));
 CREATE FUNCTION rota_reference_changed() RETURNS trigger LANGUAGE plpgsql AS $$

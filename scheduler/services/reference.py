@@ -50,13 +50,6 @@ def now() -> Reference:
     return Reference(entries)
 
 
-def forget() -> None:
-    """Drop what this process remembers."""
-    global _memo
-    with _lock:
-        _memo = (None, {})
-
-
 class Reference:
     """The lookups, each read from the database once per reference version (see ``now``)."""
 

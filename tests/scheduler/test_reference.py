@@ -122,3 +122,7 @@ def test_a_budget_found_spent_blocks_the_next_submit(api, alice, cluster):
     Budget.objects.filter(pk=budget.pk).update(used=Decimal("90"), exceeded_at=db_now())  # as the refresh does
     answer = _submit(client)
     assert answer.status_code == 400 and "budget" in answer.json()["errors"]["team"][0]
+
+
+def test_numbers_start_from_the_clock_so_a_database_made_again_never_repeats_one(db):
+    assert reference.version() > 1_700_000_000 * 1_000_000  # microseconds since 1970, at least 2023's
