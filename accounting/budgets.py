@@ -84,8 +84,8 @@ def budget_action(team: Team) -> tuple[str, str] | None:
     """``(action, message)`` of ``team``'s spent enforced budget that acts at submit (``block`` before
     ``lower``), or None. One query."""
     rows = Budget.objects.filter(team=team, enforce=True, exceeded_at__isnull=False,
-                                 action__in=(Budget.BLOCK, Budget.LOWER)).values_list("action", "unit", "amount",
-                                                                                      "used")
+                                 action__in=(Budget.BLOCK, Budget.LOWER)).order_by().values_list(
+        "action", "unit", "amount", "used")  # no order (the model's joins the team for its name): sorted below
     for action, unit, amount, used in sorted(rows, key=lambda r: r[0] != Budget.BLOCK):
         return action, _message(team.name, unit, amount, used)
     return None

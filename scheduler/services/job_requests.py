@@ -9,16 +9,14 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from accounting.budgets import budget_action
 from accounting.models import Budget
-from portal.access import submit_teams_for
 from portal.models import Team
 from scheduler.images import ImageError, image_allowed, image_parse, image_resolve
 from scheduler.kinds import KINDS
-from scheduler.models import GpuModel, Job, Pool, PriorityClass
+from scheduler.models import Job, Pool, PriorityClass
 from scheduler.models.jobs import JobState
 from scheduler.retries import MAX_BACKOFF_S, MAX_RETRIES, RETRY_KINDS
-from scheduler.services import runtime
+from scheduler.services import reference
 from scheduler.services.dependencies import Dependency, dependency_resolve, dependency_rows_check
 
 MAX_GPUS = 1024
@@ -124,12 +122,14 @@ def priority_class_refusal(pc: PriorityClass, team: Team, *, default_of: str | N
             f"team {team.name} may use: {names}")
 
 
-def image_check(image: str, *, kind: str, team: Team | None, pool: Pool | None) -> tuple[str, str | None]:
+def image_check(image: str, *, kind: str, team: Team | None, pool: Pool | None,
+                lookups: reference.Reference | None = None) -> tuple[str, str | None]:
     """The image a job runs in (its own, else its kind's default; see ``runtime.job_image``) and why it may not
     (None: it may): not a full reference, or allowed by none of the pools it may run in (``pool`` if it names
     one, else its team's), naming each pool's allowed images. A team with no pool is told so by the pool
     check, not here."""
-    resolved = image_resolve(image, kind, runtime.kind_images(), settings.ROTA_DEFAULT_IMAGE)
+    lookups = lookups or reference.now()
+    resolved = image_resolve(image, kind, lookups.kind_images(), settings.ROTA_DEFAULT_IMAGE)
     own = bool((image or "").strip())
     if len(resolved) > MAX_IMAGE:
         return resolved, f"must be at most {MAX_IMAGE} characters; got {len(resolved)}"
@@ -137,7 +137,7 @@ def image_check(image: str, *, kind: str, team: Team | None, pool: Pool | None) 
         ref = image_parse(resolved)
     except ImageError as exc:
         return resolved, str(exc) if own else f"the default image of kind {kind} is not usable ({exc}): name one"
-    pools = [pool] if pool is not None else list(team.pools.all()) if team is not None else []
+    pools = [pool] if pool is not None else lookups.team_pools(team) if team is not None else []
     if not pools or any(image_allowed(ref, p.allowed_images) for p in pools):
         return str(ref), None
     allowed = "; ".join(f"pool {p.name} allows {', '.join(p.allowed_images) or 'no image'}" for p in pools)
@@ -175,14 +175,15 @@ def job_request_build(
     """Validate a job request and return it as an unsaved Job with every default applied. Raises
     ValidationError naming every bad field, with its limit or allowed values."""
     errors: dict[str, str] = {}
-    allowed = submit_teams_for(user)
+    lookups = reference.now()  # the teams, GPU models, pools, classes and images, as this process remembers them
+    allowed = lookups.submit_teams(user)
     team_obj = None
     if isinstance(team, Team):
-        team_obj = allowed.filter(pk=team.pk).first()
+        team_obj = next((t for t in allowed if t.pk == team.pk), None)
     elif team:
-        team_obj = allowed.filter(name=team).first()
-    elif len(only := list(allowed[:2])) == 1:  # one query: the team when it is the user's only one
-        team_obj = only[0]
+        team_obj = next((t for t in allowed if t.name == team), None)
+    elif len(allowed) == 1:  # the team when it is the user's only one
+        team_obj = allowed[0]
     if team_obj is None:
         errors["team"] = (
             "you are not a member of that team" if team else "choose a team (you belong to several or none)"
@@ -230,29 +231,29 @@ def job_request_build(
     _check_range(errors, "idle_timeout_minutes", idle_timeout_minutes, 5, MAX_TIME_LIMIT_MINUTES)
     model_obj = None
     if gpu_model:
-        model_obj = GpuModel.objects.filter(name=gpu_model).first()
+        model_obj = lookups.gpu_models().get(gpu_model)
         if model_obj is None:
-            known = ", ".join(GpuModel.objects.values_list("name", flat=True))
+            known = ", ".join(lookups.gpu_models())
             errors["gpu_model"] = f"unknown GPU model {gpu_model!r}; known: {known}"
     pool_obj = None
     if pool:
-        pool_obj = Pool.objects.filter(name=pool).first()
-        if pool_obj is None or (team_obj is not None and not pool_obj.teams.filter(pk=team_obj.pk).exists()):
+        pool_obj = lookups.pools().get(pool)
+        if pool_obj is None or (team_obj is not None and team_obj.pk not in pool_obj.team_ids):
             errors["pool"] = f"unknown pool {pool!r} or your team may not use it"
-    image, problem = image_check(image, kind=kind, team=team_obj, pool=pool_obj)
+    image, problem = image_check(image, kind=kind, team=team_obj, pool=pool_obj, lookups=lookups)
     if problem and not (pool and "pool" in errors):
         errors["image"] = problem
     pc_name = priority_class or defaults.priority_class
-    budget = budget_action(team_obj) if team_obj is not None else None
+    budget = lookups.budget_action(team_obj) if team_obj is not None else None
     if budget and budget[0] == Budget.BLOCK:
         errors["team"] = (f"{budget[1]}: its budget refuses new submissions until a platform admin raises it or "
                           "the month ends")
     elif budget and budget[0] == Budget.LOWER:
         lowest = PriorityClass.objects.usable_by(team_obj).order_by("value").first()
         pc_name = lowest.name if lowest else pc_name
-    pc = PriorityClass.objects.filter(name=pc_name).first()
+    pc = lookups.priority_classes().get(pc_name)
     if pc is None:
-        known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+        known = ", ".join(lookups.priority_classes())
         errors["priority_class"] = f"unknown priority class {pc_name!r}; known: {known}"
     elif team_obj is not None and not pc.usable_by(team_obj):
         errors["priority_class"] = priority_class_refusal(pc, team_obj, default_of=None if priority_class else kind)

@@ -3,12 +3,12 @@ request may be (its checks, limits and defaults) is ``scheduler.services.job_req
 here too, where the serializers and forms have always found them."""
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models.functions import Now
+from django.db import connections, router, transaction
+from django.db.models.sql import InsertQuery
 
 from portal.access import can_manage_job, is_platform_admin
 from scheduler import wake
-from scheduler.models import Job
+from scheduler.models import Job, JobTransition
 from scheduler.models.jobs import HOLDING_STATES, JobState, StopReason
 from scheduler.services.common import db_now, job_transition
 from scheduler.services.dependencies import dependencies_save
@@ -34,17 +34,37 @@ from scheduler.services.job_requests import (  # noqa: F401 - the limits, where 
 
 def job_submit(*, user, **request) -> Job:
     """Validate a request (see ``job_request_checked``) and queue it as a pending job of its team; nothing
-    is saved when a field is bad. The scheduling cycle is woken when the transaction commits."""
+    is saved when a field is bad. The scheduling cycle is woken when the transaction commits (at once when the
+    caller holds none: the job's one statement has committed)."""
     job, deps = job_request_checked(user=user, **request)
     cause = (f"submitted at priority class {job.priority_class.name}: {job.lowered_by_budget}"[:300]
              if job.lowered_by_budget else "submitted")
-    with transaction.atomic():
-        job.save()
-        dependencies_save([job], deps)
-        # The database's clock stamps it in the INSERT itself (the statement's time), not a round trip before.
-        job.transitions.create(from_state="", to_state=JobState.PENDING, at=Now(), cause=cause, actor=user)
-        wake_cycle()
+    if deps:
+        with transaction.atomic():
+            job_insert(job, cause=cause, actor=user)
+            dependencies_save([job], deps)
+    else:  # one statement: atomic without a transaction of its own (no BEGIN, no COMMIT)
+        job_insert(job, cause=cause, actor=user)
+    wake_cycle()
     return job
+
+
+def job_insert(job: Job, *, cause: str, actor) -> None:
+    """Save the new ``job`` and its first transition (to pending, stamped by the database's clock: the statement's
+    time) in one statement, one round trip: the job's INSERT as Django writes it (every field's defaults and
+    conversions), its transition's INSERT beside it in the same statement."""
+    using = router.db_for_write(Job)
+    query = InsertQuery(Job)
+    query.insert_values([f for f in Job._meta.local_concrete_fields if f is not Job._meta.pk], [job])
+    [(insert, params)] = query.get_compiler(using=using).as_sql()
+    transition = JobTransition._meta.db_table
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"WITH job AS ({insert} RETURNING id) "
+                       f"INSERT INTO {transition} (job_id, from_state, to_state, at, cause, actor_id, details) "
+                       "SELECT id, '', %s, STATEMENT_TIMESTAMP(), %s, %s, '{}' FROM job RETURNING job_id",
+                       [*params, JobState.PENDING, cause, actor.pk])
+        job.pk = cursor.fetchone()[0]
+    job._state.adding, job._state.db = False, using
 
 
 def wake_cycle() -> None:
