@@ -332,6 +332,7 @@ class Agent:
             beat = self.heartbeat()
             if beat:
                 self.ship_logs()
+                self.supervise()  # ends that came while it started jobs go with the starts, in one request
         if self.registered:
             self.flush_outbox()
         return beat

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import pytest
 
+from scheduler.agent import procs
 from scheduler.agent.loop import Agent
 from tests.agent.conftest import wait_until
 from tests.agent.standin_portal import StandInPortal
@@ -15,11 +16,13 @@ NODE = {"node": "test-node", "cpus": 8, "memory_mb": 64000, "gpus": [{"model": "
 
 def _run_three(portal: StandInPortal, agent: Agent) -> None:
     """One pass starts three jobs and sends their starts; once all three ended, one flush sends their ends."""
+    go = agent.config.work_dir / "go"  # they end after the pass (the test below: those that end during it)
     for job_id in (1, 2, 3):
-        portal.assign(job_id, f"echo job {job_id}")
+        portal.assign(job_id, f"echo job {job_id}; while [ ! -e {go} ]; do sleep 0.01; done")
     assert agent.register()
     agent.step()  # heartbeat: the three start; their started events go
     assert not agent.outbox
+    go.touch()
 
     def ended() -> bool:
         agent.outbox.extend(agent.executor.poll())
@@ -48,3 +51,23 @@ def test_an_event_refused_in_a_batch_is_dropped_alone(portal: StandInPortal, mak
     assert [e["type"] for e in portal.events_of(1)] == ["started", "exited"]
     assert [e["type"] for e in portal.events_of(3)] == ["started", "exited"]
     assert portal.events_of(2) == []
+
+
+def test_an_end_that_comes_while_the_pass_starts_jobs_goes_with_their_starts(
+        portal: StandInPortal, make_agent: MakeAgent) -> None:
+    """A node turning over short jobs: a job that ended before the pass sent its start is reported in the same
+    request as its start, not one round trip later."""
+    portal.assign(1, "true")
+    agent = make_agent(NODE)
+    assert agent.register()
+    ship_logs = agent.ship_logs
+
+    def ship_logs_once_it_ended() -> None:  # the pass's step between its starts and its flush, after the end
+        wait_until(lambda: procs.child_exited(agent.executor.jobs["1:1"].pid))
+        ship_logs()
+
+    agent.ship_logs = ship_logs_once_it_ended  # type: ignore[method-assign]
+    agent.step()
+    assert portal.batches == [2]
+    assert [e["type"] for e in portal.events_of(1)] == ["started", "exited"]
+    assert not agent.outbox and not agent.executor.jobs
