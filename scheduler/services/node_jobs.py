@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Value
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Func, Value
 from django.db.models.functions import Coalesce
 
 from scheduler.models import Allocation, Job, JobLog, Node, SchedulerBeat
@@ -35,20 +35,29 @@ LATE_REPORT_WINDOW = timedelta(hours=1)
 NO_FAILURE = {"failure_reason": "", "failure_message": ""}
 
 
-def _reported_attempt(node: Node, job_id: int, attempt: int, *, now, lock: bool = False) -> tuple[Job, bool]:
-    """The job a node reports about, and whether the node still holds the reported attempt.
+def _reported_attempt(node: Node, job_id: int, attempt: int, *, now=None, lock: bool = False) -> tuple[Job, bool]:
+    """The job a node reports about, and whether the node still holds the reported attempt. The job carries
+    ``clock``, the database's clock (``db_now``) read with it: the time of the report unless ``now`` is given.
 
     A node speaks only for an attempt it holds (an open allocation here) or held until moments ago: the
     agent sends an attempt's last log lines, then its end event, once its processes are gone, which can be
     after the portal closed the allocation (the node was marked down and the job requeued), and it resends
     an event whose answer it lost. So for ``LATE_REPORT_WINDOW`` after its allocation here closed the node
     may still report about that attempt. Reports about an attempt the node never held get the 404 of an
-    unknown job; the rest are 409 (field ``attempt``). With ``lock`` the job row is locked."""
+    unknown job; the rest are 409 (field ``attempt``). With ``lock`` the job row is locked. The usual report, about
+    the current attempt while the node holds it, costs this one query (the clock and the open allocation are
+    read with the job)."""
     unknown = NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
     on_node = Allocation.objects.filter(job_id=job_id, node=node)
-    job = (Job.objects.select_for_update() if lock else Job.objects).filter(Exists(on_node), pk=job_id).first()
+    job = ((Job.objects.select_for_update() if lock else Job.objects)
+           .annotate(clock=Func(function="clock_timestamp", output_field=DateTimeField()),
+                     holds_open=Exists(on_node.filter(attempt=attempt, ended_at__isnull=True)))
+           .filter(Exists(on_node), pk=job_id).first())  # fmt: skip
     if job is None:
         raise unknown
+    now = now or job.clock
+    if job.holds_open and attempt == job.attempt:
+        return job, True
     held = list(Allocation.objects.filter(job=job, node=node, attempt__in={attempt, job.attempt})
                 .values_list("attempt", "ended_at"))
     ends = [ended for held_attempt, ended in held if held_attempt == attempt]
@@ -79,8 +88,8 @@ def node_job_event(*, node: Node, job_id: int, event: dict, wake: bool = True) -
     is accepted, changing nothing; an older attempt's is refused (409). An end wakes the cycle unless ``wake``."""
     kind = event["type"]
     with transaction.atomic():
-        now = db_now()
-        job, holds = _reported_attempt(node, job_id, event["attempt"], now=now, lock=True)
+        job, holds = _reported_attempt(node, job_id, event["attempt"], lock=True)
+        now = job.clock
         if not holds:
             if event["attempt"] != job.attempt:
                 raise _not_current(job, event["attempt"])
@@ -232,7 +241,7 @@ def node_job_log(*, node: Node, job_id: int, attempt: int, offset: int, data: st
     ``_reported_attempt``), unless the job finished with that attempt."""
     chunk = data.encode()
     with transaction.atomic():
-        job, holds = _reported_attempt(node, job_id, attempt, now=db_now())
+        job, holds = _reported_attempt(node, job_id, attempt)
         if not holds and attempt == job.attempt and job.state not in HOLDING_STATES:
             raise _attempt_over(job_id, attempt)  # it finished on an end event, which comes after the log
         entry, _ = JobLog.objects.select_for_update().get_or_create(job_id=job_id, attempt=attempt)
