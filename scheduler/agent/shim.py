@@ -44,6 +44,8 @@ def _start(command: list[str], uid: str, gid: str) -> int:
             os.closerange(3, errors_write)
             os.closerange(errors_write + 1, os.sysconf("SC_OPEN_MAX"))
             if uid != "-":
+                if not (uid.isdecimal() and gid.isdecimal()):  # "-1" would mean "unchanged": the agent's
+                    raise ValueError(f"not a uid and gid: {uid} {gid}")
                 os.setgroups([])
                 os.setregid(int(gid), int(gid))
                 os.setreuid(int(uid), int(uid))
