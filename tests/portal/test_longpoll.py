@@ -67,10 +67,16 @@ def serve(worker_env, tmp_path):
 
 
 def _held_waits() -> int:
-    """BLPOPs blocked on this test's Redis database now: the long-polls being held."""
+    """BLPOPs blocked on this test's Redis database now: the long-polls being held (a Celery worker's BRPOP on
+    the same database, one another test may still be stopping, is not one)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     db = client.connection_pool.connection_kwargs.get("db", 0)
-    return sum(1 for c in client.client_list() if "b" in c["flags"] and int(c["db"]) == db)
+    return sum(1 for c in client.client_list() if "b" in c["flags"] and int(c["db"]) == db and c["cmd"] == "blpop")
+
+
+def _blocked_clients() -> list[str]:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    return [f"{c['cmd']}@db{c['db']}" for c in client.client_list() if "b" in c["flags"]]
 
 
 def _wait(base: str, token: str, timeout_s: float) -> dict:
@@ -88,7 +94,10 @@ def test_fifty_held_long_polls_leave_two_web_threads_free_and_news_wakes_its_nod
     with ThreadPoolExecutor(len(nodes)) as clients:
         began = time.monotonic()
         waits = {pk: clients.submit(_wait, base, token, 25) for pk, token in tokens.items()}
-        wait_for(lambda: _held_waits() == 50, timeout=30, what="50 long-polls held at once")
+        try:
+            wait_for(lambda: _held_waits() == 50, timeout=30, what="50 long-polls held at once")
+        except AssertionError as exc:  # say what Redis held instead
+            raise AssertionError(f"{exc}; blocked in Redis: {sorted(_blocked_clients())}") from None
         for _ in range(5):  # the two web threads are free: ordinary requests answered at once
             started = time.monotonic()
             assert requests.get(f"{base}/api/v1/jobs/", headers=user, timeout=10).json()["count"] == 0
