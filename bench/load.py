@@ -82,6 +82,9 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+DEFAULT_REDIS_URL = "redis://localhost:6379/14"  # the benchmarks' Redis (api_profile, executors, latency, peer too)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -93,7 +96,7 @@ def _env(database_url: str) -> dict[str, str]:
         **os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "portal.settings", "DEBUG": "0",
         "SECRET_KEY": os.environ.get("ROTA_LOAD_SECRET_KEY", secrets.token_urlsafe(50)),
         "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "LOG_LEVEL": "WARNING",
-        "REDIS_URL": os.environ["ROTA_LOAD_REDIS_URL"],
+        "REDIS_URL": os.environ.get("ROTA_LOAD_REDIS_URL", DEFAULT_REDIS_URL),  # --redis-url sets it
         "PYTHONUNBUFFERED": "1",
         # The fake nodes run nothing (they only report): production's refusal of nodes whose executor does not
         # isolate tenants (ROTA_REQUIRE_ISOLATION) would turn every one of them away with 409.
@@ -271,7 +274,7 @@ def main() -> int:
     parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
     parser.add_argument("--web-threads", type=int, help="threads per gunicorn worker (default: make serve's)")
     parser.add_argument("--database", default="rota_load")
-    parser.add_argument("--redis-url", default=os.environ.get("ROTA_LOAD_REDIS_URL", "redis://localhost:6379/14"),
+    parser.add_argument("--redis-url", default=os.environ.get("ROTA_LOAD_REDIS_URL", DEFAULT_REDIS_URL),
                         help="the portal's Redis (default: $ROTA_LOAD_REDIS_URL or db 14)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cycle-loop", action="store_true", help=argparse.SUPPRESS)
