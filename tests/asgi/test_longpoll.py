@@ -96,8 +96,10 @@ def test_fifty_held_long_polls_leave_two_web_threads_free_and_news_wakes_its_nod
         waits = {pk: clients.submit(_wait, base, token, 25) for pk, token in tokens.items()}
         try:
             wait_for(lambda: _held_waits() == 50, timeout=30, what="50 long-polls held at once")
-        except AssertionError as exc:  # say what Redis held instead
-            raise AssertionError(f"{exc}; blocked in Redis: {sorted(_blocked_clients())}") from None
+        except AssertionError as exc:  # say what Redis held instead, and what the ended waits got
+            ended = [w.exception() or w.result() for w in waits.values() if w.done()][:3]
+            raise AssertionError(f"{exc}; blocked in Redis: {sorted(_blocked_clients())}; {len(ended)} ended: "
+                                 f"{ended}") from None
         for _ in range(5):  # the two web threads are free: ordinary requests answered at once
             started = time.monotonic()
             assert requests.get(f"{base}/api/v1/jobs/", headers=user, timeout=10).json()["count"] == 0
