@@ -10,13 +10,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Func, Value
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, F, Value
 from django.db.models.functions import Coalesce
 
 from scheduler.models import Allocation, Job, JobLog, Node, SchedulerBeat
 from scheduler.models.jobs import HOLDING_STATES, FailureReason, JobState, StopReason
 from scheduler.retries import FAILED, NODE_LOST, START_FAILED, TIMED_OUT
-from scheduler.services.common import db_now, job_transition
+from scheduler.services.common import db_clock, db_now, job_transition
 from scheduler.services.lost_work import preemption_complete
 from scheduler.services.nodes import NodeProtocolError
 from scheduler.services.replica_health import restart_cause
@@ -50,7 +50,7 @@ def _reported_attempt(node: Node, job_id: int, attempt: int, *, now=None, lock: 
     unknown = NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
     on_node = Allocation.objects.filter(job_id=job_id, node=node)
     job = ((Job.objects.select_for_update() if lock else Job.objects)
-           .annotate(clock=Func(function="clock_timestamp", output_field=DateTimeField()),
+           .annotate(clock=db_clock(),
                      holds_open=Exists(on_node.filter(attempt=attempt, ended_at__isnull=True)))
            .filter(Exists(on_node), pk=job_id).first())  # fmt: skip
     if job is None:
