@@ -38,6 +38,10 @@ CYCLE_REST = "rota:cycle:rest"
 MAX_CYCLE_REST_S = 1.0  # whatever a cycle took, a woken one never waits longer
 NODE_NEWS = "rota:node:{}:news"
 NEWS_TTL_S = 120  # a node that never asks again leaves no key behind
+# The long-polls' Redis connections are named (CLIENT SETNAME), so CLIENT LIST tells the waits a web thread
+# holds (``node_wait``) from those held on an event loop (``node_wait_async``) and from anything else.
+WAIT_CLIENT_NAME = "rota-node-wait-thread"
+LOOP_WAIT_CLIENT_NAME = "rota-node-wait-loop"
 
 
 @functools.cache
@@ -53,7 +57,7 @@ def _wait_client() -> redis.Redis | None:
     default of 5 s would cut a longer wait short and send the node to poll at its interval."""
     url = _redis_url()
     return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=None,
-                                                         health_check_interval=30)
+                                                         health_check_interval=30, client_name=WAIT_CLIENT_NAME)
 
 
 def _redis_url() -> str | None:
@@ -197,7 +201,7 @@ def _async_client(max_connections: int) -> redis.asyncio.Redis | None:
         url = _redis_url()
         _async_clients[loop] = None if url is None else redis.asyncio.Redis.from_url(
             url, socket_connect_timeout=2, socket_timeout=None,  # as _wait_client's: BLPOP's own timeout ends a read
-            health_check_interval=30, max_connections=max_connections)
+            health_check_interval=30, max_connections=max_connections, client_name=LOOP_WAIT_CLIENT_NAME)
     return _async_clients[loop]
 
 

@@ -67,16 +67,18 @@ def serve(worker_env, tmp_path):
 
 
 def _held_waits() -> int:
-    """BLPOPs blocked on this test's Redis database now: the long-polls being held (a Celery worker's BRPOP on
-    the same database, one another test may still be stopping, is not one)."""
+    """BLPOPs blocked on this test's Redis database now by a wait held on an event loop: the gunicorn's long-polls.
+    Not a wait another test's in-process live server still holds in a thread for an agent it stopped (up to
+    that test's heartbeat interval: it made this count 51 after tests/e2e), nor a Celery worker's BRPOP."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     db = client.connection_pool.connection_kwargs.get("db", 0)
-    return sum(1 for c in client.client_list() if "b" in c["flags"] and int(c["db"]) == db and c["cmd"] == "blpop")
+    return sum(1 for c in client.client_list() if "b" in c["flags"] and int(c["db"]) == db and c["cmd"] == "blpop"
+               and c["name"] == wake.LOOP_WAIT_CLIENT_NAME)
 
 
 def _blocked_clients() -> list[str]:
     client = redis.Redis.from_url(settings.REDIS_URL)
-    return [f"{c['cmd']}@db{c['db']}" for c in client.client_list() if "b" in c["flags"]]
+    return [f"{c['cmd']}@db{c['db']}:{c['name']}" for c in client.client_list() if "b" in c["flags"]]
 
 
 def _wait(base: str, token: str, timeout_s: float) -> dict:
