@@ -163,7 +163,7 @@ class RotaSide:
         self.agent = self._start(f"agent-{executor}", [
             sys.executable, "-m", "scheduler.agent", "--portal", self.base, "--token-file", str(self.token_file),
             "--gpu-backend", "fake", "--profile", "h100x8", "--hostname", NODE, "--executor", executor,
-            "--work-dir", str(work_dir), "--log-level", "WARNING"])
+            "--work-dir", str(work_dir), "--log-level", "WARNING"], cwd=self.root)  # the agent of --rota-root too
         deadline = time.monotonic() + 120
         while not Node.objects.filter(name=NODE, state=Node.READY, executor=executor).exists():
             if time.monotonic() > deadline or self.serve.poll() is not None or self.agent.poll() is not None:
