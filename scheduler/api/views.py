@@ -37,6 +37,7 @@ from scheduler.selectors import (
 )
 from scheduler.services import arrays as array_services
 from scheduler.services import jobs as job_services
+from scheduler.services import reference
 from scheduler.services.nodes import NodeProtocolError, node_set_state
 
 
@@ -109,7 +110,8 @@ class JobListCreateAPI(APIView):
                                                             .values_list("pk", flat=True))),
                             status=status.HTTP_201_CREATED)
         values.pop("array", None)
-        job = _service_call(job_services.job_submit, user=request.user, **values)
+        job = _service_call(job_services.job_submit, user=request.user, lookups=reference.of_request(request),
+                            **values)
         # Rendered from the saved object, which holds its team, model and class already: a job just queued
         # holds no allocation, so reading it back (two queries, 5-10 ms under load) would add nothing.
         setattr(job, PREFETCHED_ALLOCATIONS, [])

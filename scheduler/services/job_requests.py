@@ -171,11 +171,13 @@ def job_request_build(
     max_retries: int = 0,
     retry_on: list[str] | tuple[str, ...] | None = None,
     retry_backoff_s: int = DEFAULT_RETRY_BACKOFF_S,
+    lookups: reference.Reference | None = None,
 ) -> Job:
     """Validate a job request and return it as an unsaved Job with every default applied. Raises
-    ValidationError naming every bad field, with its limit or allowed values."""
+    ValidationError naming every bad field, with its limit or allowed values. ``lookups``: the reference rows
+    as the caller read them already (``reference.of_request``), else as of now."""
     errors: dict[str, str] = {}
-    lookups = reference.now()  # the teams, GPU models, pools, classes and images, as this process remembers them
+    lookups = lookups or reference.now()  # the teams, GPU models, pools, classes and images, as remembered
     allowed = lookups.submit_teams(user)
     team_obj = None
     if isinstance(team, Team):

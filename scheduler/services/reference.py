@@ -1,6 +1,7 @@
 """The reference rows a submit looks up, remembered per process until any of them changes: GPU models, priority
 classes (with the teams granted a restricted one), pools (with their teams), the kinds' default images, the
-teams each user may submit for and what each team's spent budget does at submit.
+teams each user may submit for and what each team's spent budget does at submit; and the API tokens with their
+users (``api_token``), so a token's request reads one trivial query before its view, and a submit two in all.
 
 PostgreSQL says when they change: a trigger on each of their tables (migration ``scheduler.0021``) sets the one
 row of ``rota_reference_version`` to a fresh number in the writer's transaction, whatever writes (an admin's
@@ -9,7 +10,8 @@ instead of six lookups) and keeps what this process remembered only while it is 
 member removed included, takes effect at the first lookup after its commit. The number is read before the rows
 it labels, so what is remembered under a number is never older than it.
 
-What is handed out is shared by every thread of the process: read it, never change it."""
+What is handed out is shared by every thread of the process: read it, never change it (a token's user is the
+exception: built afresh for each request, from values only)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connection
+from django.contrib.auth import get_user_model
+from django.db import DEFAULT_DB_ALIAS, connection
+from rest_framework.authtoken.models import Token
 
 from accounting.budgets import budget_action
 from portal.access import submit_teams_for
@@ -48,6 +52,13 @@ def now() -> Reference:
             entries = {}
             _memo = (current, entries)
     return Reference(entries)
+
+
+def of_request(request) -> Reference:
+    """The reference rows as the request's token authentication read them (``portal.api.TokenAuthentication``:
+    one version read serves the token and the view), else as of now. Only for a view that writes none of them
+    before its lookups."""
+    return getattr(request, "reference", None) or now()
 
 
 class Reference:
@@ -101,3 +112,21 @@ class Reference:
         """What ``team``'s spent budget does at submit (``accounting.budgets.budget_action``). The budgets' refresh
         (``accounting.usage_rollup``, each minute) moves the version too: one more read per minute."""
         return self._remembered(("budget_action", team.pk), lambda: budget_action(team))
+
+    def api_token(self, key: str) -> tuple[Any, Token] | None:
+        """The user of API token ``key`` and the token (None: no such token), each a new object for the caller
+        alone, built from the values read at this version. A token deleted or regenerated, its user changed or
+        deleted moves the version (migration ``scheduler.0023``); a login's ``last_login`` alone does not. Keys
+        no token has are not remembered: they are read each time, as before."""
+        user_model = get_user_model()
+        names = [f.attname for f in user_model._meta.concrete_fields]
+        row = self._entries.get(("api_token", key))
+        if row is None:
+            row = Token.objects.filter(key=key).values_list("created", *(f"user__{n}" for n in names)).first()
+            if row is None:
+                return None
+            self._entries[("api_token", key)] = row
+        user = user_model.from_db(DEFAULT_DB_ALIAS, names, row[1:])
+        token = Token.from_db(DEFAULT_DB_ALIAS, ["key", "user_id", "created"], [key, user.pk, row[0]])
+        token.user = user
+        return user, token
