@@ -91,7 +91,7 @@ class EventBatch:
                                                    job_id__in=list(allocations)):
                 allocations[alloc.job_id].append(alloc)
         return cls(node=node, jobs={job.pk: job for job in jobs}, allocations=allocations,
-                   now=min((job.clock for job in jobs), default=None))
+                   now=max((job.clock for job in jobs), default=None))  # once every row was locked
 
     def apply(self, event: dict) -> None:
         """Judge ``event`` and apply it (or buffer its writes); its answer goes to ``results`` in its place."""
