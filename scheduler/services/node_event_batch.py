@@ -12,8 +12,9 @@ event's endpoint answers it (docs/node-protocol.md). What makes that safe withou
   batch's own writes, which are applied to the objects read as they are decided.
 - Starts and ends are buffered and written together: the starts in one ``UPDATE`` and one ``INSERT`` of their
   transitions, the ends' allocations closed in one ``UPDATE`` and their jobs' GPU time in another; each end
-  then settles by the lifecycle's rules (``node_jobs._settle``: retries, preemption, restarts...), and the
-  ended jobs are read again in one query. The buffer is written first whenever an event needs the rows as
+  then settles by the lifecycle's rules (``node_jobs._settle``: retries, preemption, restarts...), whose moves
+  are written together (``_Moves``: one UPDATE per distinct move, one INSERT of their records), and the ended
+  jobs are read again in one query. The buffer is written first whenever an event needs the rows as
   they are: a checkpoint (its rule reads the row), or any event about a job whose end is buffered (the job
   settled, perhaps as a new attempt).
 - An error of the database (not a refusal) rolls the whole batch back: nothing is half-written, and the node,
@@ -26,6 +27,7 @@ ended here) are told once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,7 +38,7 @@ from scheduler import wake
 from scheduler.models import Allocation, Job, JobTransition, Node
 from scheduler.models.jobs import JobState
 from scheduler.services.checkpoints import node_job_checkpoint
-from scheduler.services.common import db_clock
+from scheduler.services.common import db_clock, transition_fields
 from scheduler.services.jobs import wake_cycle
 from scheduler.services.node_jobs import (
     _attempt_ended_here,
@@ -140,14 +142,45 @@ class EventBatch:
             return
         ends, self.ends = self.ends, []
         _closes_write(ends, self.now)
+        moves = _Moves()
         for end in ends:
-            if _attempt_ended_here(end.job, end.event, self.now, elsewhere=end.elsewhere):
+            if _attempt_ended_here(end.job, end.event, self.now, elsewhere=end.elsewhere, transition=moves.add):
                 self.gangs_stopping.append(end.job.pk)
+        moves.write({end.job.pk: end.job.state for end in ends})
         self.ended = True
         for job in Job.objects.filter(pk__in={end.job.pk for end in ends}):  # settled by the lifecycle's rules
             self.jobs[job.pk] = job
         for end in ends:
             self.results[end.index] = {"job_id": end.job.pk, "state": self.jobs[end.job.pk].state}
+
+
+class _Moves:
+    """The ends' settling moves (``job_transition``'s arguments, as ``node_jobs._settle`` decides them), written
+    together: one guarded UPDATE per distinct move (every job that exited 0 moves alike) and one INSERT of
+    their records. Each move is certain: the rows are locked, in the holding states the moves start from."""
+
+    def __init__(self) -> None:
+        self.moves: dict[str, list] = {}
+
+    def add(self, job_id: int, *, from_states: tuple[str, ...], to_state: str, cause: str, at: datetime,
+            details: dict | None = None, extra: dict | None = None) -> bool:
+        fields = transition_fields(to_state, extra)
+        key = json.dumps([from_states, to_state, at, fields], sort_keys=True, default=str)
+        self.moves.setdefault(key, [from_states, to_state, at, fields, []])[4].append((job_id, cause, details))
+        return True
+
+    def write(self, states: dict[int, str]) -> None:
+        """Write the moves of jobs in ``states`` (each job's state before its move)."""
+        records = []
+        for from_states, to_state, at, fields, jobs in self.moves.values():
+            ids = [job_id for job_id, _cause, _details in jobs]
+            moved = Job.objects.filter(pk__in=ids, state__in=from_states).update(state=to_state, **fields)
+            if moved != len(ids):  # cannot happen under the lock; if it did, nothing of the batch is kept
+                raise RuntimeError(f"jobs {ids}: {moved} of them moved to {to_state}")
+            records += [JobTransition(job_id=job_id, from_state=states[job_id], to_state=to_state, at=at,
+                                      cause=cause[:300], details=details or {}) for job_id, cause, details in jobs]
+        for transition in JobTransition.objects.bulk_create(records):
+            job_transitioned.send(sender=JobTransition, transition=transition)
 
 
 def node_events_apply(*, node: Node, events: list[dict], wake: bool = True) -> EventBatch:

@@ -127,12 +127,12 @@ def _gpu_seconds(closed: list[Allocation], now: datetime) -> float:
     return sum((now - a.started_at).total_seconds() * a.share for a in closed)
 
 
-def _attempt_ended_here(job: Job, event: dict, now: datetime, *, elsewhere: bool) -> bool:
-    """This node's allocations of ``job``'s attempt are closed: settle the job, or, while the attempt still
-    holds devices on another node (a gang member that has not ended), ask those members to stop (returns True
-    when it did: their nodes are to be told)."""
+def _attempt_ended_here(job: Job, event: dict, now: datetime, *, elsewhere: bool, transition=job_transition) -> bool:
+    """This node's allocations of ``job``'s attempt are closed: settle the job (its move written by
+    ``transition``, see ``_settle``), or, while the attempt still holds devices on another node (a gang member
+    that has not ended), ask those members to stop (returns True when it did: their nodes are to be told)."""
     if not elsewhere:
-        _settle(job, event, now)
+        _settle(job, event, now, transition)
         return False
     if job.stop_reason:
         return False
@@ -158,7 +158,11 @@ def _close_on_node(job: Job, node: Node, now, **fields) -> tuple[bool, bool]:
     return True, elsewhere
 
 
-def _settle(job: Job, event: dict, now) -> None:
+def _settle(job: Job, event: dict, now, transition=job_transition) -> None:
+    """Settle ``job``, whose attempt has ended (every allocation closed), by the lifecycle's rules: its move is
+    written by ``transition`` (``job_transition``'s arguments; the caller holds the row locked in a holding
+    state, so the move is certain and a batch of events may write its moves together), a retry by
+    ``job_retry``."""
     message = event.get("message") or ""
     code = job.exit_code
     reason = job.stop_reason
@@ -172,11 +176,11 @@ def _settle(job: Job, event: dict, now) -> None:
         cause = ("node unhealthy" if reason == StopReason.NODE_UNHEALTHY
                  else f"stopped by the node agent ({message or 'no reason given'})")
         if not job_retry(job, NODE_LOST, cause=cause, now=now, exit_code=code):
-            _end_node_lost(job, cause, now, code)
+            _end_node_lost(job, cause, now, code, transition)
     elif reason == StopReason.PREEMPT:
         cause = "preempted: requeued"
         preemption_complete(job, now)  # the work lost since the last checkpoint, credited back to the team
-        job_transition(
+        transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],
             at=now, details={"attempt": job.attempt, "exit_code": code},
@@ -186,7 +190,7 @@ def _settle(job: Job, event: dict, now) -> None:
         )
     elif failure == FailureReason.OOM_KILLED and reason in (StopReason.NONE, StopReason.GANG_EXIT):
         # a resource failure, not retried into the same limit (a gang's other members were stopped for it)
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
                        cause=f"OOMKilled: {failure_message or 'the job exceeded its memory limit'}"[:300], at=now,
                        details={"exit_code": code, "signal": event.get("signal"), "reason": failure},
                        extra={**common, **failed_because, "failure_class": "resource"})
@@ -196,7 +200,7 @@ def _settle(job: Job, event: dict, now) -> None:
         stable = job.started_at is not None and (now - job.started_at).total_seconds() >= STABLE_RUN_S
         restarts = 0 if stable else job.restarts
         delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** restarts)
-        job_transition(
+        transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=f"{restart_cause(failure, failure_message, code, event.get('signal'))}: restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
@@ -206,39 +210,39 @@ def _settle(job: Job, event: dict, now) -> None:
                    "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},
         )
     elif reason == StopReason.IDLE:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
                        cause=f"reclaimed: GPUs idle for {job.idle_timeout_minutes} min", at=now,
                        details={"exit_code": code}, extra=common)
     elif reason == StopReason.CANCEL:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
                        cause="cancelled: processes stopped",
                        at=now, details={"exit_code": code}, extra=common)
     elif reason == StopReason.TIMEOUT or "time limit" in message:
         if not job_retry(job, TIMED_OUT, cause="time limit reached", now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
                            cause="time limit reached", at=now, details={"exit_code": code}, extra=common)
     elif event["type"] == "start_failed":
         pull = failure == FailureReason.IMAGE_PULL_FAILED  # a wrong or missing image: the submitter's to fix
         cause = f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"
         if pull or not job_retry(job, START_FAILED, cause=cause, now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause[:300], at=now,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause[:300], at=now,
                            details={"exit_code": code, **({"reason": failure} if failure else {})},
                            extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
     elif code == 0:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
                        at=now, details={"exit_code": 0}, extra=common)
     else:
         sig = event.get("signal")
         cause = f"killed by signal {sig}" if sig else f"exited with code {code}"
         if not job_retry(job, FAILED, cause=cause, now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
                            details={"exit_code": code, "signal": sig},
                            extra={**common, "failure_class": "resource" if sig == 9 else "user"})
 
 
-def _end_node_lost(job: Job, cause: str, now, code: int | None = None) -> None:
+def _end_node_lost(job: Job, cause: str, now, code: int | None = None, transition=job_transition) -> None:
     """End ``job`` as ``node-lost``: the platform lost its attempt and its retries are spent."""
-    job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.NODE_LOST,
+    transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.NODE_LOST,
                    cause=f"{cause}: no retries left ({job.retries} used)"[:300], at=now,
                    details={"attempt": job.attempt, "exit_code": code},
                    extra={"finished_at": now, "stop_reason": StopReason.NONE, "failure_class": "platform"})
