@@ -17,9 +17,10 @@ class BatchSerializer(serializers.Serializer):
 
 
 class NodeJobEventsAPI(NodeAPIView):
-    """Each event as ``POST /api/v1/node/jobs/{job_id}/events/`` takes it, in order; answers 200 with one
-    result per event (``{"job_id", "state"}``, or ``{"job_id", "status", "detail", "field"}`` for a refused
-    one). A body that does not validate is a 400 naming the field (``events``, with each event's errors)."""
+    """Each event as ``POST /api/v1/node/jobs/{job_id}/events/`` takes it, in order, the batch in one transaction
+    (``scheduler.services.node_event_batch``); answers 200 with one result per event (``{"job_id", "state"}``,
+    or ``{"job_id", "status", "detail", "field"}`` for a refused one). A body that does not validate is a 400
+    naming the field (``events``, with each event's errors)."""
 
     input_serializer = BatchSerializer
 

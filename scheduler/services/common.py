@@ -41,9 +41,7 @@ def job_transition(
     row count is checked) and record the transition. Returns False, changing nothing, if the job had
     already moved on. ``extra`` sets further fields; ``where`` adds further guards. A job that ends keeps
     no waiting reason (nothing is left to wait for)."""
-    if to_state in FINAL_STATES:
-        extra = {"pending_reason_code": "", "pending_reason_message": "", "pending_reason_details": {},
-                 "queue_position": None, "estimated_start": None, **(extra or {})}
+    extra = transition_fields(to_state, extra)
     current = Job.objects.filter(pk=job_id, state__in=from_states, **(where or {})).values_list(
         "state", flat=True
     ).first()
@@ -58,6 +56,15 @@ def job_transition(
     )
     job_transitioned.send(sender=JobTransition, transition=transition)
     return True
+
+
+def transition_fields(to_state: str, extra: dict | None) -> dict:
+    """The fields a move to ``to_state`` sets besides the state: ``extra``, and, for an end, the waiting reasons
+    cleared (nothing is left to wait for)."""
+    if to_state in FINAL_STATES:
+        return {"pending_reason_code": "", "pending_reason_message": "", "pending_reason_details": {},
+                "queue_position": None, "estimated_start": None, **(extra or {})}
+    return extra or {}
 
 
 def jobs_transition_locked(job_ids: list[int], *, from_state: str, to_state: str, cause: str,

@@ -6,7 +6,7 @@ A node speaks only for itself: every function takes the authenticated Node and t
 on it. GPUs are released only when the node confirms the job's processes are gone (or it is lost).
 """
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -36,41 +36,50 @@ NO_FAILURE = {"failure_reason": "", "failure_message": ""}
 
 
 def _reported_attempt(node: Node, job_id: int, attempt: int, *, now=None, lock: bool = False) -> tuple[Job, bool]:
-    """The job a node reports about, and whether the node still holds the reported attempt. The job carries
-    ``clock``, the database's clock (``db_now``) read with it: the time of the report unless ``now`` is given.
-
-    A node speaks only for an attempt it holds (an open allocation here) or held until moments ago: the
-    agent sends an attempt's last log lines, then its end event, once its processes are gone, which can be
-    after the portal closed the allocation (the node was marked down and the job requeued), and it resends
-    an event whose answer it lost. So for ``LATE_REPORT_WINDOW`` after its allocation here closed the node
-    may still report about that attempt. Reports about an attempt the node never held get the 404 of an
-    unknown job; the rest are 409 (field ``attempt``). With ``lock`` the job row is locked. The usual report, about
-    the current attempt while the node holds it, costs this one query (the clock and the open allocation are
-    read with the job)."""
-    unknown = NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
+    """The job a node reports about, and whether the node still holds the reported attempt (``_judged``). The
+    job carries ``clock``, the database's clock (``db_now``) read with it: the time of the report unless ``now``
+    is given. With ``lock`` the job row is locked. The usual report, about the current attempt while the node
+    holds it, costs this one query (the clock and the open allocation are read with the job)."""
     on_node = Allocation.objects.filter(job_id=job_id, node=node)
     job = ((Job.objects.select_for_update() if lock else Job.objects)
            .annotate(clock=db_clock(),
                      holds_open=Exists(on_node.filter(attempt=attempt, ended_at__isnull=True)))
            .filter(Exists(on_node), pk=job_id).first())  # fmt: skip
     if job is None:
-        raise unknown
-    now = now or job.clock
+        raise _unknown(job_id)
     if job.holds_open and attempt == job.attempt:
         return job, True
     held = list(Allocation.objects.filter(job=job, node=node, attempt__in={attempt, job.attempt})
                 .values_list("attempt", "ended_at"))
+    return job, _judged(job, attempt, held, now or job.clock)
+
+
+def _judged(job: Job, attempt: int, held: list[tuple[int, datetime | None]], now: datetime) -> bool:
+    """Whether the node that held ``held`` (its allocations of ``job``: (attempt, ended_at) pairs; those of
+    ``attempt`` and of the job's current attempt at least) still holds the reported ``attempt``; raises the
+    NodeProtocolError a report it may not make is answered.
+
+    A node speaks only for an attempt it holds (an open allocation here) or held until moments ago: the
+    agent sends an attempt's last log lines, then its end event, once its processes are gone, which can be
+    after the portal closed the allocation (the node was marked down and the job requeued), and it resends
+    an event whose answer it lost. So for ``LATE_REPORT_WINDOW`` after its allocation here closed the node
+    may still report about that attempt. Reports about an attempt the node never held get the 404 of an
+    unknown job; the rest are 409 (field ``attempt``)."""
     ends = [ended for held_attempt, ended in held if held_attempt == attempt]
     holds_current = any(held_attempt == job.attempt and ended is None for held_attempt, ended in held)
     if any(ended is None for ended in ends):
         if attempt != job.attempt:
             raise _not_current(job, attempt)
-        return job, True
+        return True
     if not ends:
-        raise _not_current(job, attempt) if holds_current else unknown
+        raise _not_current(job, attempt) if holds_current else _unknown(job.pk)
     if now - max(ends) > LATE_REPORT_WINDOW:
-        raise _attempt_over(job_id, attempt)
-    return job, False
+        raise _attempt_over(job.pk, attempt)
+    return False
+
+
+def _unknown(job_id: int) -> NodeProtocolError:
+    return NodeProtocolError(f"job {job_id} has no allocation on this node", status=404, field="job_id")
 
 
 def _not_current(job: Job, attempt: int) -> NodeProtocolError:
@@ -83,51 +92,51 @@ def _attempt_over(job_id: int, attempt: int) -> NodeProtocolError:
 
 
 def node_job_event(*, node: Node, job_id: int, event: dict, wake: bool = True) -> Job:
-    """A node reports that a job's processes started, exited or could not start on it. A repeated event
-    about the job's current attempt that the node no longer holds (an answer was lost, see ``_reported_attempt``)
-    is accepted, changing nothing; an older attempt's is refused (409). An end wakes the cycle unless ``wake``."""
-    kind = event["type"]
-    with transaction.atomic():
-        job, holds = _reported_attempt(node, job_id, event["attempt"], lock=True)
-        now = job.clock
-        if not holds:
-            if event["attempt"] != job.attempt:
-                raise _not_current(job, event["attempt"])
-            return job
-        if kind == "started":
-            fields = {"started_at": now, "service_address": event.get("address", ""),
-                      "service_health": event.get("health", ""), "service_health_message": ""}
-            if job_transition(job.pk, from_states=(JobState.ADMITTED, JobState.STARTING),
-                              to_state=JobState.RUNNING, cause=f"processes started on {node.name}", at=now,
-                              details={"pid": event.get("pid")}, extra=fields):
-                for name, value in {**fields, "state": JobState.RUNNING}.items():  # the row is locked: no re-read
-                    setattr(job, name, value)
-        else:
-            _end_attempt_on_node(job, node, event, now)
-            job.refresh_from_db()  # settled by the lifecycle's rules, retries included
-    if kind != "started" and wake:
-        from scheduler.tasks import run_cycle
+    """A node reports that a job's processes started, exited or could not start on it: a batch of one
+    (``scheduler.services.node_event_batch``, where each event is judged and applied). Raises NodeProtocolError
+    for a refused one. An end wakes the cycle unless ``wake``."""
+    from scheduler.services.node_event_batch import node_events_apply
 
-        run_cycle.delay_on_commit()
-    return job
+    batch = node_events_apply(node=node, events=[{**event, "job_id": job_id}], wake=wake)
+    if isinstance(batch.results[0], NodeProtocolError):
+        raise batch.results[0]
+    return batch.jobs[job_id]
 
 
-def _end_attempt_on_node(job: Job, node: Node, event: dict, now) -> None:
-    """Close this node's allocations of the attempt; when none remain open, settle the job's state."""
+def _start_fields(event: dict, now: datetime) -> dict:
+    """What a ``started`` event sets on a job that moves to ``running``."""
+    return {"started_at": now, "service_address": event.get("address", ""),
+            "service_health": event.get("health", ""), "service_health_message": ""}
+
+
+def _end_fields(job: Job, event: dict) -> dict:
+    """What an end event sets on the job with its GPU time: its exit code and the cause the node named, each
+    kept from the first member of a gang to end (and each only when given)."""
     exit_code = event.get("exit_code")
     if event["type"] == "start_failed":
         exit_code = exit_code if exit_code is not None else -1
     fields = {"exit_code": exit_code} if job.exit_code is None and exit_code is not None else {}
-    if event.get("reason") and not job.failure_reason:  # kept, like the exit code, from the first member to end
+    if event.get("reason") and not job.failure_reason:
         fields.update(failure_reason=event["reason"], failure_message=(event.get("message") or "")[:500])
-    closed, elsewhere = _close_on_node(job, node, now, **fields)
-    if not closed:
-        return  # a duplicate report: already settled
-    if elsewhere:
-        if not job.stop_reason:  # one member of a gang ended: stop the others too
-            Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.GANG_EXIT)
-        return
-    _settle(job, event, now)
+    return fields
+
+
+def _gpu_seconds(closed: list[Allocation], now: datetime) -> float:
+    """The GPU time of allocations closed at ``now``: what the job received (accounting bills the same
+    intervals)."""
+    return sum((now - a.started_at).total_seconds() * a.share for a in closed)
+
+
+def _attempt_ended_here(job: Job, event: dict, now: datetime, *, elsewhere: bool, transition=job_transition) -> bool:
+    """This node's allocations of ``job``'s attempt are closed: settle the job (its move written by
+    ``transition``, see ``_settle``), or, while the attempt still holds devices on another node (a gang member
+    that has not ended), ask those members to stop (returns True when it did: their nodes are to be told)."""
+    if not elsewhere:
+        _settle(job, event, now, transition)
+        return False
+    if job.stop_reason:
+        return False
+    return bool(Job.objects.filter(pk=job.pk, stop_reason=StopReason.NONE).update(stop_reason=StopReason.GANG_EXIT))
 
 
 def _close_on_node(job: Job, node: Node, now, **fields) -> tuple[bool, bool]:
@@ -141,7 +150,7 @@ def _close_on_node(job: Job, node: Node, now, **fields) -> tuple[bool, bool]:
     if not closed:
         return False, elsewhere
     Allocation.objects.filter(pk__in=[a.pk for a in closed]).update(ended_at=now)
-    gpu_seconds = sum((now - a.started_at).total_seconds() * a.share for a in closed)
+    gpu_seconds = _gpu_seconds(closed, now)
     Job.objects.filter(pk=job.pk).update(attained_gpu_seconds=F("attained_gpu_seconds") + gpu_seconds, **fields)
     job.attained_gpu_seconds += gpu_seconds
     for name, value in fields.items():
@@ -149,7 +158,11 @@ def _close_on_node(job: Job, node: Node, now, **fields) -> tuple[bool, bool]:
     return True, elsewhere
 
 
-def _settle(job: Job, event: dict, now) -> None:
+def _settle(job: Job, event: dict, now, transition=job_transition) -> None:
+    """Settle ``job``, whose attempt has ended (every allocation closed), by the lifecycle's rules: its move is
+    written by ``transition`` (``job_transition``'s arguments; the caller holds the row locked in a holding
+    state, so the move is certain and a batch of events may write its moves together), a retry by
+    ``job_retry``."""
     message = event.get("message") or ""
     code = job.exit_code
     reason = job.stop_reason
@@ -163,11 +176,11 @@ def _settle(job: Job, event: dict, now) -> None:
         cause = ("node unhealthy" if reason == StopReason.NODE_UNHEALTHY
                  else f"stopped by the node agent ({message or 'no reason given'})")
         if not job_retry(job, NODE_LOST, cause=cause, now=now, exit_code=code):
-            _end_node_lost(job, cause, now, code)
+            _end_node_lost(job, cause, now, code, transition)
     elif reason == StopReason.PREEMPT:
         cause = "preempted: requeued"
         preemption_complete(job, now)  # the work lost since the last checkpoint, credited back to the team
-        job_transition(
+        transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=cause[:300],
             at=now, details={"attempt": job.attempt, "exit_code": code},
@@ -177,7 +190,7 @@ def _settle(job: Job, event: dict, now) -> None:
         )
     elif failure == FailureReason.OOM_KILLED and reason in (StopReason.NONE, StopReason.GANG_EXIT):
         # a resource failure, not retried into the same limit (a gang's other members were stopped for it)
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED,
                        cause=f"OOMKilled: {failure_message or 'the job exceeded its memory limit'}"[:300], at=now,
                        details={"exit_code": code, "signal": event.get("signal"), "reason": failure},
                        extra={**common, **failed_because, "failure_class": "resource"})
@@ -187,7 +200,7 @@ def _settle(job: Job, event: dict, now) -> None:
         stable = job.started_at is not None and (now - job.started_at).total_seconds() >= STABLE_RUN_S
         restarts = 0 if stable else job.restarts
         delay = min(MAX_RESTART_BACKOFF_S, RESTART_BACKOFF_S * 2 ** restarts)
-        job_transition(
+        transition(
             job.pk, from_states=HOLDING_STATES, to_state=JobState.PENDING,
             cause=f"{restart_cause(failure, failure_message, code, event.get('signal'))}: restarting in {delay} s",
             at=now, details={"attempt": job.attempt, "exit_code": code, "backoff_s": delay},
@@ -197,39 +210,39 @@ def _settle(job: Job, event: dict, now) -> None:
                    "pending_reason_message": f"restarting after a failure; not before {delay} s from the failure"},
         )
     elif reason == StopReason.IDLE:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
                        cause=f"reclaimed: GPUs idle for {job.idle_timeout_minutes} min", at=now,
                        details={"exit_code": code}, extra=common)
     elif reason == StopReason.CANCEL:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.CANCELLED,
                        cause="cancelled: processes stopped",
                        at=now, details={"exit_code": code}, extra=common)
     elif reason == StopReason.TIMEOUT or "time limit" in message:
         if not job_retry(job, TIMED_OUT, cause="time limit reached", now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.TIMED_OUT,
                            cause="time limit reached", at=now, details={"exit_code": code}, extra=common)
     elif event["type"] == "start_failed":
         pull = failure == FailureReason.IMAGE_PULL_FAILED  # a wrong or missing image: the submitter's to fix
         cause = f"could not start: {f'{failure}: ' if failure else ''}{failure_message}"
         if pull or not job_retry(job, START_FAILED, cause=cause, now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause[:300], at=now,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause[:300], at=now,
                            details={"exit_code": code, **({"reason": failure} if failure else {})},
                            extra={**common, **failed_because, "failure_class": "user" if pull else "platform"})
     elif code == 0:
-        job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
+        transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.SUCCEEDED, cause="exited with code 0",
                        at=now, details={"exit_code": 0}, extra=common)
     else:
         sig = event.get("signal")
         cause = f"killed by signal {sig}" if sig else f"exited with code {code}"
         if not job_retry(job, FAILED, cause=cause, now=now, exit_code=code):
-            job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
+            transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.FAILED, cause=cause, at=now,
                            details={"exit_code": code, "signal": sig},
                            extra={**common, "failure_class": "resource" if sig == 9 else "user"})
 
 
-def _end_node_lost(job: Job, cause: str, now, code: int | None = None) -> None:
+def _end_node_lost(job: Job, cause: str, now, code: int | None = None, transition=job_transition) -> None:
     """End ``job`` as ``node-lost``: the platform lost its attempt and its retries are spent."""
-    job_transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.NODE_LOST,
+    transition(job.pk, from_states=HOLDING_STATES, to_state=JobState.NODE_LOST,
                    cause=f"{cause}: no retries left ({job.retries} used)"[:300], at=now,
                    details={"attempt": job.attempt, "exit_code": code},
                    extra={"finished_at": now, "stop_reason": StopReason.NONE, "failure_class": "platform"})
@@ -280,9 +293,9 @@ def nodes_check_liveness() -> list[str]:
                 state=Node.DOWN, state_reason=f"no heartbeat for {told}s{every}",
                 state_changed_at=now, state_changed_by=None,
             )
-            for alloc_job in Job.objects.filter(
+            for alloc_job in Job.objects.filter(  # locked in id order below, as every writer of jobs does
                 allocations__node=node, allocations__ended_at__isnull=True, state__in=HOLDING_STATES
-            ).distinct():
+            ).distinct().order_by("pk"):
                 _lose_node(alloc_job, node, now)
             marked.append(node.name)
         SchedulerBeat.record(SchedulerBeat.LIVENESS, now)

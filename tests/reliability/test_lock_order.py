@@ -51,3 +51,21 @@ def test_a_heartbeat_locks_its_jobs_in_ascending_id_order_then_moves_the_deliver
     lock = next(i for i, q in enumerate(sql) if "FOR NO KEY UPDATE" in q)  # every job held here, first
     first_write = next(i for i, q in enumerate(sql) if q.startswith('UPDATE "scheduler_job"'))
     assert lock < first_write and sql[lock].endswith("ORDER BY 1 ASC FOR NO KEY UPDATE")  # 1: the id column
+
+
+def test_a_batch_of_job_events_locks_its_jobs_in_one_query_in_ascending_id_order_before_writing(alice, cluster):
+    """A node's batch changes several jobs in one transaction: their rows are taken together, as the cycle and a
+    heartbeat take theirs, or a batch and a cycle asking the same jobs to stop deadlock."""
+    from scheduler.services.node_event_batch import node_events_apply
+
+    jobs = [submit(alice) for _ in range(3)]
+    run_cycle()
+    events = [{"job_id": j.pk, "attempt": 1, "type": t, "exit_code": 0} for t in ("started", "exited")
+              for j in reversed(jobs)]
+    with CaptureQueriesContext(connection) as captured:
+        node_events_apply(node=cluster["nodes"][0], events=events)
+    sql = [q["sql"] for q in captured.captured_queries]
+    locks = [i for i, q in enumerate(sql) if "FOR NO KEY UPDATE" in q or "FOR UPDATE" in q]
+    first_write = next(i for i, q in enumerate(sql) if q.startswith("UPDATE"))
+    assert len(locks) == 1 and locks[0] < first_write, sql
+    assert re.search(r'ORDER BY "scheduler_job"\."id" ASC FOR NO KEY UPDATE$', sql[locks[0]]), sql[locks[0]]
