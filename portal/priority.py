@@ -1,5 +1,5 @@
 """Which requests wait for which in a web process (``portal/asgi.py``): Kubernetes' API Priority and Fairness cut
-to two lanes, each with threads of its own and its own queue, so bulk traffic never holds up the rest.
+to two lanes, each with threads of its own and its own queue, so no request queues behind bulk traffic.
 
 **Bulk** is the nodes' reports of work done: job events (``POST /api/v1/node/events/``, the batch, and the
 single event's endpoint), log chunks and Slurm accounting records. They come in at the drain's pace (at the
@@ -12,9 +12,11 @@ holds back news of work to start.
 Each lane runs at most its number of requests at once, in its own threads (``ROTA_WEB_THREADS`` interactive,
 ``ROTA_WEB_BULK_THREADS`` bulk, each thread with its own database connection); the rest wait on the event loop
 in the order they came. So while bulk requests are queued an interactive request starts at once, and bulk gets
-its own threads' share whatever the interactive load (it is never starved). Bulk's threads are few on
-purpose: in one process they share the interpreter's lock with the interactive threads, so each busy bulk
-thread slows an interactive request running beside it; the queue, not more threads, is where bulk waits.
+its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
+interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an
+interactive request running beside it, and the queue is where bulk waits. 6 by default, not fewer: a report
+spends much of its time waiting on PostgreSQL (each event its own transaction), and with 2 per process the
+drain took twice as long (bench/README.md, "User requests before node traffic").
 
 A request whose client hangs up while it waits is not run at all: an agent that gave up on an answer
 (``scheduler/agent/client.py``'s timeout) sends the same events again, and the stale copy would only take
@@ -96,4 +98,4 @@ async def _hang_up(receive) -> None:
 def lanes() -> dict[str, Lane]:
     """The lanes of this process, sized by the settings."""
     return {INTERACTIVE: Lane(INTERACTIVE, env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)),
-            BULK: Lane(BULK, env_int("ROTA_WEB_BULK_THREADS", 2, minimum=1, maximum=64))}
+            BULK: Lane(BULK, env_int("ROTA_WEB_BULK_THREADS", 6, minimum=1, maximum=256))}
