@@ -1,7 +1,9 @@
 """ASGI entry point (``make serve``: gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``; ``make dev``:
 uvicorn): ``/notebooks/…``, HTTP and websockets, goes to the notebook proxy (``scheduler.notebook_proxy``);
 every other request to the portal's WSGI application (``portal/wsgi.py``), run as gunicorn's threaded workers
-run it: in a fixed pool of ``ROTA_WEB_THREADS`` long-lived threads. A node's long-poll goes through that
+run it: in fixed pools of long-lived threads, one per lane (``portal/priority.py``): ``ROTA_WEB_THREADS`` for
+interactive requests, ``ROTA_WEB_BULK_THREADS`` for the nodes' reports of work done, each lane with its own
+queue, so an interactive request never waits behind bulk ones. A node's long-poll goes through that
 application too, then waits on the event loop, not in a thread (``portal/longpoll.py``).
 
 Why not Django's own ASGI handler for the rest: it runs each request's sync code in a new thread, so a
@@ -14,7 +16,6 @@ import asyncio
 import os
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 from django.core.wsgi import get_wsgi_application
 
@@ -23,8 +24,7 @@ wsgi_app = get_wsgi_application()  # sets Django up before the imports below
 
 from django.conf import settings  # noqa: E402
 
-from portal import longpoll  # noqa: E402
-from portal.env import env_int  # noqa: E402
+from portal import longpoll, priority  # noqa: E402
 from scheduler import notebook_proxy  # noqa: E402
 
 if settings.DEBUG and "django.contrib.staticfiles" in settings.INSTALLED_APPS:  # as runserver serves them
@@ -32,9 +32,9 @@ if settings.DEBUG and "django.contrib.staticfiles" in settings.INSTALLED_APPS:  
 
     wsgi_app = StaticFilesHandler(wsgi_app)
 
-THREADS = env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)
-pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="rota-web")
-notebook_proxy.executor = pool  # its session and access checks use the same threads and connections
+lanes = priority.lanes()
+pool = lanes[priority.INTERACTIVE].executor
+notebook_proxy.executor = pool  # its session and access checks use the interactive threads and connections
 BODY_IN_MEMORY = 1024 * 1024  # a larger request body is spooled to a temporary file
 
 
@@ -98,7 +98,7 @@ async def _wsgi(scope, receive, send, extra_environ: dict | None = None) -> None
     try:
         environ = _environ(scope, body)
         environ.update(extra_environ or {})
-        await loop.run_in_executor(pool, _run, environ, relay)
+        await lanes[priority.lane_of(scope)].run(receive, _run, environ, relay)
     finally:
         body.close()
 

@@ -5,8 +5,6 @@ the answers to a bad token or a bad timeout are the WSGI view's."""
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +18,7 @@ from rest_framework.test import APIClient
 from scheduler import wake
 from scheduler.models import NodeToken
 from tests.factories import NodeFactory
-from tests.processes import ROOT, _stop, wait_for
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAIT = "/api/v1/node/wait/"
@@ -30,40 +28,6 @@ WAIT = "/api/v1/node/wait/"
 def _no_news_yet():
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.delete(*client.keys("rota:node:*") or ["-"])
-
-
-@pytest.fixture
-def serve(worker_env, tmp_path):
-    """``serve(**env)``: the portal under gunicorn's uvicorn workers on a free loopback port (one process, two web
-    threads, a 30 s heartbeat interval unless ``env`` says otherwise); returns its base URL."""
-    started = []
-
-    def start(**env: str) -> str:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        log = tmp_path / f"gunicorn-{port}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn_asgi.conf.py"], cwd=ROOT,
-            env={**worker_env, "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_WEB_WORKERS": "1", "ROTA_WEB_THREADS": "2",
-                 "ROTA_NODE_HEARTBEAT_INTERVAL_S": "30", **env},
-            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        started.append(proc)
-        base = f"http://127.0.0.1:{port}"
-
-        def answers() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                return requests.get(f"{base}/api/v1/", timeout=2).status_code < 500
-            except requests.RequestException:
-                return False
-
-        wait_for(answers, timeout=60, interval=0.2, what="gunicorn to answer")
-        return base
-
-    yield start
-    for proc in started:
-        _stop(proc)
 
 
 def _held_waits() -> int:

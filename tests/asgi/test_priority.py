@@ -1,0 +1,141 @@
+"""Interactive requests before the nodes' bulk reports (portal/priority.py): which lane a request takes, a lane's
+queue (first come first served, a request whose client hung up while queued is not run), and, served for real
+by gunicorn (one worker of two interactive threads and one bulk thread), a user's request and a node's
+heartbeat answered at once while node events hold the bulk lane and queue behind it, and every queued event
+applied once the lane is free."""
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+import requests
+from django.db import connection
+from django.urls import NoReverseMatch, reverse
+from rest_framework.authtoken.models import Token
+
+from portal import priority
+from scheduler.cycle import run_cycle
+from scheduler.models import Job, NodeToken
+from scheduler.models.jobs import JobState
+from scheduler.services.jobs import job_submit
+from tests.processes import wait_for
+
+
+@pytest.mark.parametrize(("method", "path", "lane"), [
+    ("POST", "/api/v1/node/events/", priority.BULK),
+    ("POST", "/api/v1/node/jobs/12/events/", priority.BULK),
+    ("POST", "/api/v1/node/jobs/12/log/", priority.BULK),
+    ("POST", "/api/v1/node/slurm/accounting/", priority.BULK),
+    ("POST", "/api/v1/node/heartbeat/", priority.INTERACTIVE),
+    ("POST", "/api/v1/node/register/", priority.INTERACTIVE),
+    ("POST", "/api/v1/node/wait/", priority.INTERACTIVE),
+    ("GET", "/api/v1/node/events/", priority.INTERACTIVE),  # not a report: answered 405 at once
+    ("POST", "/api/v1/node/jobs/abc/log/", priority.INTERACTIVE),  # no route: a 404
+    ("POST", "/api/v1/node/", priority.INTERACTIVE),
+    ("POST", "/api/v1/jobs/", priority.INTERACTIVE),
+    ("GET", "/api/v1/jobs/", priority.INTERACTIVE),
+    ("POST", "/api/v1/jobs/12/cancel/", priority.INTERACTIVE),
+    ("GET", "/", priority.INTERACTIVE),
+    ("POST", "/login/", priority.INTERACTIVE),
+])
+def test_the_nodes_reports_of_work_done_are_bulk_and_every_other_request_is_interactive(method, path, lane):
+    assert priority.lane_of({"type": "http", "method": method, "path": path}) == lane
+
+
+def test_every_bulk_route_is_a_route_under_the_node_prefix_and_its_posts_are_bulk():
+    def path(name: str) -> str:
+        try:
+            return reverse(name)
+        except NoReverseMatch:
+            return reverse(name, kwargs={"job_id": 1})
+
+    paths = {name: path(name) for name in priority.BULK_ROUTES}
+    assert all(path.startswith(priority.NODE_PREFIX) for path in paths.values()), paths
+    assert {priority.lane_of({"method": "POST", "path": path}) for path in paths.values()} == {priority.BULK}
+
+
+def test_a_lane_runs_its_queue_in_order_and_skips_a_request_whose_client_hung_up():
+    lane = priority.Lane("test", 1)
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def call(name: str) -> str:
+        if name == "first":
+            gate.wait(30)
+        ran.append(name)
+        return name
+
+    async def scenario():
+        hang_up = asyncio.Event()
+
+        async def connected():  # a client still there: no message until the test ends
+            await asyncio.Event().wait()
+
+        async def leaves():
+            await hang_up.wait()
+            return {"type": "http.disconnect"}
+
+        first = asyncio.ensure_future(lane.run(connected, call, "first"))
+        await asyncio.sleep(0)  # the first takes the lane's one thread at once: the others queue behind it
+        queued = [asyncio.ensure_future(lane.run(leaves if name == "gone" else connected, call, name))
+                  for name in ("second", "gone", "third")]
+        await asyncio.sleep(0)
+        hang_up.set()
+        gone = await queued[1]  # answered while the first still holds the lane's one thread
+        assert not first.done() and ran == []
+        gate.set()
+        return [await first, gone, await queued[0], await queued[2]]
+
+    try:
+        assert asyncio.run(scenario()) == ["first", priority.HUNG_UP, "second", "third"]
+        assert ran == ["first", "second", "third"]
+    finally:
+        gate.set()
+        lane.executor.shutdown()
+
+
+def _lock_waiters() -> int:
+    """Database sessions of the portal waiting for a row lock now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_node_events_hold_and_fill_the_bulk_lane_users_and_heartbeats_are_served_at_once(serve, cluster,
+                                                                                                alice):
+    base = serve(ROTA_WEB_BULK_THREADS="1")
+    job = job_submit(user=alice, name="held", command="true", gpu_model="h100-80gb")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED  # placed on node-h100: its start is reported next
+    node, other = cluster["nodes"]
+    node_auth = {"Authorization": f"Node {NodeToken.issue(node)[1]}"}
+    user = {"Authorization": f"Token {Token.objects.create(user=alice).key}"}
+    event = {"events": [{"job_id": job.pk, "attempt": job.attempt, "type": "started"}]}
+    db = connection.settings_dict
+
+    def report() -> requests.Response:
+        return requests.post(f"{base}/api/v1/node/events/", json=event, headers=node_auth, timeout=120)
+
+    with (psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                          dbname=db["NAME"]) as holder, ThreadPoolExecutor(6) as nodes):
+        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [job.pk])  # until the commit
+        reports = [nodes.submit(report) for _ in range(6)]
+        wait_for(lambda: _lock_waiters() == 1, timeout=30, what="the bulk lane's one thread held by the row lock")
+
+        answer = requests.get(f"{base}/api/v1/jobs/", headers=user, timeout=30)
+        assert answer.status_code == 200 and answer.json()["count"] == 1
+        beat = requests.post(f"{base}/api/v1/node/heartbeat/", json={"seq": 1},
+                             headers={"Authorization": f"Node {NodeToken.issue(other)[1]}"}, timeout=30)
+        assert beat.status_code == 200, beat.text
+        assert _lock_waiters() == 1 and not any(each.done() for each in reports)  # bulk held and queued still
+
+        holder.commit()
+        answers = [each.result(timeout=120) for each in reports]
+    assert [each.status_code for each in answers] == [200] * 6
+    assert [each.json()["results"][0]["state"] for each in answers] == [JobState.RUNNING] * 6
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
