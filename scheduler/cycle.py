@@ -20,9 +20,11 @@ from scheduler.models import SchedulerBeat
 from scheduler.selectors_policies import policy_active
 from scheduler.services.common import db_now
 from scheduler.services.jobs import wake_cycle
-from scheduler.snapshot import build_snapshot
+from scheduler.snapshot import JobInfos, build_snapshot
 
 log = logging.getLogger(__name__)
+# The jobs' views of this process's last cycle: a cycle builds only those of the jobs that changed since.
+_JOB_INFOS = JobInfos()
 
 
 @dataclass
@@ -59,7 +61,7 @@ def run_cycle() -> CycleReport:
         timed_out = expire_time_limits(now)
         reclaimed = reclaim_idle(now)
         active = policy_active()
-        snapshot, gpu_nodes = build_snapshot(now, active.policy)
+        snapshot, gpu_nodes = build_snapshot(now, active.policy, infos=_JOB_INFOS)
         snapshot, held = hold_back(snapshot)  # budgets, dependencies, array caps: never given to the engine
         t1 = time.perf_counter()
         decisions = schedule(snapshot)

@@ -240,6 +240,41 @@ def test_the_snapshot_reads_every_field_of_every_job(alice, cluster):
     assert gpu_nodes == dict(Gpu.objects.values_list("pk", "node_id"))
 
 
+def test_the_cycle_builds_again_only_the_views_of_jobs_that_changed(alice, cluster):
+    """``JobInfos`` keeps the last snapshot's job views: a job whose row, allocations and image pools are
+    unchanged gets the very same ``JobInfo``; one that changed in any of them a new one, and the snapshot is
+    always equal to one built from nothing."""
+    from scheduler.models import Pool, PriorityClass
+    from scheduler.snapshot import JobInfos, build_snapshot
+
+    same, reprioritized, admitted, labelled = (submit(alice, gpus=1, name=f"j{n}") for n in range(4))
+    infos = JobInfos()
+
+    def both():
+        with transaction.atomic():
+            now = db_now()
+            kept, _ = build_snapshot(now, infos=infos)
+            fresh, _ = build_snapshot(now)
+        assert kept == fresh
+        return {j.id: j for j in kept.jobs}
+
+    first = both()
+    assert both() == first and all(info is first[pk] for pk, info in both().items())
+    Job.objects.filter(pk=reprioritized.pk).update(priority_class=PriorityClass.objects.get(name="batch"))
+    Job.objects.filter(pk=labelled.pk).update(node_labels={"rack": "b"})
+    waiting = Job.objects.filter(pk__in=[same.pk, reprioritized.pk, labelled.pk])
+    waiting.update(state="held")  # so that the cycle admits ``admitted`` alone, onto a GPU
+    assert run_cycle().started == 1
+    waiting.update(state="pending")
+    second = both()
+    assert second[same.pk] is first[same.pk]
+    assert second[admitted.pk].placements and second[admitted.pk] is not first[admitted.pk]
+    assert second[reprioritized.pk].priority_class == "batch" and second[labelled.pk].node_labels == {"rack": "b"}
+    Pool.objects.update(allowed_images=["registry.example/only/*"])  # the image rule changed: every view again
+    third = both()
+    assert all(third[pk] is not second[pk] for pk in third)
+
+
 def _row_versions() -> dict[int, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id, xmin::text::bigint FROM scheduler_job WHERE state = 'pending'")
