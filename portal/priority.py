@@ -14,9 +14,10 @@ Each lane runs at most its number of requests at once, in its own threads (``ROT
 in the order they came. So while bulk requests are queued an interactive request starts at once, and bulk gets
 its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
 interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an
-interactive request running beside it, and the queue is where bulk waits. 6 by default, not fewer: a report
-spends much of its time waiting on PostgreSQL (each event its own transaction), and with 2 per process the
-drain took twice as long (bench/README.md, "User requests before node traffic").
+interactive request running beside it, and the queue is where bulk waits. 6 by default: while events were
+applied one transaction each, 2 per process made the drain twice as long; now that a batch is one transaction,
+2 drain as fast and serve users faster, but 5x more reports wait past a node's timeout (it sends them again)
+(bench/README.md, "User requests before node traffic" and "The full size with two lanes").
 
 A request whose client hangs up while it waits is not run at all: an agent that gave up on an answer
 (``scheduler/agent/client.py``'s timeout) sends the same events again, and the stale copy would only take
