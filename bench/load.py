@@ -104,6 +104,20 @@ def _env(database_url: str) -> dict[str, str]:
     }
 
 
+def production_in_process(database: str) -> None:
+    """Django set up in this process as the portal runs in production (``portal.settings_production``), on a
+    fresh scratch ``database``: for the in-process profiles (``bench/api_profile.py``,
+    ``bench/node_events_profile.py``)."""
+    base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
+    database_url = f"{base_url}/{database}"
+    os.environ.update(_env(database_url))
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0"})
+    setup_database(database_url, database)
+    import django
+
+    django.setup()
+
+
 def start_server(args, port: int, logs: Path) -> subprocess.Popen:
     """The portal as ``make serve`` runs it (gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``:
     the nodes' long-polls held on the event loop; production settings), or ``runserver`` to compare."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from load import _env, seed, setup_database  # noqa: E402
+from load import production_in_process, seed  # noqa: E402
 
 GPUS = 32
 
@@ -40,14 +39,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    base_url = os.environ.get("ROTA_LOAD_DATABASE_URL", "postgres://postgres@localhost:5432")
-    database_url = f"{base_url}/{args.database}"
-    os.environ.update(_env(database_url))
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0"})
-    setup_database(database_url, args.database)
-    import django
-
-    django.setup()
+    production_in_process(args.database)
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
