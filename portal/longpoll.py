@@ -20,6 +20,7 @@ import json
 from django.conf import settings
 from django.urls import reverse
 
+from portal import priority
 from scheduler import wake
 from scheduler.api.node import WAIT_ON_LOOP
 
@@ -62,7 +63,7 @@ async def _wait(node_id: int, timeout_s: float, receive):
         return None
     _held += 1
     waiting = asyncio.ensure_future(wake.node_wait_async(node_id, timeout_s, max_connections=limit))
-    hung_up = asyncio.ensure_future(_hung_up(receive))
+    hung_up = asyncio.ensure_future(priority.hang_up(receive))
     try:
         await asyncio.wait({waiting, hung_up}, return_when=asyncio.FIRST_COMPLETED)
         return waiting.result() if waiting.done() else HUNG_UP
@@ -71,12 +72,6 @@ async def _wait(node_id: int, timeout_s: float, receive):
         for task in (waiting, hung_up):
             task.cancel()
         await asyncio.gather(waiting, hung_up, return_exceptions=True)  # the Redis connection is given back
-
-
-async def _hung_up(receive) -> None:
-    """Returns when the client disconnects (its request body was read already: nothing else can come)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _with_length(start: dict, length: int) -> dict:

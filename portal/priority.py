@@ -76,7 +76,7 @@ class Lane:
 async def _acquired_before_hang_up(slots: asyncio.Semaphore, receive) -> bool:
     """Wait for a slot of ``slots``: True once taken, False (none taken) when the client hangs up first."""
     acquiring = asyncio.ensure_future(slots.acquire())
-    hung_up = asyncio.ensure_future(_hang_up(receive))
+    hung_up = asyncio.ensure_future(hang_up(receive))
     try:
         await asyncio.wait({acquiring, hung_up}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -90,7 +90,7 @@ async def _acquired_before_hang_up(slots: asyncio.Semaphore, receive) -> bool:
     return taken
 
 
-async def _hang_up(receive) -> None:
+async def hang_up(receive) -> None:
     """Returns when the client disconnects (its request body was read already: nothing else can come)."""
     while (await receive())["type"] != "http.disconnect":
         pass

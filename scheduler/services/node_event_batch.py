@@ -34,7 +34,6 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from scheduler import wake
 from scheduler.models import Allocation, Job, JobTransition, Node
 from scheduler.models.jobs import JobState
 from scheduler.services.checkpoints import node_job_checkpoint
@@ -51,6 +50,7 @@ from scheduler.services.node_jobs import (
 )
 from scheduler.services.nodes import NodeProtocolError
 from scheduler.signals import job_transitioned
+from scheduler.wake import holders_notify
 
 STARTABLE = (JobState.ADMITTED, JobState.STARTING)
 
@@ -113,8 +113,7 @@ class EventBatch:
         if event["type"] == "checkpoint":  # its own rules (scheduler/services/checkpoints.py), the row as it is now
             job, recorded = node_job_checkpoint(node=self.node, job_id=job_id, event=event)
             self.jobs[job_id].last_checkpoint_at = job.last_checkpoint_at
-            return {"job_id": job.pk, "state": job.state, "recorded": recorded,
-                    "last_checkpoint_at": job.last_checkpoint_at}
+            return checkpoint_answer(job, recorded)
         here = [a for a in self.allocations[job_id] if a.node_id == self.node.pk]
         if not _judged(job, attempt, [(a.attempt, a.ended_at) for a in here], self.now):
             if attempt != job.attempt:
@@ -154,6 +153,11 @@ class EventBatch:
             self.results[end.index] = {"job_id": end.job.pk, "state": self.jobs[end.job.pk].state}
 
 
+def checkpoint_answer(job: Job, recorded: bool) -> dict:
+    """The answer to a ``checkpoint`` event (``node_job_checkpoint``'s job and whether it recorded one)."""
+    return {"job_id": job.pk, "state": job.state, "recorded": recorded, "last_checkpoint_at": job.last_checkpoint_at}
+
+
 class _Moves:
     """The ends' settling moves (``job_transition``'s arguments, as ``node_jobs._settle`` decides them), written
     together: one guarded UPDATE per distinct move (every job that exited 0 moves alike) and one INSERT of
@@ -191,15 +195,11 @@ def node_events_apply(*, node: Node, events: list[dict], wake: bool = True) -> E
         for event in events:
             batch.apply(event)
         batch.flush()
-        if batch.gangs_stopping:
-            _gangs_notify(batch.gangs_stopping)
+        if batch.gangs_stopping:  # their other members' nodes stop them now, not at their next heartbeat
+            holders_notify(batch.gangs_stopping)
         if batch.ended and wake:
             wake_cycle()  # on commit
     return batch
-
-
-def _gangs_notify(job_ids: list[int]) -> None:
-    wake.holders_notify(job_ids)  # their other members' nodes stop them now, not at their next heartbeat
 
 
 def _starts_write(node: Node, starts: list[tuple[Job, str, dict]], now: datetime) -> None:

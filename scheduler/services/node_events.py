@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from scheduler.models import Node
 from scheduler.services.checkpoints import node_job_checkpoint
-from scheduler.services.node_event_batch import node_events_apply
+from scheduler.services.node_event_batch import checkpoint_answer, node_events_apply
+from scheduler.services.node_jobs import node_job_event
 from scheduler.services.nodes import NodeProtocolError
 
 MAX_EVENTS = 256  # per request; an agent with more sends them in several
@@ -25,13 +26,9 @@ def node_event_apply(*, node: Node, job_id: int, event: dict, wake: bool = True)
     ``last_checkpoint_at``). Raises NodeProtocolError for a refused one. An attempt's end wakes the cycle
     unless ``wake`` is false."""
     if event["type"] == "checkpoint":  # the job's checkpoint file changed: scheduler/services/checkpoints.py
-        job, recorded = node_job_checkpoint(node=node, job_id=job_id, event=event)
-        return {"job_id": job.pk, "state": job.state, "recorded": recorded,
-                "last_checkpoint_at": job.last_checkpoint_at}
-    [result] = node_events_apply(node=node, events=[{**event, "job_id": job_id}], wake=wake).results
-    if isinstance(result, NodeProtocolError):
-        raise result
-    return result
+        return checkpoint_answer(*node_job_checkpoint(node=node, job_id=job_id, event=event))
+    job = node_job_event(node=node, job_id=job_id, event=event, wake=wake)
+    return {"job_id": job.pk, "state": job.state}
 
 
 def node_job_events(*, node: Node, events: list[dict]) -> list[dict]:
