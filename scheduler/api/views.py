@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from portal.access import array_for, arrays_for, job_for, jobs_for, submit_teams_for, teams_for
 from portal.api import Pagination
 from portal.throttle import QuoteThrottle
+from scheduler.api.job_rows import JobAnswerPage
 from scheduler.api.serializers import (
     JobArraySerializer,
     JobDetailSerializer,
@@ -27,9 +28,7 @@ from scheduler.kinds import KINDS
 from scheduler.models import Allocation, Gpu, Job, Node, Pool, PriorityClass
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS, JobState
 from scheduler.selectors import (
-    JOB_ROW_RELATED,
     STATE_RULE,
-    JobPage,
     array_state_counts,
     filter_state,
     nodes_matching,
@@ -95,9 +94,8 @@ class JobListCreateAPI(APIView):
         if array_id:
             qs = qs.filter(array_id=int(array_id))
         paginator = self.pagination_class()
-        rows = Job.objects.select_related(*JOB_ROW_RELATED).prefetch_related(_allocations_prefetch())
-        page = paginator.paginate_queryset(JobPage(qs, rows, "-id"), request, view=self)
-        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+        page = paginator.paginate_queryset(JobAnswerPage(qs, "-id"), request, view=self)
+        return paginator.get_paginated_response(page)
 
     @extend_schema(request=JobInputSerializer, responses={201: JobSerializer})
     def post(self, request):

@@ -1,4 +1,5 @@
-"""``portal.dbrows``: many timestamps read with psycopg's C loader give exactly what the ORM gives."""
+"""``portal.dbrows``: many timestamps read with psycopg's C loader give exactly what the ORM gives; a query
+compiled once with its subquery compiled per call reads what the ORM reads."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -6,7 +7,7 @@ import pytest
 from django.db import connection
 from psycopg.pq import Format
 
-from portal.dbrows import fast_timestamps, fetch_rows
+from portal.dbrows import CompiledOnce, fast_timestamps, fetch_rows
 from scheduler.models import Allocation, Gpu
 from tests.accounting.helpers import allocate, make_job
 
@@ -49,3 +50,31 @@ def test_the_cursor_reads_timestamps_with_psycopgs_own_loader_only_when_it_gives
 
 def test_nothing_can_match_an_empty_list(allocations):
     assert fetch_rows(Allocation.objects.filter(job_id__in=[]).values_list("pk")) == []
+
+
+def _wide(ids):  # parameters on both sides of the subquery: a literal before, a filter after
+    from django.db.models import Value
+
+    return (Allocation.objects.annotate(tag=Value("x")).filter(pk__in=ids, share_milli__gte=1).order_by("-pk")
+            .values_list("tag", "gpu__uuid", "started_at", "ended_at"))
+
+
+def test_a_query_compiled_once_reads_what_the_whole_query_reads_for_each_subquery(allocations):
+    statement = CompiledOnce(_wide)
+    for ids in [Allocation.objects.values("pk"), Allocation.objects.filter(ended_at__isnull=True).values("pk"),
+                Allocation.objects.filter(gpu__uuid__in=["GPU-a100-0", "GPU-h100-1"]).order_by("pk").values("pk")[:1],
+                Allocation.objects.filter(pk=-1).values("pk")]:
+        assert statement.rows(ids) == [tuple(r) for r in _wide(ids)]
+    first = statement.sql_with_params(Allocation.objects.values("pk"))[0]
+    assert statement.sql_with_params(Allocation.objects.values("pk"))[0] == first and CompiledOnce.MARK not in first
+    assert statement.rows(Allocation.objects.none().values("pk")) == []
+
+
+def test_a_query_with_a_literal_percent_is_refused():
+    """Its "%s" could not be told from the parameters' placeholders."""
+    from django.db.models.expressions import RawSQL
+
+    statement = CompiledOnce(lambda ids: Allocation.objects.filter(pk__in=ids).annotate(p=RawSQL("'50%%'", ()))
+                             .values_list("pk", "p"))
+    with pytest.raises(ValueError, match="literal"):
+        statement.sql_with_params(Allocation.objects.values("pk"))

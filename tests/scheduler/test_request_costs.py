@@ -67,6 +67,18 @@ def test_the_job_list_costs_the_same_queries_for_2_or_40_jobs_with_their_allocat
     assert len(many) == len(few) <= 4, many  # count, the page, its allocations (node, GPU, model joined)
 
 
+def test_a_page_of_the_queue_reads_no_allocations(api, alice, cluster):
+    """Its jobs hold none (the page's row says so, scheduler.api.job_rows): the count and the page alone."""
+    client = api(alice)
+    _running(alice, 1)
+    for i in range(5):
+        job_submit(user=alice, name=f"queued{i}", command="true", gpu_model="h100-80gb", gpus=4)
+    queue = _queries(lambda: client.get("/api/v1/jobs/?state=pending"))
+    assert len(queue) == 2 and not any(q.startswith('SELECT "scheduler_allocation"') for q in queue), queue
+    everything = _queries(lambda: client.get("/api/v1/jobs/"))
+    assert len(everything) == 3, everything  # the running job's allocations read too
+
+
 def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, cluster, node_client):
     node = cluster["nodes"][0]
     client = node_client(node)
@@ -190,3 +202,63 @@ def test_a_submitted_job_has_its_pending_transition_from_the_same_statement(alic
         "", "pending", "submitted", alice)
     assert before <= transition.at <= db_now()
     assert Job.objects.get(pk=job.pk).created_at == job.created_at  # the object is the row it saved
+
+
+def _jobs_of_every_shape(alice, cluster) -> list[Job]:
+    """Pending, running with allocations, a second attempt whose first allocations are not shown, a share of a
+    GPU, no model, a pool, a pending reason, labels and retries, an array task, and jobs with service ports (a
+    running notebook, a running inference service, a stopped one): what a page of the list can hold."""
+    from decimal import Decimal
+
+    from scheduler.services.arrays import array_submit
+
+    _running(alice, 3)
+    job_submit(user=alice, name="slice", command="x", gpu_model="h100-80gb", gpu_fraction=Decimal("0.25"),
+               node_labels={"zone": "a"}, max_retries=2, retry_on=["failed"])
+    job_submit(user=alice, name="any model", command="x", time_limit_minutes=5, pool=cluster["pool"].name)
+    array_submit(user=alice, name="sweep", command="x", gpu_model="h100-80gb", array="0-1")
+    run_cycle()
+    jobs = list(Job.objects.order_by("id"))
+    running = [j for j in jobs if j.allocations.exists()]
+    assert len(running) >= 4 and any(j.state == "pending" for j in jobs)
+    Job.objects.filter(pk=running[0].pk).update(attempt=2)  # its allocations are of attempt 1: not shown
+    Job.objects.filter(pk=running[1].pk).update(kind="notebook", service_port=8888, state="running")
+    Job.objects.filter(pk=running[2].pk).update(kind="inference", service_port=9000, state="running")
+    Job.objects.filter(pk=running[3].pk).update(state="succeeded")  # ended: its allocations still shown
+    Job.objects.filter(pk=jobs[-1].pk).update(service_port=7000)  # pending: a port, no address yet
+    Job.objects.filter(pk=jobs[-2].pk).update(pending_reason_code="quota", pending_reason_message="over quota",
+                                              pending_reason_details={"limit": 8, "used": [1, 2]})
+    return list(Job.objects.order_by("-id"))
+
+
+def test_the_job_lists_rows_are_the_serializers_answer_for_jobs_of_every_shape(alice, cluster):
+    """The list renders rows, not instances (scheduler.api.job_rows): for each kind of job it gives exactly
+    JobSerializer's answer for the job read as an instance, in the same order."""
+    from scheduler.api.job_rows import job_answers
+    from scheduler.selectors import JOB_ROW_RELATED
+
+    _jobs_of_every_shape(alice, cluster)
+    jobs = list(Job.objects.select_related(*JOB_ROW_RELATED).prefetch_related(
+        "allocations__node", "allocations__gpu__model").order_by("-id"))
+    for job in jobs:
+        setattr(job, PREFETCHED_ALLOCATIONS, list(job.allocations.all()))
+    expected = JobSerializer(jobs, many=True).data
+    assert any(row["allocations"] for row in expected) and any(row["pending_reason"] for row in expected)
+    assert any(row["connect_url"] for row in expected) and any(row["notebook_url"] for row in expected)
+    assert any(row["gpu_fraction"] for row in expected) and any(row["array_id"] for row in expected)
+    assert any(row["gpu_model"] is None for row in expected) and any(row["pool"] for row in expected)
+    assert job_answers(Job.objects.values("pk")) == expected
+    assert job_answers(Job.objects.values("pk")[:0]) == job_answers(Job.objects.none().values("pk")) == []
+
+
+def test_the_job_list_answers_the_same_through_the_api(api, alice, cluster):
+    """The whole answer, paginated and filtered, is the serializer's for the jobs it holds."""
+    from scheduler.selectors import JOB_ROW_RELATED
+
+    jobs = _jobs_of_every_shape(alice, cluster)
+    body = api(alice).get("/api/v1/jobs/", {"limit": 4, "offset": 1}).json()
+    shown = list(Job.objects.select_related(*JOB_ROW_RELATED).filter(pk__in=[j.pk for j in jobs[1:5]])
+                 .order_by("-id"))
+    for job in shown:
+        setattr(job, PREFETCHED_ALLOCATIONS, list(job.allocations.all()))
+    assert body["count"] == len(jobs) and body["results"] == JobSerializer(shown, many=True).data
