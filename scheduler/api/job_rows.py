@@ -16,8 +16,10 @@ neither (both are None)."""
 
 from __future__ import annotations
 
+import functools
+
 from django.db import connections
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.db.models import Exists, JSONField, OuterRef, Prefetch, QuerySet
 from rest_framework.fields import Field
 
 from portal.dbrows import CompiledOnce
@@ -60,10 +62,24 @@ class _Plan:
 
 
 def _converter(model, path: str):
+    """What turns the raw cursor's value of ``path`` into the ORM's: the model field's ``from_db_value``, if it
+    has one; for a JSON field without a decoder of its own, empty objects and lists (most rows' labels, retry
+    ends and reason details) made without the JSON decoder."""
     *relations, last = path.split("__")
     for name in relations:
         model = model._meta.get_field(name).related_model
-    return getattr(model._meta.get_field(last), "from_db_value", None)
+    field = model._meta.get_field(last)
+    if isinstance(field, JSONField) and field.decoder is None:
+        return functools.partial(_json, field.from_db_value)
+    return getattr(field, "from_db_value", None)
+
+
+def _json(decode, value, expression, connection):
+    if value == "{}":
+        return {}
+    if value == "[]":
+        return []
+    return decode(value, expression, connection)
 
 
 _plan: _Plan | None = None
