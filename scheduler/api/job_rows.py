@@ -30,7 +30,7 @@ from scheduler.selectors import JOB_ROW_RELATED, JobPage
 
 PENDING_REASON = ("pending_reason_code", "pending_reason_message", "pending_reason_details")
 _COMPUTED = ("pending_reason", "allocations", "connect_url", "notebook_url")
-_EXTRA = ("service_port",)  # read to choose the instance path, not shown
+SERVICE_PORT = "service_port"  # read to choose the instance path, not shown
 
 
 class _Plan:
@@ -53,7 +53,7 @@ class _Plan:
         self.pending = [self._index(p) for p in PENDING_REASON]
         self.pending_details = _converter(Job, PENDING_REASON[2])
         self.pk, self.attempt = self._index("id"), self._index("attempt")
-        self.service_port = self._index(_EXTRA[0])
+        self.service_port = self._index(SERVICE_PORT)
 
     def _index(self, path: str) -> int:
         if path not in self.paths:
