@@ -7,7 +7,8 @@ through Django's test client under the production settings (no HTTP, no server: 
 submit (``POST /api/v1/jobs/``), the job list (``GET /api/v1/jobs/?limit=50``) and a node's heartbeat. For each
 it prints the SQL queries per request (counted by an execute wrapper), the median and p90 time of R requests
 and the median CPU time this process spent on one (the portal's side of it, PostgreSQL's excluded: steadier than
-wall time on a shared machine);
+wall time on a shared machine), and the mean CPU time its PostgreSQL backend spent on one (read from ``/proc``
+when the server runs on this machine: it shares the cores);
 ``--profile KIND`` adds cProfile's top functions for that kind (CPU time, with their callees or, with
 ``--profile-sort tottime``, their own).
 """
@@ -57,6 +58,19 @@ def _requests(client, tokens: dict, node: tuple[str, str], wake):
     return {"submit": submit, "list": listing, "heartbeat": heartbeat}
 
 
+def _backend_cpu_s(connection) -> float | None:
+    """CPU seconds this process's PostgreSQL backend has used so far (its ``/proc`` entry: a server on this
+    machine), or None where it cannot be read: the database's share of a request, on the same cores."""
+    from load import _cpu_s
+
+    if connection.settings_dict["HOST"] not in ("", "localhost", "127.0.0.1", "::1"):
+        return None  # its pid names no process here
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    return _cpu_s(pid)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=10000, help="pending jobs queued first (make load: 10000)")
@@ -103,15 +117,19 @@ def main() -> int:
         with connection.execute_wrapper(counted):
             status = call()
         times, cpu = [], []
+        backend_started = _backend_cpu_s(connection)
         for _ in range(args.requests):
             started, cpu_started = time.perf_counter(), time.process_time()
             call()
             times.append((time.perf_counter() - started) * 1000)
             cpu.append((time.process_time() - cpu_started) * 1000)
+        backend = _backend_cpu_s(connection)
         times.sort()
         figures[kind] = {"status": status, "queries": len(queries), "median_ms": round(statistics.median(times), 2),
                          "p90_ms": round(times[int(0.9 * len(times))], 2),
                          "cpu_ms": round(statistics.median(cpu), 2),
+                         "postgres_cpu_ms": None if backend is None else round(
+                             (backend - backend_started) * 1000 / args.requests, 2),
                          "sql": [q[:160] for q in queries]}
         if kind in args.profile:
             profile = cProfile.Profile(time.process_time)  # CPU time: what other work on the box does not add
@@ -127,7 +145,8 @@ def main() -> int:
         return 0
     for kind, f in figures.items():
         print(f"{kind:>10}: HTTP {f['status']}, {f['queries']} queries, median {f['median_ms']} ms, "
-              f"p90 {f['p90_ms']} ms; this process's CPU {f['cpu_ms']} ms (median)")
+              f"p90 {f['p90_ms']} ms; this process's CPU {f['cpu_ms']} ms (median), its PostgreSQL backend's "
+              f"{f['postgres_cpu_ms']} ms (mean)")
         for sql in f["sql"]:
             print(f"{'':>12}{sql}")
         if "profile" in f:
