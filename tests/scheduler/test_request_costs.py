@@ -247,7 +247,8 @@ def test_the_job_lists_rows_are_the_serializers_answer_for_jobs_of_every_shape(a
     assert any(row["connect_url"] for row in expected) and any(row["notebook_url"] for row in expected)
     assert any(row["gpu_fraction"] for row in expected) and any(row["array_id"] for row in expected)
     assert any(row["gpu_model"] is None for row in expected) and any(row["pool"] for row in expected)
-    assert job_answers(Job.objects.values("pk")) == expected
+    answers = job_answers(Job.objects.values("pk"))
+    assert answers == expected and [list(row) for row in answers] == [list(row) for row in expected]  # key order too
     assert job_answers(Job.objects.values("pk")[:0]) == job_answers(Job.objects.none().values("pk")) == []
 
 
