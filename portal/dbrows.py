@@ -65,3 +65,36 @@ def one_snapshot(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         with db.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
+
+
+class ModelRows:
+    """Instances of ``model`` built from its columns in a row that a query run by hand returned, as the ORM builds
+    them: ``names`` (lookups from the row's model, ``prefix`` ``node__`` for a related one) are its concrete
+    fields in order, for ``values_list``; each value goes through its field's database converters (a JSON
+    field's text is parsed). For a query whose SQL is compiled once per process and run by every request
+    (``scheduler.api.node.NodeTokenAuthentication``): the ORM would compile it each time."""
+
+    def __init__(self, model, prefix: str = "", start: int = 0) -> None:
+        self.model = model
+        self.fields = model._meta.concrete_fields
+        self.names = [prefix + field.name for field in self.fields]
+        self.attnames = [field.attname for field in self.fields]
+        self.start, self.end = start, start + len(self.fields)
+        self._converters: list[tuple[int, object, list]] | None = None
+
+    def build(self, row: tuple, using: str = DEFAULT_DB_ALIAS):
+        """The instance of the row's columns ``start`` to ``end``."""
+        db = connections[using]
+        if self._converters is None:  # as the compiler finds them (SQLCompiler.get_converters), once
+            found = []
+            for i, field in enumerate(self.fields):
+                column = field.get_col(self.model._meta.db_table)
+                found_here = db.ops.get_db_converters(column) + column.get_db_converters(db)
+                if found_here:
+                    found.append((i, column, found_here))
+            self._converters = found
+        values = list(row[self.start:self.end])
+        for i, column, converters in self._converters:
+            for convert in converters:
+                values[i] = convert(values[i], column, db)
+        return self.model.from_db(using, self.attnames, values)

@@ -1,10 +1,14 @@
 """The node API (docs/node-protocol.md): a node authenticates with its own token and reports only about
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
+import functools
 import re
 import threading
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
@@ -16,12 +20,13 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from portal.dbrows import ModelRows
 from scheduler import wake
 from scheduler.agent.gpu.models import model_slug
-from scheduler.models import NodeToken
+from scheduler.models import Node, NodeToken, Pool
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
-from scheduler.services import node_cadence, node_jobs, replica_health
+from scheduler.services import node_cadence, node_jobs, reference, replica_health
 from scheduler.services import nodes as node_services
 from scheduler.services.node_events import node_event_apply
 
@@ -54,8 +59,30 @@ class NodePrincipal:
         return f"node {self.node.name}"
 
 
+# The node, its pool and its token, from one row of the token query (``_token_sql``), in this order.
+_TOKEN = ModelRows(NodeToken)
+_NODE = ModelRows(Node, prefix="node__", start=_TOKEN.end)
+_POOL = ModelRows(Pool, prefix="node__pool__", start=_NODE.end)
+_HASH = "(the token's hash)"  # where the query's one parameter goes
+
+
+@functools.cache
+def _token_sql() -> str:
+    """The query of a node token that works now (rotated tokens work until their grace runs out) with its node,
+    the node's pool and the reference version: compiled by the ORM once per process, not at each request."""
+    tokens = (NodeToken.objects.filter(token_hash=_HASH).filter(NodeToken.usable_at(Now()))
+              .annotate(reference_version=RawSQL(reference.VERSION_SQL, ()))
+              .values_list(*_TOKEN.names, *_NODE.names, *_POOL.names, "reference_version")[:1])
+    sql, params = tokens.query.sql_with_params()
+    if params != (_HASH,):
+        raise ImproperlyConfigured(f"the node token query takes the token's hash alone, not {params!r}")
+    return sql
+
+
 class NodeTokenAuthentication(BaseAuthentication):
-    """``Authorization: Node <token>``; only hashes are stored; revoked tokens fail."""
+    """``Authorization: Node <token>``; only hashes are stored; revoked tokens fail (read at each request, in one
+    query with its node and pool). The same query reads the reference version, kept on the request for the
+    view's lookups (``reference.of_request``: a heartbeat's kind images), which then cost no query of their own."""
 
     keyword = b"node"
 
@@ -65,15 +92,16 @@ class NodeTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization must be 'Node <token>'")
-        token = (
-            NodeToken.objects.select_related("node", "node__pool")
-            .filter(token_hash=hash_token(parts[1].decode(errors="replace")))
-            .filter(NodeToken.usable_at(Now()))  # rotated tokens work until their grace runs out
-            .first()
-        )
-        if token is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_token_sql(), [hash_token(parts[1].decode(errors="replace"))])
+            row = cursor.fetchone()
+        if row is None:
             raise AuthenticationFailed("unknown or revoked node token")
-        return NodePrincipal(token.node), token
+        token, node, pool = _TOKEN.build(row), _NODE.build(row), _POOL.build(row)
+        node.pool = pool
+        token.node = node
+        request.reference = reference.at(row[_POOL.end])
+        return NodePrincipal(node), token
 
     def authenticate_header(self, request):
         return "Node"
@@ -293,7 +321,8 @@ class NodeHeartbeatAPI(NodeAPIView):
     @extend_schema(request=HeartbeatSerializer, responses={200: dict, 409: dict}, tags=["node"])
     def post(self, request):
         report = self.parsed(request)
-        result = self.call(node_services.node_heartbeat, node=request.user.node, report=report)
+        result = self.call(node_services.node_heartbeat, node=request.user.node, report=report,
+                           reference=reference.of_request(request))
         if isinstance(result, Response):
             return result
         replica_health.replica_health_record(node=request.user.node, running=report.get("running") or [])

@@ -7,9 +7,10 @@ the allocations on it. GPUs are released only when the node confirms the job's p
 
 import logging
 import re
+from datetime import datetime
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from scheduler import notebooks
 from scheduler.models import Allocation, Gpu, GpuModel, Job, Node
@@ -17,6 +18,8 @@ from scheduler.models.jobs import HOLDING_STATES, JobState
 from scheduler.services import node_cadence, runtime
 from scheduler.services.common import db_now, jobs_transition_locked
 from scheduler.services.node_engine import engine_state_apply, node_state_view
+from scheduler.services.reference import Reference
+from scheduler.services.reference import now as reference_now
 from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
 
 log = logging.getLogger(__name__)
@@ -158,25 +161,40 @@ def node_register(*, node: Node, report: dict) -> dict:
     return answer
 
 
-def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> list[dict]:
+# The columns node_assignments reads of an allocation and what it joins (the job, its priority class, team and
+# notebook server, the GPU): about 35 of the six tables' ~120, so a heartbeat neither builds nor converts the
+# rest. A field read here, in scheduler.services.runtime or in notebooks.job_env that is missing from this list
+# costs a query per job (tests/scheduler/test_request_costs.py counts them).
+ASSIGNMENT_COLUMNS = (
+    "attempt", "share_milli", "gpu__index", "gpu__uuid", "gpu__memory_mb",
+    "job__attempt", "job__stop_reason", "job__command", "job__env", "job__name", "job__kind", "job__service_port",
+    "job__array_id", "job__array_index", "job__time_limit_minutes", "job__gpus", "job__image", "job__cpus",
+    "job__memory_gb", "job__priority_class__grace_period_s", "job__team__unix_id", "job__team__name",
+    "job__notebook_server__attempt", "job__notebook_server__token_encrypted",
+)
+
+
+def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES, reference: Reference | None = None
+                     ) -> list[dict]:
     """What should run on ``node`` now: every job in ``states`` (default: every holding job) with an open
     allocation here, with the image it runs in, the team identity it runs as and its limits (see
-    ``scheduler.services.runtime``)."""
+    ``scheduler.services.runtime``). The kinds' images are looked up in ``reference`` (default: as of now)."""
     allocs = (
         Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
         .select_related("job", "job__priority_class", "job__team", "job__notebook_server", "gpu")
+        .only(*ASSIGNMENT_COLUMNS)
         .order_by("job_id", "gpu__index")
     )
     by_job: dict[int, dict] = {}
     jobs: dict[int, tuple[Job, float]] = {}  # job id -> the job and its share of a GPU here
-    images: dict[str, str] | None = None  # the kinds' default images, read once there is a job to send
+    images: dict[str, str] | None = None  # the kinds' default images, looked up once there is a job to send
     for alloc in allocs:
         job = alloc.job
         if alloc.attempt != job.attempt:
             continue
         entry = by_job.get(job.pk)
         if entry is None:
-            images = runtime.kind_images() if images is None else images
+            images = (reference or reference_now()).kind_images() if images is None else images
             entry = by_job[job.pk] = {
                 "job_id": job.pk, "attempt": job.attempt,
                 "desired": "stopped" if job.stop_reason else "running",
@@ -201,9 +219,10 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
     # Members of a multi-node gang (a job not all here) learn their peers: node names in order, their own rank.
     peers: dict[int, list[str]] = {}
     spread = [job_id for job_id, entry in by_job.items() if len(entry["gpus"]) < jobs[job_id][0].gpus]
-    rows = Allocation.objects.filter(job_id__in=spread, ended_at__isnull=True).values_list("job_id", "node__name")
-    for job_id, name in rows.distinct().order_by("job_id", "node__name"):
-        peers.setdefault(job_id, []).append(name)
+    if spread:
+        rows = Allocation.objects.filter(job_id__in=spread, ended_at__isnull=True).values_list("job_id", "node__name")
+        for job_id, name in rows.distinct().order_by("job_id", "node__name"):
+            peers.setdefault(job_id, []).append(name)
     node_gpus = None  # counted once, for the first job on a share of a GPU
     for job_id, entry in by_job.items():
         names = peers.get(job_id, [node.name])
@@ -216,22 +235,37 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
     return list(by_job.values())
 
 
-def node_heartbeat(*, node: Node, report: dict) -> dict:
-    """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments."""
+# A heartbeat's own write, stamped by the database's clock (``db_now``'s) in the same statement, which returns it.
+_HEARTBEAT_RECORD = (
+    f"UPDATE {Node._meta.db_table} SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), "
+    "heartbeat_interval_s = %(heartbeat_interval_s)s, heartbeat_timeout_s = %(heartbeat_timeout_s)s "
+    "WHERE id = %(node)s AND heartbeat_seq < %(seq)s RETURNING last_heartbeat_at"
+)
+
+
+def _heartbeat_record(node: Node, seq: int, told: dict[str, int]) -> datetime | None:
+    """Store heartbeat ``seq`` of ``node`` and the cadence it is told; return when (None: ``seq`` is not newer
+    than the last one received, nothing written). One statement: the clock's read is the write's."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HEARTBEAT_RECORD, {"seq": seq, "node": node.pk, **told})
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = None) -> dict:
+    """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments (the kinds'
+    images looked up in ``reference``, default: as of now)."""
     seq = report["seq"]
     engine = report.get("engine")
     engine_down = bool(engine) and engine["state"] == Node.DOWN
     with transaction.atomic():
-        now = db_now()
         if node.state == Node.DOWN and not engine_down:  # a node its engine calls down keeps reporting
             raise NodeProtocolError("register", status=409)
         if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
         told = node_cadence.cadence()  # the node's deadline is written with its heartbeat
-        updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(
-            heartbeat_seq=seq, last_heartbeat_at=now, **told
-        )
-        if not updated:
+        now = _heartbeat_record(node, seq, told)
+        if now is None:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
         # The jobs held here are locked first, in id order, as the cycle locks its victims: the writes below
         # (a failed GPU's jobs told to stop, delivered jobs marked starting) then never wait on a cycle that
@@ -257,7 +291,8 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
         # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked (so a
         # node that held nothing above has nothing to be told).
-        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING)) if held else []
+        assignments = (node_assignments(node, states=(JobState.STARTING, JobState.RUNNING), reference=reference)
+                       if held else [])
     if faults:
         from scheduler.tasks import run_cycle
 
