@@ -1,13 +1,10 @@
 """The node API (docs/node-protocol.md): a node authenticates with its own token and reports only about
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
-import functools
 import re
 import threading
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -20,7 +17,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from portal.dbrows import ModelRows
+from portal.api import SharedFields
+from portal.dbrows import CompiledQuery, ModelRows
 from scheduler import wake
 from scheduler.agent.gpu.models import model_slug
 from scheduler.models import Node, NodeToken, Pool
@@ -59,24 +57,17 @@ class NodePrincipal:
         return f"node {self.node.name}"
 
 
-# The node, its pool and its token, from one row of the token query (``_token_sql``), in this order.
+# The node token that works now (rotated tokens work until their grace runs out), its node, the node's pool and
+# the reference version, in one row: the same query at every request of every node, compiled once.
 _TOKEN = ModelRows(NodeToken)
 _NODE = ModelRows(Node, prefix="node__", start=_TOKEN.end)
 _POOL = ModelRows(Pool, prefix="node__pool__", start=_NODE.end)
-_HASH = "(the token's hash)"  # where the query's one parameter goes
-
-
-@functools.cache
-def _token_sql() -> str:
-    """The query of a node token that works now (rotated tokens work until their grace runs out) with its node,
-    the node's pool and the reference version: compiled by the ORM once per process, not at each request."""
-    tokens = (NodeToken.objects.filter(token_hash=_HASH).filter(NodeToken.usable_at(Now()))
-              .annotate(reference_version=RawSQL(reference.VERSION_SQL, ()))
-              .values_list(*_TOKEN.names, *_NODE.names, *_POOL.names, "reference_version")[:1])
-    sql, params = tokens.query.sql_with_params()
-    if params != (_HASH,):
-        raise ImproperlyConfigured(f"the node token query takes the token's hash alone, not {params!r}")
-    return sql
+_TOKEN_QUERY = CompiledQuery(
+    lambda token_hash: NodeToken.objects.filter(token_hash=token_hash).filter(NodeToken.usable_at(Now()))
+    .annotate(reference_version=RawSQL(reference.VERSION_SQL, ()))
+    .values_list(*_TOKEN.names, *_NODE.names, *_POOL.names, "reference_version")[:1],
+    token_hash="(the token's hash)",
+)
 
 
 class NodeTokenAuthentication(BaseAuthentication):
@@ -92,11 +83,10 @@ class NodeTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization must be 'Node <token>'")
-        with connection.cursor() as cursor:
-            cursor.execute(_token_sql(), [hash_token(parts[1].decode(errors="replace"))])
-            row = cursor.fetchone()
-        if row is None:
+        rows = _TOKEN_QUERY.rows(token_hash=hash_token(parts[1].decode(errors="replace")))
+        if not rows:
             raise AuthenticationFailed("unknown or revoked node token")
+        row = rows[0]
         token, node, pool = _TOKEN.build(row), _NODE.build(row), _POOL.build(row)
         node.pool = pool
         token.node = node
@@ -168,7 +158,7 @@ class ExecutorSerializer(serializers.Serializer):
         return attrs
 
 
-class RegisterSerializer(serializers.Serializer):
+class RegisterSerializer(SharedFields, serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     gpu_backend = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
@@ -229,7 +219,7 @@ class TelemetrySerializer(serializers.Serializer):
     xid = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class HeartbeatSerializer(SharedFields, serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=2**62)
     running = RunningSerializer(many=True, required=False, max_length=1024)
     gpus = GpuHealthSerializer(many=True, required=False, max_length=MAX_GPUS_PER_NODE)
@@ -267,7 +257,7 @@ class LogSerializer(serializers.Serializer):
     data = serializers.CharField(max_length=MAX_LOG_CHUNK, allow_blank=True, trim_whitespace=False)
 
 
-class WaitSerializer(serializers.Serializer):
+class WaitSerializer(SharedFields, serializers.Serializer):
     timeout_s = serializers.FloatField(min_value=0, max_value=300, required=False)
 
 

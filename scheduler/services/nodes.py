@@ -5,6 +5,7 @@ A node speaks only for itself: every function takes the authenticated Node and t
 the allocations on it. GPUs are released only when the node confirms the job's processes are gone.
 """
 
+import functools
 import logging
 import re
 from datetime import datetime
@@ -12,8 +13,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from portal.dbrows import CompiledQuery, ModelRows
+from portal.models import Team
 from scheduler import notebooks
-from scheduler.models import Allocation, Gpu, GpuModel, Job, Node
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, NotebookServer, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState
 from scheduler.services import node_cadence, runtime
 from scheduler.services.common import db_now, jobs_transition_locked
@@ -161,17 +164,47 @@ def node_register(*, node: Node, report: dict) -> dict:
     return answer
 
 
-# The columns node_assignments reads of an allocation and what it joins (the job, its priority class, team and
-# notebook server, the GPU): about 35 of the six tables' ~120, so a heartbeat neither builds nor converts the
-# rest. A field read here, in scheduler.services.runtime or in notebooks.job_env that is missing from this list
-# costs a query per job (tests/scheduler/test_request_costs.py counts them).
-ASSIGNMENT_COLUMNS = (
-    "attempt", "share_milli", "gpu__index", "gpu__uuid", "gpu__memory_mb",
-    "job__attempt", "job__stop_reason", "job__command", "job__env", "job__name", "job__kind", "job__service_port",
-    "job__array_id", "job__array_index", "job__time_limit_minutes", "job__gpus", "job__image", "job__cpus",
-    "job__memory_gb", "job__priority_class__grace_period_s", "job__team__unix_id", "job__team__name",
-    "job__notebook_server__attempt", "job__notebook_server__token_encrypted",
-)
+# What node_assignments reads of an open allocation on the node and what it joins (the GPU, the job, its priority
+# class, team and notebook server): about 35 columns of the six tables' ~120, in one query compiled once per
+# process and states (``_assignments_query``). A field read by node_assignments, scheduler.services.runtime or
+# notebooks.job_env that is not listed here costs a query per job (tests/scheduler/test_request_costs.py).
+_ALLOC = ModelRows(Allocation, ("id", "job", "attempt", "share_milli", "gpu"))
+_GPU = ModelRows(Gpu, ("id", "index", "uuid", "memory_mb"), "gpu__", _ALLOC.end)
+_JOB = ModelRows(Job, ("id", "attempt", "stop_reason", "command", "env", "name", "kind", "service_port", "array",
+                       "array_index", "time_limit_minutes", "gpus", "image", "cpus", "memory_gb", "priority_class",
+                       "team"), "job__", _GPU.end)
+_CLASS = ModelRows(PriorityClass, ("id", "grace_period_s"), "job__priority_class__", _JOB.end)
+_TEAM = ModelRows(Team, ("id", "unix_id", "name"), "job__team__", _CLASS.end)
+_SERVER = ModelRows(NotebookServer, ("id", "job", "attempt", "token_encrypted"), "job__notebook_server__", _TEAM.end)
+_NODE_ID = -(2**62)  # the node's id in the compiled queries: no node has it
+
+
+@functools.cache
+def _assignments_query(states: tuple[str, ...]) -> CompiledQuery:
+    return CompiledQuery(
+        lambda node_id: Allocation.objects.filter(node_id=node_id, ended_at__isnull=True, job__state__in=states)
+        .order_by("job_id", "gpu__index")
+        .values_list(*(name for part in (_ALLOC, _GPU, _JOB, _CLASS, _TEAM, _SERVER) for name in part.names)),
+        node_id=_NODE_ID,
+    )
+
+
+def _open_allocations(node: Node, states: tuple[str, ...]) -> list[Allocation]:
+    """The open allocations on ``node`` of the jobs in ``states``, by job and GPU index, each with its GPU and
+    its job (one object per job), the job with its priority class, team and notebook server, as
+    ``select_related`` gives them (but only the columns listed above)."""
+    allocs, jobs = [], {}
+    for row in _assignments_query(tuple(states)).rows(node_id=node.pk):
+        alloc = _ALLOC.build(row)
+        alloc.gpu = _GPU.build(row)
+        job = jobs.get(alloc.job_id)
+        if job is None:
+            job = jobs[alloc.job_id] = _JOB.build(row)
+            job.priority_class, job.team = _CLASS.build(row), _TEAM.build(row)
+            Job.notebook_server.related.set_cached_value(job, _SERVER.build(row))  # None: it has none
+        alloc.job = job
+        allocs.append(alloc)
+    return allocs
 
 
 def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES, reference: Reference | None = None
@@ -179,12 +212,7 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES, refer
     """What should run on ``node`` now: every job in ``states`` (default: every holding job) with an open
     allocation here, with the image it runs in, the team identity it runs as and its limits (see
     ``scheduler.services.runtime``). The kinds' images are looked up in ``reference`` (default: as of now)."""
-    allocs = (
-        Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
-        .select_related("job", "job__priority_class", "job__team", "job__notebook_server", "gpu")
-        .only(*ASSIGNMENT_COLUMNS)
-        .order_by("job_id", "gpu__index")
-    )
+    allocs = _open_allocations(node, states)
     by_job: dict[int, dict] = {}
     jobs: dict[int, tuple[Job, float]] = {}  # job id -> the job and its share of a GPU here
     images: dict[str, str] | None = None  # the kinds' default images, looked up once there is a job to send
@@ -235,6 +263,13 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES, refer
     return list(by_job.values())
 
 
+# The jobs a heartbeat locks: those held on the node (see node_heartbeat), in id order, with their states.
+_HELD_QUERY = CompiledQuery(
+    lambda node_id: Job.objects.select_for_update(no_key=True).filter(
+        pk__in=Allocation.objects.filter(node_id=node_id, ended_at__isnull=True).values("job_id"),
+        state__in=HOLDING_STATES).order_by("pk").values_list("pk", "state"),
+    node_id=_NODE_ID,
+)
 # A heartbeat's own write, stamped by the database's clock (``db_now``'s) in the same statement, which returns it.
 _HEARTBEAT_RECORD = (
     f"UPDATE {Node._meta.db_table} SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), "
@@ -270,9 +305,7 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
         # The jobs held here are locked first, in id order, as the cycle locks its victims: the writes below
         # (a failed GPU's jobs told to stop, delivered jobs marked starting) then never wait on a cycle that
         # waits on this heartbeat. No-key locks: samples referencing the jobs (key share) do not conflict.
-        held = list(Job.objects.select_for_update(no_key=True).filter(
-            pk__in=Allocation.objects.filter(node=node, ended_at__isnull=True).values("job_id"),
-            state__in=HOLDING_STATES).order_by("pk").values_list("pk", "state"))
+        held = _HELD_QUERY.rows(node_id=node.pk)
         try:
             faults = health_update(node=node, reports=report.get("gpus") or [], now=now)
             telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)

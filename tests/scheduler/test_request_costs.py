@@ -78,6 +78,16 @@ def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, c
     four = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 3}, format="json"))
     assert len(four) == len(one), four
     assert not any('FROM "scheduler_gpu"' in q for q in four), "no GPU verdicts: the node's GPUs are not read"
+    # Once they are delivered (no move to write): the token with its node, pool and the reference version (the
+    # kinds' images are remembered at it); the heartbeat's UPDATE, stamped by the database's clock; the held jobs
+    # locked; their assignments. In a test the transaction is a savepoint (two more).
+    steady = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 4}, format="json"))
+    savepoint = 2
+    assert len(steady) - savepoint == 4, steady
+    assert 'FROM "scheduler_nodetoken"' in four[0] and "rota_reference_version" in four[0], four[0]
+    assert not any(q.startswith("SELECT clock_timestamp()") or "scheduler_kindimage" in q for q in steady), steady
+    wait = _queries(lambda: client.post("/api/v1/node/wait/", {"timeout_s": 0.01}, format="json"))
+    assert len(wait) == 1, wait  # the long-poll's check: the token alone
 
 
 def test_a_gang_member_still_learns_its_peers(alice, cluster, node_client):
