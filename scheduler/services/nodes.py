@@ -23,7 +23,7 @@ from scheduler.services.common import db_now, jobs_transition_locked
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.reference import Reference
 from scheduler.services.reference import now as reference_now
-from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
+from scheduler.services.telemetry import TelemetryError, health_update, node_gpus, telemetry_ingest
 
 log = logging.getLogger(__name__)
 
@@ -307,8 +307,10 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
         # waits on this heartbeat. No-key locks: samples referencing the jobs (key share) do not conflict.
         held = _HELD_QUERY.rows(node_id=node.pk)
         try:
-            faults = health_update(node=node, reports=report.get("gpus") or [], now=now)
-            telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
+            verdicts, samples = report.get("gpus") or [], report.get("telemetry") or []
+            gpus = node_gpus(node) if verdicts or samples else {}  # read once for both
+            faults = health_update(node=node, reports=verdicts, now=now, gpus=gpus)
+            telemetry_ingest(node=node, rows=samples, now=now, gpus=gpus)
         except TelemetryError as exc:
             raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
         if engine:

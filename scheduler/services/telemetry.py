@@ -4,7 +4,7 @@ the latest values on the GPU row, turn faults into unhealthy GPUs and drained no
 import logging
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Avg, Count, Max
 from django.db.models.functions import TruncHour
 
@@ -42,19 +42,20 @@ def _hours(span: timedelta) -> int:
     return int(span.total_seconds() // 3600)
 
 
-def _node_gpus(node: Node) -> dict[str, Gpu]:
+def node_gpus(node: Node) -> dict[str, Gpu]:
+    """The node's present GPUs by UUID: what its health verdicts and samples name."""
     return {g.uuid: g for g in Gpu.objects.filter(node=node, present=True)}
 
 
-def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
+def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime, gpus: dict[str, Gpu] | None = None) -> int:
     """Store a batch of samples from ``node``. Every row must name a GPU of this node and carry a time
     within ``MAX_AGENT_CLOCK_OFFSET`` of ``now``; a node clock off by more than ``MAX_CLOCK_SKEW`` is
     corrected by the offset of the batch's newest row, after which no row may be older than
     ``MAX_SAMPLE_AGE``. A row not newer than the GPU's latest stored sample is a replay and is skipped.
-    Returns the number stored."""
+    Returns the number stored. ``gpus``: the node's present GPUs by UUID (``node_gpus``), read here if not given."""
     if not rows:
         return 0
-    gpus = _node_gpus(node)
+    gpus = node_gpus(node) if gpus is None else gpus
     for i, row in enumerate(rows):
         if row["uuid"] not in gpus:
             raise TelemetryError(f"telemetry[{i}]: unknown GPU UUID {row['uuid']!r} for node {node.name}",
@@ -98,21 +99,37 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
         from accounting.services import usage_days_forget
 
         usage_days_forget(samples[0].at)
-    for gpu_id, s in latest.items():
-        Gpu.objects.filter(pk=gpu_id).update(
-            last_sample_at=s.at, util_pct=s.util_pct, mem_used_mb=s.mem_used_mb, temperature_c=s.temperature_c,
-            power_w=s.power_w, sm_clock_mhz=s.sm_clock_mhz, ecc_uncorrected=s.ecc_uncorrected,
-        )
+    _latest_keep(latest)
     return len(samples)
 
 
-def health_update(*, node: Node, reports: list[dict], now: datetime) -> list[str]:
+def _latest_keep(latest: dict[int, GpuSample]) -> None:
+    """Keep each GPU's newest sample on its row (``latest``: by GPU id), every GPU in one statement. The node's
+    heartbeat holds its node's row: no other writer of its GPUs (register, resume) runs meanwhile."""
+    if not latest:
+        return
+    table = Gpu._meta.db_table
+    rows = [(gpu_id, s.at, s.util_pct, s.mem_used_mb, s.temperature_c, s.power_w, s.sm_clock_mhz, s.ecc_uncorrected)
+            for gpu_id, s in sorted(latest.items())]
+    one = f"(%s::bigint, %s::timestamptz, {', '.join(['%s::double precision'] * 5)}, %s::bigint)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" SET "last_sample_at" = v.at, "util_pct" = v.util, "mem_used_mb" = v.mem, '
+            f'"temperature_c" = v.temp, "power_w" = v.power, "sm_clock_mhz" = v.clock, "ecc_uncorrected" = v.ecc '
+            f'FROM (VALUES {", ".join([one] * len(rows))}) '
+            f'AS v(id, at, util, mem, temp, power, clock, ecc) WHERE "{table}"."id" = v.id',
+            [value for row in rows for value in row])
+
+
+def health_update(*, node: Node, reports: list[dict], now: datetime, gpus: dict[str, Gpu] | None = None
+                  ) -> list[str]:
     """Apply the agent's health verdicts. A GPU turning unhealthy is taken out of scheduling, its node
     becomes ``unhealthy`` with the reason ("XID 79 on GPU 3"), and the jobs on it are asked to stop and
-    are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults."""
+    are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults. ``gpus``: the
+    node's present GPUs by UUID (``node_gpus``), read here if not given."""
     if not reports:  # most heartbeats carry no verdicts: no need to read the node's GPUs
         return []
-    gpus = _node_gpus(node)
+    gpus = node_gpus(node) if gpus is None else gpus
     faults = []
     for i, item in enumerate(reports):
         gpu = gpus.get(item["uuid"])

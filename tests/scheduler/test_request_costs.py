@@ -90,6 +90,33 @@ def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, c
     assert len(wait) == 1, wait  # the long-poll's check: the token alone
 
 
+def test_an_agents_heartbeat_costs_the_same_queries_for_1_or_4_gpus_reported(cluster, node_client):
+    """As the agent sends it, with its GPUs' health and a round of samples: the node's GPUs read once for both,
+    the samples written in one INSERT and each GPU's latest values in one UPDATE, however many GPUs."""
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler.models import Gpu
+
+    client = node_client()
+    start = datetime.now(UTC)
+
+    def heartbeat(seq, gpus):
+        at = (start + timedelta(seconds=seq)).isoformat()
+        body = {"seq": seq, "gpus": [{"uuid": f"GPU-h100-{i}", "healthy": True} for i in range(gpus)],
+                "telemetry": [{"uuid": f"GPU-h100-{i}", "at": at, "util_pct": 10.0 * seq + i, "power_w": None,
+                               "ecc_uncorrected": i} for i in range(gpus)]}
+        return _queries(lambda: client.post("/api/v1/node/heartbeat/", body, format="json"))
+
+    one, four = heartbeat(1, 1), heartbeat(2, 4)
+    assert len(four) == len(one), four
+    assert sum('FROM "scheduler_gpu"' in q.split("WHERE")[0] for q in four) == 1, four
+    assert sum(q.startswith('UPDATE "scheduler_gpu"') for q in four) == 1, four
+    latest = {g.uuid: (g.util_pct, g.power_w, g.ecc_uncorrected, g.last_sample_at) for g in Gpu.objects.all()}
+    for i in range(4):
+        assert latest[f"GPU-h100-{i}"] == (20.0 + i, None, i, start + timedelta(seconds=2))
+    assert latest["GPU-a100-0"] == (None, None, None, None)  # another node's GPU: untouched
+
+
 def test_a_gang_member_still_learns_its_peers(alice, cluster, node_client):
     """Peers are looked up only for a job with GPUs elsewhere: a job wholly on this node has none to ask for."""
     second = NodeFactory(name="node-h100-b", pool=cluster["pool"])
