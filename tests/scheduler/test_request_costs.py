@@ -13,6 +13,7 @@ from scheduler.api.serializers import JobDetailSerializer, JobInputSerializer, J
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Job
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS
+from scheduler.services import node_cadence
 from scheduler.services.jobs import job_submit
 from tests.factories import GpuFactory, NodeFactory
 
@@ -81,6 +82,7 @@ def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, c
     # Once they are delivered (no move to write): the token with its node, pool and the reference version (the
     # kinds' images are remembered at it); the heartbeat's UPDATE, stamped by the database's clock; the held jobs
     # locked; their assignments. In a test the transaction is a savepoint (two more).
+    node_cadence.nodes_in_service()  # the fleet counted now (at most every 10 s per process): not in what follows
     steady = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 4}, format="json"))
     savepoint = 2
     assert len(steady) - savepoint == 4, steady
@@ -95,7 +97,7 @@ def test_an_agents_heartbeat_costs_the_same_queries_for_1_or_4_gpus_reported(clu
     the samples written in one INSERT and each GPU's latest values in one UPDATE, however many GPUs."""
     from datetime import UTC, datetime, timedelta
 
-    from scheduler.models import Gpu
+    from scheduler.models import Gpu, GpuSample
 
     client = node_client()
     start = datetime.now(UTC)
@@ -107,14 +109,20 @@ def test_an_agents_heartbeat_costs_the_same_queries_for_1_or_4_gpus_reported(clu
                                "ecc_uncorrected": i} for i in range(gpus)]}
         return _queries(lambda: client.post("/api/v1/node/heartbeat/", body, format="json"))
 
-    one, four = heartbeat(1, 1), heartbeat(2, 4)
+    node_cadence.nodes_in_service()  # the fleet counted now (at most every 10 s per process): not in what follows
+    one, four = heartbeat(2, 1), heartbeat(3, 4)
     assert len(four) == len(one), four
     assert sum('FROM "scheduler_gpu"' in q.split("WHERE")[0] for q in four) == 1, four
     assert sum(q.startswith('UPDATE "scheduler_gpu"') for q in four) == 1, four
     latest = {g.uuid: (g.util_pct, g.power_w, g.ecc_uncorrected, g.last_sample_at) for g in Gpu.objects.all()}
     for i in range(4):
-        assert latest[f"GPU-h100-{i}"] == (20.0 + i, None, i, start + timedelta(seconds=2))
+        assert latest[f"GPU-h100-{i}"] == (30.0 + i, None, i, start + timedelta(seconds=3))
     assert latest["GPU-a100-0"] == (None, None, None, None)  # another node's GPU: untouched
+    assert sum(q.startswith('INSERT INTO "scheduler_gpusample"') for q in four) == 1, four
+    samples = GpuSample.objects.filter(gpu__uuid="GPU-h100-3").values_list("node__name", "job", "at", "util_pct",
+                                                                              "power_w", "ecc_uncorrected", "xid")
+    assert list(samples) == [("node-h100", None, start + timedelta(seconds=3), 33.0, None, 3, None)]
+    assert GpuSample.objects.count() == 5
 
 
 def test_a_gang_member_still_learns_its_peers(alice, cluster, node_client):
