@@ -23,7 +23,7 @@ from scheduler.services.common import db_now, jobs_transition_locked
 from scheduler.services.node_engine import engine_state_apply, node_state_view
 from scheduler.services.reference import Reference
 from scheduler.services.reference import now as reference_now
-from scheduler.services.telemetry import TelemetryError, health_update, node_gpus, telemetry_ingest
+from scheduler.services.telemetry import TelemetryError, health_update, present_gpus, telemetry_ingest
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ _HELD_QUERY = CompiledQuery(
 )
 # A heartbeat's own write, stamped by the database's clock (``db_now``'s) in the same statement, which returns it.
 _HEARTBEAT_RECORD = (
-    f"UPDATE {Node._meta.db_table} SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), "
+    f'UPDATE "{Node._meta.db_table}" SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), '
     "heartbeat_interval_s = %(heartbeat_interval_s)s, heartbeat_timeout_s = %(heartbeat_timeout_s)s "
     "WHERE id = %(node)s AND heartbeat_seq < %(seq)s RETURNING last_heartbeat_at"
 )
@@ -308,7 +308,7 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
         held = _HELD_QUERY.rows(node_id=node.pk)
         try:
             verdicts, samples = report.get("gpus") or [], report.get("telemetry") or []
-            gpus = node_gpus(node) if verdicts or samples else {}  # read once for both
+            gpus = present_gpus(node) if verdicts or samples else {}  # read once for both
             faults = health_update(node=node, reports=verdicts, now=now, gpus=gpus)
             telemetry_ingest(node=node, rows=samples, now=now, gpus=gpus)
         except TelemetryError as exc:

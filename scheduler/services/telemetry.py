@@ -55,7 +55,7 @@ _HOLDERS_QUERY = CompiledQuery(
     node_id=_NODE_ID)
 
 
-def node_gpus(node: Node) -> dict[str, Gpu]:
+def present_gpus(node: Node) -> dict[str, Gpu]:
     """The node's present GPUs by UUID: what its health verdicts and samples name."""
     gpus = (_GPU.build(row) for row in _GPUS_QUERY.rows(node_id=node.pk))
     return {gpu.uuid: gpu for gpu in gpus}
@@ -66,10 +66,10 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime, gpus: dict[
     within ``MAX_AGENT_CLOCK_OFFSET`` of ``now``; a node clock off by more than ``MAX_CLOCK_SKEW`` is
     corrected by the offset of the batch's newest row, after which no row may be older than
     ``MAX_SAMPLE_AGE``. A row not newer than the GPU's latest stored sample is a replay and is skipped.
-    Returns the number stored. ``gpus``: the node's present GPUs by UUID (``node_gpus``), read here if not given."""
+    Returns the number stored. ``gpus``: the node's present GPUs by UUID (``present_gpus``), read here if not given."""
     if not rows:
         return 0
-    gpus = node_gpus(node) if gpus is None else gpus
+    gpus = present_gpus(node) if gpus is None else gpus
     for i, row in enumerate(rows):
         if row["uuid"] not in gpus:
             raise TelemetryError(f"telemetry[{i}]: unknown GPU UUID {row['uuid']!r} for node {node.name}",
@@ -151,10 +151,10 @@ def health_update(*, node: Node, reports: list[dict], now: datetime, gpus: dict[
     """Apply the agent's health verdicts. A GPU turning unhealthy is taken out of scheduling, its node
     becomes ``unhealthy`` with the reason ("XID 79 on GPU 3"), and the jobs on it are asked to stop and
     are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults. ``gpus``: the
-    node's present GPUs by UUID (``node_gpus``), read here if not given."""
+    node's present GPUs by UUID (``present_gpus``), read here if not given."""
     if not reports:  # most heartbeats carry no verdicts: no need to read the node's GPUs
         return []
-    gpus = node_gpus(node) if gpus is None else gpus
+    gpus = present_gpus(node) if gpus is None else gpus
     faults = []
     for i, item in enumerate(reports):
         gpu = gpus.get(item["uuid"])
