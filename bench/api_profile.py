@@ -4,7 +4,9 @@ On a scratch database (``rota_api_profile`` by default, dropped and re-created; 
 seeds the load test's world (``bench/load.py``: teams, users with API tokens, nodes with their tokens, N pending
 jobs; the nodes registered, a few jobs running on them), then sends the requests that ``make load`` sends
 through Django's test client under the production settings (no HTTP, no server: the request path alone):
-submit (``POST /api/v1/jobs/``), the job list (``GET /api/v1/jobs/?limit=50``) and a node's heartbeat. For each
+submit (``POST /api/v1/jobs/``), the job list (``GET /api/v1/jobs/?limit=50``), a node's heartbeat (as ``make load``
+sends it: its seq; and as the agent does: with its 8 GPUs' health and samples) and the check of its long-poll
+(``POST /api/v1/node/wait/`` up to where the ASGI server takes the wait over). For each
 it prints the SQL queries per request (counted by an execute wrapper), the median and p90 time of R requests
 and the median CPU time this process spent on one (the portal's side of it, PostgreSQL's excluded: steadier than
 wall time on a shared machine), and the mean CPU time its PostgreSQL backend spent on one (read from ``/proc``
@@ -23,6 +25,7 @@ import pstats
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,11 +35,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from load import production_in_process, seed  # noqa: E402
 
-KINDS = ("submit", "list", "heartbeat")
+KINDS = ("submit", "list", "heartbeat", "agent-heartbeat", "wait")
 
 
 def _requests(client, tokens: dict, node: tuple[str, str], wake):
     """One request of each kind, as a function returning its status code."""
+    from scheduler.api.node import WAIT_ON_LOOP
+
     api = {"HTTP_AUTHORIZATION": f"Token {tokens['api_tokens'][0]}"}
     node_auth = {"HTTP_AUTHORIZATION": f"Node {node[1]}"}
     count = iter(range(10**9))
@@ -55,7 +60,20 @@ def _requests(client, tokens: dict, node: tuple[str, str], wake):
         return client.post("/api/v1/node/heartbeat/", {"seq": next(seq)}, content_type="application/json",
                            **node_auth).status_code
 
-    return {"submit": submit, "list": listing, "heartbeat": heartbeat}
+    def agent_heartbeat():  # as the node agent sends it: its GPUs' health and a round of samples (make load's: seq)
+        at = datetime.now(UTC)
+        uuids = [f"GPU-{node[0]}-{i}" for i in range(8)]
+        body = {"seq": next(seq), "gpus": [{"uuid": uuid, "healthy": True} for uuid in uuids],
+                "telemetry": [{"uuid": uuid, "at": at.isoformat(), "util_pct": 87.5, "mem_used_mb": 40000.0,
+                               "temperature_c": 61.0, "power_w": 512.0, "sm_clock_mhz": 1980.0, "ecc_uncorrected": 0,
+                               "xid": None} for uuid in uuids]}
+        return client.post("/api/v1/node/heartbeat/", body, content_type="application/json", **node_auth).status_code
+
+    def wait():  # the check part of a long-poll: authenticated and valid, the wait itself handed to the event loop
+        return client.post("/api/v1/node/wait/", {"timeout_s": 30}, content_type="application/json",
+                           **{WAIT_ON_LOOP: lambda node_id, timeout_s: None}, **node_auth).status_code
+
+    return {"submit": submit, "list": listing, "heartbeat": heartbeat, "agent-heartbeat": agent_heartbeat, "wait": wait}
 
 
 def _backend_cpu_s(connection) -> float | None:
@@ -76,6 +94,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10000, help="pending jobs queued first (make load: 10000)")
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--requests", type=int, default=100, help="requests of each kind timed")
+    parser.add_argument("--kind", choices=KINDS, action="append", default=[], help="only these kinds (default: all)")
     parser.add_argument("--profile", choices=KINDS, action="append", default=[])
     parser.add_argument("--profile-lines", type=int, default=45, help="functions shown per profile")
     parser.add_argument("--profile-sort", default="cumulative", choices=["cumulative", "tottime"],
@@ -104,7 +123,7 @@ def main() -> int:
     run_cycle()  # some of the backlog runs: heartbeats carry assignments, the list shows allocations
     calls = _requests(client, seeded, node, wake)
     figures = {}
-    for kind in KINDS:
+    for kind in args.kind or KINDS:
         call = calls[kind]
         for _ in range(3):  # warm: imports, first connection
             call()

@@ -30,7 +30,7 @@ if env_bool("SECURE_PROXY_SSL", False):
 # Throttles (quotes per person, node API calls) count in the cache: one cache for every web worker, in Redis
 # (Django's default keeps a cache per process, so N workers would allow N times the rate).
 if REDIS_URL.startswith(("redis://", "rediss://", "unix://")):  # noqa: F405
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,  # noqa: F405
+    CACHES = {"default": {"BACKEND": "portal.cache.RedisCache", "LOCATION": REDIS_URL,  # noqa: F405
                           "KEY_PREFIX": "rota"}}
 
 # Connections: each web thread and worker keeps its PostgreSQL connection between requests (checked before

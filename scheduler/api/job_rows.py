@@ -22,7 +22,7 @@ from django.db import connections
 from django.db.models import Exists, JSONField, OuterRef, Prefetch, QuerySet, Subquery
 from rest_framework.fields import Field
 
-from portal.dbrows import CompiledOnce
+from portal.dbrows import CompiledQuery
 from scheduler.api.serializers import _ALLOCATION, JobSerializer
 from scheduler.models import Allocation, Job
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS
@@ -92,11 +92,11 @@ def _the_plan() -> _Plan:
     return _plan
 
 
-_statements: dict[str, CompiledOnce] = {}
+_statements: dict[str, CompiledQuery] = {}
 
 
-def _statement(order: str) -> CompiledOnce:
-    """The page's read in ``order``, compiled once (``portal.dbrows.CompiledOnce``): the plan's columns and
+def _statement(order: str) -> CompiledQuery:
+    """The page's read in ``order``, compiled once (``portal.dbrows.CompiledQuery``): the plan's columns and
     whether the job holds allocations of its current attempt (the only ones a row shows), so a page with none
     (a page of the queue) reads no allocations. A related row's column (the team's name, the submitter's) is
     read by a scalar subquery, not a join: with five joins beside the page's own subquery PostgreSQL took 1.3 ms
@@ -115,9 +115,9 @@ def _statement(order: str) -> CompiledOnce:
             names[alias] = Subquery(row.values(rest))
             selected.append(alias)
         shown = Exists(Allocation.objects.filter(job_id=OuterRef("pk"), attempt=OuterRef("attempt")))
-        statement = _statements[order] = CompiledOnce(
+        statement = _statements[order] = CompiledQuery(
             lambda ids: Job.objects.filter(pk__in=ids).annotate(**names, shown_allocations=shown).order_by(order)
-            .values_list(*selected, "shown_allocations"))
+            .values_list(*selected, "shown_allocations"), ids=CompiledQuery.SUBQUERY)
     return statement
 
 
@@ -126,7 +126,7 @@ def job_answers(ids: QuerySet[Job], order: str = "-id") -> list[dict]:
     ``JobSerializer`` renders them: in one query, and one more for their allocations when a job holds some."""
     plan = _the_plan()
     connection = connections[ids.db]
-    page = _statement(order).rows(ids)
+    page = _statement(order).rows(ids.db, ids=ids)
     if not page:
         return []
     allocations: dict[int, list[Allocation]] = {}

@@ -5,6 +5,7 @@ import re
 import threading
 
 from django.conf import settings
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
@@ -16,12 +17,14 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from portal.api import SharedFields
+from portal.dbrows import CompiledQuery, ModelRows
 from scheduler import wake
 from scheduler.agent.gpu.models import model_slug
-from scheduler.models import NodeToken
+from scheduler.models import Node, NodeToken, Pool
 from scheduler.models.cluster import hash_token
 from scheduler.models.jobs import FailureReason
-from scheduler.services import node_cadence, node_jobs, replica_health
+from scheduler.services import node_cadence, node_jobs, reference, replica_health
 from scheduler.services import nodes as node_services
 from scheduler.services.node_events import node_event_apply
 
@@ -54,8 +57,23 @@ class NodePrincipal:
         return f"node {self.node.name}"
 
 
+# The node token that works now (rotated tokens work until their grace runs out), its node, the node's pool and
+# the reference version, in one row: the same query at every request of every node, compiled once.
+_TOKEN = ModelRows(NodeToken)
+_NODE = ModelRows(Node, prefix="node__", start=_TOKEN.end)
+_POOL = ModelRows(Pool, prefix="node__pool__", start=_NODE.end)
+_TOKEN_QUERY = CompiledQuery(
+    lambda token_hash: NodeToken.objects.filter(token_hash=token_hash).filter(NodeToken.usable_at(Now()))
+    .annotate(reference_version=RawSQL(reference.VERSION_SQL, ()))
+    .values_list(*_TOKEN.names, *_NODE.names, *_POOL.names, "reference_version")[:1],
+    token_hash="(the token's hash)",
+)
+
+
 class NodeTokenAuthentication(BaseAuthentication):
-    """``Authorization: Node <token>``; only hashes are stored; revoked tokens fail."""
+    """``Authorization: Node <token>``; only hashes are stored; revoked tokens fail (read at each request, in one
+    query with its node and pool). The same query reads the reference version, kept on the request for the
+    view's lookups (``reference.of_request``: a heartbeat's kind images), which then cost no query of their own."""
 
     keyword = b"node"
 
@@ -65,15 +83,15 @@ class NodeTokenAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization must be 'Node <token>'")
-        token = (
-            NodeToken.objects.select_related("node", "node__pool")
-            .filter(token_hash=hash_token(parts[1].decode(errors="replace")))
-            .filter(NodeToken.usable_at(Now()))  # rotated tokens work until their grace runs out
-            .first()
-        )
-        if token is None:
+        rows = _TOKEN_QUERY.rows(token_hash=hash_token(parts[1].decode(errors="replace")))
+        if not rows:
             raise AuthenticationFailed("unknown or revoked node token")
-        return NodePrincipal(token.node), token
+        row = rows[0]
+        token, node, pool = _TOKEN.build(row), _NODE.build(row), _POOL.build(row)
+        node.pool = pool
+        token.node = node
+        request.reference = reference.at(row[_POOL.end])
+        return NodePrincipal(node), token
 
     def authenticate_header(self, request):
         return "Node"
@@ -140,7 +158,7 @@ class ExecutorSerializer(serializers.Serializer):
         return attrs
 
 
-class RegisterSerializer(serializers.Serializer):
+class RegisterSerializer(SharedFields, serializers.Serializer):
     hostname = serializers.CharField(max_length=255, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     gpu_backend = serializers.CharField(max_length=20, required=False, allow_blank=True, default="")
@@ -201,7 +219,7 @@ class TelemetrySerializer(serializers.Serializer):
     xid = serializers.IntegerField(min_value=0, max_value=100_000, required=False, allow_null=True)
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class HeartbeatSerializer(SharedFields, serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=2**62)
     running = RunningSerializer(many=True, required=False, max_length=1024)
     gpus = GpuHealthSerializer(many=True, required=False, max_length=MAX_GPUS_PER_NODE)
@@ -239,7 +257,7 @@ class LogSerializer(serializers.Serializer):
     data = serializers.CharField(max_length=MAX_LOG_CHUNK, allow_blank=True, trim_whitespace=False)
 
 
-class WaitSerializer(serializers.Serializer):
+class WaitSerializer(SharedFields, serializers.Serializer):
     timeout_s = serializers.FloatField(min_value=0, max_value=300, required=False)
 
 
@@ -293,7 +311,8 @@ class NodeHeartbeatAPI(NodeAPIView):
     @extend_schema(request=HeartbeatSerializer, responses={200: dict, 409: dict}, tags=["node"])
     def post(self, request):
         report = self.parsed(request)
-        result = self.call(node_services.node_heartbeat, node=request.user.node, report=report)
+        result = self.call(node_services.node_heartbeat, node=request.user.node, report=report,
+                           reference=reference.of_request(request))
         if isinstance(result, Response):
             return result
         replica_health.replica_health_record(node=request.user.node, running=report.get("running") or [])

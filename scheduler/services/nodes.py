@@ -5,19 +5,25 @@ A node speaks only for itself: every function takes the authenticated Node and t
 the allocations on it. GPUs are released only when the node confirms the job's processes are gone.
 """
 
+import functools
 import logging
 import re
+from datetime import datetime
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
+from portal.dbrows import CompiledQuery, ModelRows
+from portal.models import Team
 from scheduler import notebooks
-from scheduler.models import Allocation, Gpu, GpuModel, Job, Node
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, NotebookServer, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState
 from scheduler.services import node_cadence, runtime
 from scheduler.services.common import db_now, jobs_transition_locked
 from scheduler.services.node_engine import engine_state_apply, node_state_view
-from scheduler.services.telemetry import TelemetryError, health_update, telemetry_ingest
+from scheduler.services.reference import Reference
+from scheduler.services.reference import now as reference_now
+from scheduler.services.telemetry import TelemetryError, health_update, present_gpus, telemetry_ingest
 
 log = logging.getLogger(__name__)
 
@@ -158,25 +164,65 @@ def node_register(*, node: Node, report: dict) -> dict:
     return answer
 
 
-def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> list[dict]:
+# What node_assignments reads of an open allocation on the node and what it joins (the GPU, the job, its priority
+# class, team and notebook server): about 35 columns of the six tables' ~120, in one query compiled once per
+# process and states (``_assignments_query``). A field read by node_assignments, scheduler.services.runtime or
+# notebooks.job_env that is not listed here costs a query per job (tests/scheduler/test_request_costs.py).
+_ALLOC = ModelRows(Allocation, ("id", "job", "attempt", "share_milli", "gpu"))
+_GPU = ModelRows(Gpu, ("id", "index", "uuid", "memory_mb"), "gpu__", _ALLOC.end)
+_JOB = ModelRows(Job, ("id", "attempt", "stop_reason", "command", "env", "name", "kind", "service_port", "array",
+                       "array_index", "time_limit_minutes", "gpus", "image", "cpus", "memory_gb", "priority_class",
+                       "team"), "job__", _GPU.end)
+_CLASS = ModelRows(PriorityClass, ("id", "grace_period_s"), "job__priority_class__", _JOB.end)
+_TEAM = ModelRows(Team, ("id", "unix_id", "name"), "job__team__", _CLASS.end)
+_SERVER = ModelRows(NotebookServer, ("id", "job", "attempt", "token_encrypted"), "job__notebook_server__", _TEAM.end)
+_NODE_ID = -(2**62)  # the node's id in the compiled queries: no node has it
+
+
+@functools.cache
+def _assignments_query(states: tuple[str, ...]) -> CompiledQuery:
+    return CompiledQuery(
+        lambda node_id: Allocation.objects.filter(node_id=node_id, ended_at__isnull=True, job__state__in=states)
+        .order_by("job_id", "gpu__index")
+        .values_list(*(name for part in (_ALLOC, _GPU, _JOB, _CLASS, _TEAM, _SERVER) for name in part.names)),
+        node_id=_NODE_ID,
+    )
+
+
+def _open_allocations(node: Node, states: tuple[str, ...]) -> list[Allocation]:
+    """The open allocations on ``node`` of the jobs in ``states``, by job and GPU index, each with its GPU and
+    its job (one object per job), the job with its priority class, team and notebook server, as
+    ``select_related`` gives them (but only the columns listed above)."""
+    allocs, jobs = [], {}
+    for row in _assignments_query(tuple(states)).rows(node_id=node.pk):
+        alloc = _ALLOC.build(row)
+        alloc.gpu = _GPU.build(row)
+        job = jobs.get(alloc.job_id)
+        if job is None:
+            job = jobs[alloc.job_id] = _JOB.build(row)
+            job.priority_class, job.team = _CLASS.build(row), _TEAM.build(row)
+            Job.notebook_server.related.set_cached_value(job, _SERVER.build(row))  # None: it has none
+        alloc.job = job
+        allocs.append(alloc)
+    return allocs
+
+
+def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES, reference: Reference | None = None
+                     ) -> list[dict]:
     """What should run on ``node`` now: every job in ``states`` (default: every holding job) with an open
     allocation here, with the image it runs in, the team identity it runs as and its limits (see
-    ``scheduler.services.runtime``)."""
-    allocs = (
-        Allocation.objects.filter(node=node, ended_at__isnull=True, job__state__in=states)
-        .select_related("job", "job__priority_class", "job__team", "job__notebook_server", "gpu")
-        .order_by("job_id", "gpu__index")
-    )
+    ``scheduler.services.runtime``). The kinds' images are looked up in ``reference`` (default: as of now)."""
+    allocs = _open_allocations(node, states)
     by_job: dict[int, dict] = {}
     jobs: dict[int, tuple[Job, float]] = {}  # job id -> the job and its share of a GPU here
-    images: dict[str, str] | None = None  # the kinds' default images, read once there is a job to send
+    images: dict[str, str] | None = None  # the kinds' default images, looked up once there is a job to send
     for alloc in allocs:
         job = alloc.job
         if alloc.attempt != job.attempt:
             continue
         entry = by_job.get(job.pk)
         if entry is None:
-            images = runtime.kind_images() if images is None else images
+            images = (reference or reference_now()).kind_images() if images is None else images
             entry = by_job[job.pk] = {
                 "job_id": job.pk, "attempt": job.attempt,
                 "desired": "stopped" if job.stop_reason else "running",
@@ -201,9 +247,10 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
     # Members of a multi-node gang (a job not all here) learn their peers: node names in order, their own rank.
     peers: dict[int, list[str]] = {}
     spread = [job_id for job_id, entry in by_job.items() if len(entry["gpus"]) < jobs[job_id][0].gpus]
-    rows = Allocation.objects.filter(job_id__in=spread, ended_at__isnull=True).values_list("job_id", "node__name")
-    for job_id, name in rows.distinct().order_by("job_id", "node__name"):
-        peers.setdefault(job_id, []).append(name)
+    if spread:
+        rows = Allocation.objects.filter(job_id__in=spread, ended_at__isnull=True).values_list("job_id", "node__name")
+        for job_id, name in rows.distinct().order_by("job_id", "node__name"):
+            peers.setdefault(job_id, []).append(name)
     node_gpus = None  # counted once, for the first job on a share of a GPU
     for job_id, entry in by_job.items():
         names = peers.get(job_id, [node.name])
@@ -216,32 +263,54 @@ def node_assignments(node: Node, states: tuple[str, ...] = HOLDING_STATES) -> li
     return list(by_job.values())
 
 
-def node_heartbeat(*, node: Node, report: dict) -> dict:
-    """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments."""
+# The jobs a heartbeat locks: those held on the node (see node_heartbeat), in id order, with their states.
+_HELD_QUERY = CompiledQuery(
+    lambda node_id: Job.objects.select_for_update(no_key=True).filter(
+        pk__in=Allocation.objects.filter(node_id=node_id, ended_at__isnull=True).values("job_id"),
+        state__in=HOLDING_STATES).order_by("pk").values_list("pk", "state"),
+    node_id=_NODE_ID,
+)
+# A heartbeat's own write, stamped by the database's clock (``db_now``'s) in the same statement, which returns it.
+_HEARTBEAT_RECORD = (
+    f'UPDATE "{Node._meta.db_table}" SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), '
+    "heartbeat_interval_s = %(heartbeat_interval_s)s, heartbeat_timeout_s = %(heartbeat_timeout_s)s "
+    "WHERE id = %(node)s AND heartbeat_seq < %(seq)s RETURNING last_heartbeat_at"
+)
+
+
+def _heartbeat_record(node: Node, seq: int, told: dict[str, int]) -> datetime | None:
+    """Store heartbeat ``seq`` of ``node`` and the cadence it is told; return when (None: ``seq`` is not newer
+    than the last one received, nothing written). One statement: the clock's read is the write's."""
+    with connection.cursor() as cursor:
+        cursor.execute(_HEARTBEAT_RECORD, {"seq": seq, "node": node.pk, **told})
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = None) -> dict:
+    """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments (the kinds'
+    images looked up in ``reference``, default: as of now)."""
     seq = report["seq"]
     engine = report.get("engine")
     engine_down = bool(engine) and engine["state"] == Node.DOWN
     with transaction.atomic():
-        now = db_now()
         if node.state == Node.DOWN and not engine_down:  # a node its engine calls down keeps reporting
             raise NodeProtocolError("register", status=409)
         if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
         told = node_cadence.cadence()  # the node's deadline is written with its heartbeat
-        updated = Node.objects.filter(pk=node.pk, heartbeat_seq__lt=seq).update(
-            heartbeat_seq=seq, last_heartbeat_at=now, **told
-        )
-        if not updated:
+        now = _heartbeat_record(node, seq, told)
+        if now is None:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
         # The jobs held here are locked first, in id order, as the cycle locks its victims: the writes below
         # (a failed GPU's jobs told to stop, delivered jobs marked starting) then never wait on a cycle that
         # waits on this heartbeat. No-key locks: samples referencing the jobs (key share) do not conflict.
-        held = list(Job.objects.select_for_update(no_key=True).filter(
-            pk__in=Allocation.objects.filter(node=node, ended_at__isnull=True).values("job_id"),
-            state__in=HOLDING_STATES).order_by("pk").values_list("pk", "state"))
+        held = _HELD_QUERY.rows(node_id=node.pk)
         try:
-            faults = health_update(node=node, reports=report.get("gpus") or [], now=now)
-            telemetry_ingest(node=node, rows=report.get("telemetry") or [], now=now)
+            verdicts, samples = report.get("gpus") or [], report.get("telemetry") or []
+            gpus = present_gpus(node) if verdicts or samples else {}  # read once for both
+            faults = health_update(node=node, reports=verdicts, now=now, gpus=gpus)
+            telemetry_ingest(node=node, rows=samples, now=now, gpus=gpus)
         except TelemetryError as exc:
             raise NodeProtocolError(str(exc), status=400, field=exc.field) from None
         if engine:
@@ -257,7 +326,8 @@ def node_heartbeat(*, node: Node, report: dict) -> dict:
         # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
         # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked (so a
         # node that held nothing above has nothing to be told).
-        assignments = node_assignments(node, states=(JobState.STARTING, JobState.RUNNING)) if held else []
+        assignments = (node_assignments(node, states=(JobState.STARTING, JobState.RUNNING), reference=reference)
+                       if held else [])
     if faults:
         from scheduler.tasks import run_cycle
 

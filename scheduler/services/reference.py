@@ -35,17 +35,25 @@ _lock = threading.Lock()
 _memo: tuple[int | None, dict[Any, Any]] = (None, {})
 
 
+VERSION_SQL = "SELECT n FROM rota_reference_version"
+
+
 def version() -> int:
     """The reference version now (PostgreSQL's, as this connection sees it)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT n FROM rota_reference_version")
+        cursor.execute(VERSION_SQL)
         return cursor.fetchone()[0]
 
 
 def now() -> Reference:
     """The reference rows as of now: one query, then what this process remembered at this version."""
+    return at(version())
+
+
+def at(current: int) -> Reference:
+    """The reference rows at version ``current``, read by the caller (``version()``, or a column of a query it
+    makes anyway: ``scheduler.api.node.NodeTokenAuthentication``) before any row it labels."""
     global _memo
-    current = version()
     with _lock:
         seen, entries = _memo
         if seen != current or len(entries) > MAX_ENTRIES:

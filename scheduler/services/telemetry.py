@@ -4,10 +4,11 @@ the latest values on the GPU row, turn faults into unhealthy GPUs and drained no
 import logging
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Avg, Count, Max
 from django.db.models.functions import TruncHour
 
+from portal.dbrows import CompiledQuery, ModelRows
 from scheduler.models import Allocation, Gpu, GpuSample, GpuSampleRollup, Job, JobEvent, Node
 from scheduler.models.jobs import HOLDING_STATES, StopReason
 
@@ -42,19 +43,33 @@ def _hours(span: timedelta) -> int:
     return int(span.total_seconds() // 3600)
 
 
-def _node_gpus(node: Node) -> dict[str, Gpu]:
-    return {g.uuid: g for g in Gpu.objects.filter(node=node, present=True)}
+# What the health verdicts and the samples read of the node's GPUs, and of the allocations holding them: the same
+# queries at every agent's heartbeat, compiled once (a field read of a GPU that is not listed costs a query).
+_GPU = ModelRows(Gpu, ("id", "index", "uuid", "healthy", "fault_acknowledged", "last_sample_at"))
+_NODE_ID = -(2**62)  # no node has it
+_GPUS_QUERY = CompiledQuery(
+    lambda node_id: Gpu.objects.filter(node_id=node_id, present=True).order_by().values_list(*_GPU.names),
+    node_id=_NODE_ID)
+_HOLDERS_QUERY = CompiledQuery(
+    lambda node_id: Allocation.objects.filter(node_id=node_id, ended_at__isnull=True).values_list("gpu_id", "job_id"),
+    node_id=_NODE_ID)
 
 
-def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
+def present_gpus(node: Node) -> dict[str, Gpu]:
+    """The node's present GPUs by UUID: what its health verdicts and samples name."""
+    gpus = (_GPU.build(row) for row in _GPUS_QUERY.rows(node_id=node.pk))
+    return {gpu.uuid: gpu for gpu in gpus}
+
+
+def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime, gpus: dict[str, Gpu] | None = None) -> int:
     """Store a batch of samples from ``node``. Every row must name a GPU of this node and carry a time
     within ``MAX_AGENT_CLOCK_OFFSET`` of ``now``; a node clock off by more than ``MAX_CLOCK_SKEW`` is
     corrected by the offset of the batch's newest row, after which no row may be older than
     ``MAX_SAMPLE_AGE``. A row not newer than the GPU's latest stored sample is a replay and is skipped.
-    Returns the number stored."""
+    Returns the number stored. ``gpus``: the node's present GPUs by UUID (``present_gpus``), read here if not given."""
     if not rows:
         return 0
-    gpus = _node_gpus(node)
+    gpus = present_gpus(node) if gpus is None else gpus
     for i, row in enumerate(rows):
         if row["uuid"] not in gpus:
             raise TelemetryError(f"telemetry[{i}]: unknown GPU UUID {row['uuid']!r} for node {node.name}",
@@ -68,9 +83,7 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
         if row["at"] + offset < now - MAX_SAMPLE_AGE:
             raise TelemetryError(f"telemetry[{i}].at: {row['at'].isoformat()} is older than the "
                                  f"{_hours(MAX_SAMPLE_AGE)} h the portal keeps raw samples", field="telemetry")
-    holders = dict(
-        Allocation.objects.filter(node=node, ended_at__isnull=True).values_list("gpu_id", "job_id")
-    )
+    holders = dict(_HOLDERS_QUERY.rows(node_id=node.pk))
     samples, latest = [], {}
     for row in sorted(rows, key=lambda r: r["at"]):
         gpu = gpus[row["uuid"]]
@@ -91,28 +104,57 @@ def telemetry_ingest(*, node: Node, rows: list[dict], now: datetime) -> int:
                 message=f"application XID {sample.xid} on GPU {gpu.index} of {node.name}",
                 details={"xid": sample.xid, "gpu": gpu.index, "uuid": gpu.uuid},
             )
-    GpuSample.objects.bulk_create(samples)
+    _samples_write(samples)
     if samples and samples[0].at < now - LATE_SAMPLE:
         # Late (a node that was cut off sends what it kept): a day of the ledger already summed may have read
         # its utilization without them. Those days are summed again by the next rollup.
         from accounting.services import usage_days_forget
 
         usage_days_forget(samples[0].at)
-    for gpu_id, s in latest.items():
-        Gpu.objects.filter(pk=gpu_id).update(
-            last_sample_at=s.at, util_pct=s.util_pct, mem_used_mb=s.mem_used_mb, temperature_c=s.temperature_c,
-            power_w=s.power_w, sm_clock_mhz=s.sm_clock_mhz, ecc_uncorrected=s.ecc_uncorrected,
-        )
+    _latest_keep(latest)
     return len(samples)
 
 
-def health_update(*, node: Node, reports: list[dict], now: datetime) -> list[str]:
+def _samples_write(samples: list[GpuSample]) -> None:
+    """Insert ``samples`` in one statement: ``bulk_create``'s, without compiling it at each heartbeat."""
+    if not samples:
+        return
+    fields = [field for field in GpuSample._meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    one = f"({', '.join(['%s'] * len(fields))})"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{GpuSample._meta.db_table}" ({columns}) VALUES {", ".join([one] * len(samples))}',
+            [getattr(sample, field.attname) for sample in samples for field in fields])
+
+
+def _latest_keep(latest: dict[int, GpuSample]) -> None:
+    """Keep each GPU's newest sample on its row (``latest``: by GPU id), every GPU in one statement. The node's
+    heartbeat holds its node's row: no other writer of its GPUs (register, resume) runs meanwhile."""
+    if not latest:
+        return
+    table = Gpu._meta.db_table
+    rows = [(gpu_id, s.at, s.util_pct, s.mem_used_mb, s.temperature_c, s.power_w, s.sm_clock_mhz, s.ecc_uncorrected)
+            for gpu_id, s in sorted(latest.items())]
+    one = f"(%s::bigint, %s::timestamptz, {', '.join(['%s::double precision'] * 5)}, %s::bigint)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" SET "last_sample_at" = v.at, "util_pct" = v.util, "mem_used_mb" = v.mem, '
+            f'"temperature_c" = v.temp, "power_w" = v.power, "sm_clock_mhz" = v.clock, "ecc_uncorrected" = v.ecc '
+            f'FROM (VALUES {", ".join([one] * len(rows))}) '
+            f'AS v(id, at, util, mem, temp, power, clock, ecc) WHERE "{table}"."id" = v.id',
+            [value for row in rows for value in row])
+
+
+def health_update(*, node: Node, reports: list[dict], now: datetime, gpus: dict[str, Gpu] | None = None
+                  ) -> list[str]:
     """Apply the agent's health verdicts. A GPU turning unhealthy is taken out of scheduling, its node
     becomes ``unhealthy`` with the reason ("XID 79 on GPU 3"), and the jobs on it are asked to stop and
-    are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults."""
+    are requeued. A GPU stays unhealthy until an admin resumes the node. Returns the new faults. ``gpus``: the
+    node's present GPUs by UUID (``present_gpus``), read here if not given."""
     if not reports:  # most heartbeats carry no verdicts: no need to read the node's GPUs
         return []
-    gpus = _node_gpus(node)
+    gpus = present_gpus(node) if gpus is None else gpus
     faults = []
     for i, item in enumerate(reports):
         gpu = gpus.get(item["uuid"])

@@ -4,10 +4,11 @@ compiled once with its subquery compiled per call reads what the ORM reads."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from psycopg.pq import Format
 
-from portal.dbrows import CompiledOnce, fast_timestamps, fetch_rows
+from portal.dbrows import CompiledQuery, fast_timestamps, fetch_rows
 from scheduler.models import Allocation, Gpu
 from tests.accounting.helpers import allocate, make_job
 
@@ -60,21 +61,21 @@ def _wide(ids):  # parameters on both sides of the subquery: a literal before, a
 
 
 def test_a_query_compiled_once_reads_what_the_whole_query_reads_for_each_subquery(allocations):
-    statement = CompiledOnce(_wide)
+    statement = CompiledQuery(_wide, ids=CompiledQuery.SUBQUERY)
     for ids in [Allocation.objects.values("pk"), Allocation.objects.filter(ended_at__isnull=True).values("pk"),
                 Allocation.objects.filter(gpu__uuid__in=["GPU-a100-0", "GPU-h100-1"]).order_by("pk").values("pk")[:1],
                 Allocation.objects.filter(pk=-1).values("pk")]:
-        assert statement.rows(ids) == [tuple(r) for r in _wide(ids)]
-    first = statement.sql_with_params(Allocation.objects.values("pk"))[0]
-    assert statement.sql_with_params(Allocation.objects.values("pk"))[0] == first and CompiledOnce.MARK not in first
-    assert statement.rows(Allocation.objects.none().values("pk")) == []
+        assert statement.rows(ids=ids) == [tuple(r) for r in _wide(ids)]
+    first = statement.sql_params(ids=Allocation.objects.values("pk"))[0]
+    assert statement.sql_params(ids=Allocation.objects.values("pk"))[0] == first and "rota_compiled" not in first
+    assert statement.rows(ids=Allocation.objects.none().values("pk")) == []
 
 
 def test_a_query_with_a_literal_percent_is_refused():
     """Its "%s" could not be told from the parameters' placeholders."""
     from django.db.models.expressions import RawSQL
 
-    statement = CompiledOnce(lambda ids: Allocation.objects.filter(pk__in=ids).annotate(p=RawSQL("'50%%'", ()))
-                             .values_list("pk", "p"))
-    with pytest.raises(ValueError, match="literal"):
-        statement.sql_with_params(Allocation.objects.values("pk"))
+    statement = CompiledQuery(lambda ids: Allocation.objects.filter(pk__in=ids).annotate(p=RawSQL("'50%%'", ()))
+                              .values_list("pk", "p"), ids=CompiledQuery.SUBQUERY)
+    with pytest.raises(ImproperlyConfigured, match="literal"):
+        statement.sql_params(ids=Allocation.objects.values("pk"))

@@ -13,6 +13,7 @@ from scheduler.api.serializers import JobDetailSerializer, JobInputSerializer, J
 from scheduler.cycle import run_cycle
 from scheduler.models import Allocation, Job
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS
+from scheduler.services import node_cadence
 from scheduler.services.jobs import job_submit
 from tests.factories import GpuFactory, NodeFactory
 
@@ -90,6 +91,50 @@ def test_a_heartbeat_costs_the_same_queries_for_1_or_4_jobs_on_the_node(alice, c
     four = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 3}, format="json"))
     assert len(four) == len(one), four
     assert not any('FROM "scheduler_gpu"' in q for q in four), "no GPU verdicts: the node's GPUs are not read"
+    # Once they are delivered (no move to write): the token with its node, pool and the reference version (the
+    # kinds' images are remembered at it); the heartbeat's UPDATE, stamped by the database's clock; the held jobs
+    # locked; their assignments. In a test the transaction is a savepoint (two more).
+    node_cadence.nodes_in_service()  # the fleet counted now (at most every 10 s per process): not in what follows
+    steady = _queries(lambda: client.post("/api/v1/node/heartbeat/", {"seq": 4}, format="json"))
+    savepoint = 2
+    assert len(steady) - savepoint == 4, steady
+    assert 'FROM "scheduler_nodetoken"' in four[0] and "rota_reference_version" in four[0], four[0]
+    assert not any(q.startswith("SELECT clock_timestamp()") or "scheduler_kindimage" in q for q in steady), steady
+    wait = _queries(lambda: client.post("/api/v1/node/wait/", {"timeout_s": 0.01}, format="json"))
+    assert len(wait) == 1, wait  # the long-poll's check: the token alone
+
+
+def test_an_agents_heartbeat_costs_the_same_queries_for_1_or_4_gpus_reported(cluster, node_client):
+    """As the agent sends it, with its GPUs' health and a round of samples: the node's GPUs read once for both,
+    the samples written in one INSERT and each GPU's latest values in one UPDATE, however many GPUs."""
+    from datetime import UTC, datetime, timedelta
+
+    from scheduler.models import Gpu, GpuSample
+
+    client = node_client()
+    start = datetime.now(UTC)
+
+    def heartbeat(seq, gpus):
+        at = (start + timedelta(seconds=seq)).isoformat()
+        body = {"seq": seq, "gpus": [{"uuid": f"GPU-h100-{i}", "healthy": True} for i in range(gpus)],
+                "telemetry": [{"uuid": f"GPU-h100-{i}", "at": at, "util_pct": 10.0 * seq + i, "power_w": None,
+                               "ecc_uncorrected": i} for i in range(gpus)]}
+        return _queries(lambda: client.post("/api/v1/node/heartbeat/", body, format="json"))
+
+    node_cadence.nodes_in_service()  # the fleet counted now (at most every 10 s per process): not in what follows
+    one, four = heartbeat(2, 1), heartbeat(3, 4)
+    assert len(four) == len(one), four
+    assert sum('FROM "scheduler_gpu"' in q.split("WHERE")[0] for q in four) == 1, four
+    assert sum(q.startswith('UPDATE "scheduler_gpu"') for q in four) == 1, four
+    latest = {g.uuid: (g.util_pct, g.power_w, g.ecc_uncorrected, g.last_sample_at) for g in Gpu.objects.all()}
+    for i in range(4):
+        assert latest[f"GPU-h100-{i}"] == (30.0 + i, None, i, start + timedelta(seconds=3))
+    assert latest["GPU-a100-0"] == (None, None, None, None)  # another node's GPU: untouched
+    assert sum(q.startswith('INSERT INTO "scheduler_gpusample"') for q in four) == 1, four
+    samples = GpuSample.objects.filter(gpu__uuid="GPU-h100-3").values_list("node__name", "job", "at", "util_pct",
+                                                                              "power_w", "ecc_uncorrected", "xid")
+    assert list(samples) == [("node-h100", None, start + timedelta(seconds=3), 33.0, None, 3, None)]
+    assert GpuSample.objects.count() == 5
 
 
 def test_a_gang_member_still_learns_its_peers(alice, cluster, node_client):
