@@ -49,7 +49,7 @@ from scheduler.services.node_jobs import (
     _unknown,
 )
 from scheduler.services.nodes import NodeProtocolError
-from scheduler.signals import job_transitioned
+from scheduler.signals import jobs_transitioned
 from scheduler.wake import holders_notify
 
 STARTABLE = (JobState.ADMITTED, JobState.STARTING)
@@ -183,8 +183,7 @@ class _Moves:
                 raise RuntimeError(f"jobs {ids}: {moved} of them moved to {to_state}")
             records += [JobTransition(job_id=job_id, from_state=states[job_id], to_state=to_state, at=at,
                                       cause=cause[:300], details=details or {}) for job_id, cause, details in jobs]
-        for transition in JobTransition.objects.bulk_create(records):
-            job_transitioned.send(sender=JobTransition, transition=transition)
+        jobs_transitioned.send(sender=JobTransition, transitions=JobTransition.objects.bulk_create(records))
 
 
 def node_events_apply(*, node: Node, events: list[dict], wake: bool = True) -> EventBatch:
@@ -219,8 +218,7 @@ def _starts_write(node: Node, starts: list[tuple[Job, str, dict]], now: datetime
         JobTransition(job_id=job.pk, from_state=state, to_state=JobState.RUNNING, at=now,
                       cause=f"processes started on {node.name}"[:300], details={"pid": event.get("pid")})
         for job, state, event in starts if job.pk in moved)
-    for transition in transitions:
-        job_transitioned.send(sender=JobTransition, transition=transition)
+    jobs_transitioned.send(sender=JobTransition, transitions=transitions)
 
 
 def _closes_write(ends: list[_End], now: datetime) -> None:
