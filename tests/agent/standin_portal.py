@@ -37,7 +37,7 @@ class StandInPortal:
         self.last_seq = 0
         self.batch_events = True  # False: a portal without POST /api/v1/node/events/ (answers 404)
         self.batches: list[int] = []  # the number of events in each batch request
-        self.busy: list[int] = []  # the next batch requests answered 429 with these Retry-After seconds, in order
+        self.busy: list[int] = []  # the next batch requests are answered 429 with these Retry-After seconds
         self.batch_posts: list[float] = []  # time.monotonic() of each batch request, the busy ones' included
         self.token = TOKEN  # the one node token it accepts (a test rotates it)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -89,7 +89,7 @@ class StandInPortal:
         with self.lock:
             return self.logs.get((job_id, attempt), b"").decode()
 
-    def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict]:
         """Answer one request as the real portal would: its status, body and extra headers."""
         with self.lock:
             if path == "/api/v1/node/events/" and self.batch_events:
