@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import statistics
 import sys
@@ -120,6 +121,8 @@ def main() -> int:
                                        "cpu_ms_per_event": round(statistics.median(cpus) / n, 2)}
     if profiler is not None:
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
+        if os.environ.get("CALLEES"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_callees(os.environ["CALLEES"])
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0

@@ -76,7 +76,7 @@ class EventBatch:
     now: datetime | None
     results: list[dict | NodeProtocolError | None] = field(default_factory=list)
     starts: list[tuple[Job, str, dict]] = field(default_factory=list)  # (job, the state it started from, event)
-    ends: list[_End] = field(default_factory=list)
+    ends: dict[int, _End] = field(default_factory=dict)  # by job id: one at most (another event flushes it)
     ended: bool = False  # an attempt ended: the cycle is to be woken
     gangs_stopping: list[int] = field(default_factory=list)  # their other members' nodes are to be told
 
@@ -105,7 +105,7 @@ class EventBatch:
 
     def _apply(self, index: int, event: dict) -> dict | None:
         job_id, attempt = event["job_id"], event["attempt"]
-        if event["type"] == "checkpoint" or any(end.job.pk == job_id for end in self.ends):
+        if event["type"] == "checkpoint" or job_id in self.ends:
             self.flush()
         job = self.jobs.get(job_id)
         if job is None:
@@ -129,7 +129,7 @@ class EventBatch:
         closed = [a for a in held if a.node_id == self.node.pk]
         if not closed:
             return {"job_id": job.pk, "state": job.state}
-        self.ends.append(_End(index, job, event, closed, elsewhere=len(closed) < len(held)))
+        self.ends[job_id] = _End(index, job, event, closed, elsewhere=len(closed) < len(held))
         return None  # answered once it settled (``flush``)
 
     def flush(self) -> None:
@@ -139,7 +139,7 @@ class EventBatch:
             self.starts = []
         if not self.ends:
             return
-        ends, self.ends = self.ends, []
+        ends, self.ends = list(self.ends.values()), {}
         _closes_write(ends, self.now)
         moves = _Moves()
         for end in ends:
