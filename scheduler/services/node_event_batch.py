@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 
 from scheduler.models import Allocation, Job, JobTransition, Node
 from scheduler.models.jobs import JobState
 from scheduler.services.checkpoints import node_job_checkpoint
-from scheduler.services.common import db_clock, transition_fields
+from scheduler.services.common import transition_fields
 from scheduler.services.jobs import wake_cycle
 from scheduler.services.node_jobs import (
     _attempt_ended_here,
@@ -84,9 +84,7 @@ class EventBatch:
     def locked(cls, node: Node, job_ids: set[int]) -> EventBatch:
         """Lock the jobs of ``job_ids`` that have an allocation on ``node`` (the others are unknown to it), in
         id order, with the database's clock (the time of every event of the batch); read their allocations."""
-        on_node = Allocation.objects.filter(job_id=OuterRef("pk"), node=node)
-        jobs = list(Job.objects.select_for_update(no_key=True).annotate(clock=db_clock())
-                    .filter(Exists(on_node), pk__in=job_ids).order_by("pk"))
+        jobs = list(Job.objects.raw(_LOCK_SQL, [sorted(job_ids), node.pk]))
         allocations: dict[int, list[Allocation]] = {job.pk: [] for job in jobs}
         if jobs:
             for alloc in Allocation.objects.filter(Q(node=node) | Q(ended_at__isnull=True),
@@ -156,6 +154,16 @@ class EventBatch:
 def checkpoint_answer(job: Job, recorded: bool) -> dict:
     """The answer to a ``checkpoint`` event (``node_job_checkpoint``'s job and whether it recorded one)."""
     return {"job_id": job.pk, "state": job.state, "recorded": recorded, "last_checkpoint_at": job.last_checkpoint_at}
+
+
+# ``locked``'s read as one fixed statement (its clock is ``db_clock``'s): the ORM built the same query (the EXISTS,
+# the lock, the clock) at every batch for ~0.9 ms of CPU, about a tenth of a batch of five events' CPU
+# (bench/README.md, "A node's batch of events, cheaper").
+_LOCK_SQL = (
+    f'SELECT "{Job._meta.db_table}".*, clock_timestamp() AS "clock" FROM "{Job._meta.db_table}" '
+    f'WHERE "{Job._meta.db_table}"."id" = ANY(%s) AND EXISTS (SELECT 1 FROM "{Allocation._meta.db_table}" alloc '
+    f'WHERE alloc."job_id" = "{Job._meta.db_table}"."id" AND alloc."node_id" = %s) '
+    f'ORDER BY "{Job._meta.db_table}"."id" FOR NO KEY UPDATE OF "{Job._meta.db_table}"')
 
 
 class _Moves:
