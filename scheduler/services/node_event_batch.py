@@ -159,11 +159,11 @@ def checkpoint_answer(job: Job, recorded: bool) -> dict:
 # ``locked``'s read as one fixed statement (its clock is ``db_clock``'s): the ORM built the same query (the EXISTS,
 # the lock, the clock) at every batch for ~0.9 ms of CPU, about a tenth of a batch of five events' CPU
 # (bench/README.md, "A node's batch of events, cheaper").
+_JOBS, _ALLOCATIONS = Job._meta.db_table, Allocation._meta.db_table
 _LOCK_SQL = (
-    f'SELECT "{Job._meta.db_table}".*, clock_timestamp() AS "clock" FROM "{Job._meta.db_table}" '
-    f'WHERE "{Job._meta.db_table}"."id" = ANY(%s) AND EXISTS (SELECT 1 FROM "{Allocation._meta.db_table}" alloc '
-    f'WHERE alloc."job_id" = "{Job._meta.db_table}"."id" AND alloc."node_id" = %s) '
-    f'ORDER BY "{Job._meta.db_table}"."id" FOR NO KEY UPDATE OF "{Job._meta.db_table}"')
+    f'SELECT "{_JOBS}".*, clock_timestamp() AS "clock" FROM "{_JOBS}" WHERE "{_JOBS}"."id" = ANY(%s::bigint[]) '
+    f'AND EXISTS (SELECT 1 FROM "{_ALLOCATIONS}" alloc WHERE alloc."job_id" = "{_JOBS}"."id" AND alloc."node_id" = %s) '
+    f'ORDER BY "{_JOBS}"."id" ASC FOR NO KEY UPDATE')
 
 
 class _Moves:
