@@ -1,35 +1,41 @@
 """A body whose every value is plainly valid, read without DRF's walk over its serializer's fields.
 
 DRF validates a field in about ten calls (empty values, conversion, each validator, the ``validate_<name>``
-hook), ~15 µs for a job event of 11 fields: with a batch of 20 events, more of the request's CPU than its
-transaction's queries cost to send. Most bodies hold only what no field could refuse: integers in range,
-known choices, short ASCII text. ``plain_validated`` reads those to what DRF would give and answers None for
-anything else, which then goes DRF's own way and gets its errors. It reads each field's own settings
-(required, default, null, limits, choices), so the rules stay where they are declared: for a serializer whose
-fields add no validators, sources or ``validate_<name>`` hooks of their own (tests/scheduler/test_node_events.py
-checks the job event's against DRF's walk).
+hook): ~50 µs for a job event of 12 fields, ~1 ms of a batch of 20 events' CPU. Most bodies hold only what
+no field could refuse: integers in range, known choices, short ASCII text. ``plain_validated`` reads those to
+what DRF would give (in a fraction of the time) and answers None for anything else, which then goes DRF's own
+way and gets its errors. It reads each field's own settings (required, default, null, limits, choices), so the
+rules stay where they are declared: for a serializer whose fields add no validators, sources or
+``validate_<name>`` hooks of their own (tests/scheduler/test_event_validation.py checks the job event's against
+DRF's walk).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from rest_framework import fields as drf
 
 REFUSED = object()  # not plainly valid: DRF decides
 
 
-def plain_validated(fields, data) -> dict | None:
+def plain_validated(fields: Iterable[tuple[str, drf.Field]], data) -> dict | None:
     """What ``Serializer.to_internal_value`` gives for ``data`` through ``fields`` (a serializer's bound
-    fields), when every value is plainly valid; None when DRF is to decide (it may refuse, or convert)."""
+    fields, as ``(name, field)`` pairs), when every value is plainly valid; None when DRF is to decide (it
+    may refuse, or convert)."""
     if type(data) is not dict:
         return None
     validated = {}
-    for name, field in fields.items():
+    for name, field in fields:
         value = data.get(name, drf.empty)
         if value is drf.empty:
             if field.required:
                 return None
-            if field.default is not drf.empty:
-                validated[name] = field.get_default()
+            if field.default is drf.empty:  # (a class: callable)
+                continue
+            if callable(field.default):  # DRF calls it, with or without the field: its way
+                return None
+            validated[name] = field.default
             continue
         if value is None:
             if not field.allow_null:

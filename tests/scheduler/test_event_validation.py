@@ -47,7 +47,7 @@ def test_a_plainly_valid_event_reads_as_drfs_walk_reads_it_and_any_other_goes_dr
             body[name] = rng.choice(VALUES[name])
             if rng.random() < 0.1:
                 del body[name]
-        read = plain_validated(serializer.fields, body)
+        read = plain_validated(serializer.fields.items(), body)
         expected = drf_walk(serializer, body)
         if read is not None:
             plain += 1
@@ -56,7 +56,7 @@ def test_a_plainly_valid_event_reads_as_drfs_walk_reads_it_and_any_other_goes_dr
             assert serializer_class().to_internal_value(body) == expected, body
     assert 1000 < plain < 4500  # both ways were taken often
     for body in ([], "x", None, {"events": []}):
-        assert plain_validated(serializer.fields, body) is None
+        assert plain_validated(serializer.fields.items(), body) is None
 
 
 def test_the_agents_own_events_are_read_plainly(monkeypatch):
@@ -71,11 +71,11 @@ def test_the_agents_own_events_are_read_plainly(monkeypatch):
                     reason="ImagePullFailed").body()]
     for body in bodies:
         body["job_id"] = 5
-        assert plain_validated(serializer.fields, body) == drf_walk(serializer, body)
+        assert plain_validated(serializer.fields.items(), body) == drf_walk(serializer, body)
     with monkeypatch.context() as patched:
         patched.setattr(serializers.IntegerField, "run_validation", lambda *_: pytest.fail("DRF's walk"))
         batch = BatchSerializer(data={"events": bodies})
         assert batch.is_valid() and batch.validated_data["events"][2]["reason"] == "OOMKilled"
     address = {**bodies[0], "address": "10.0.0.1:8000"}
-    assert plain_validated(serializer.fields, address) is None
+    assert plain_validated(serializer.fields.items(), address) is None
     assert BatchEventSerializer(data=address).is_valid()
