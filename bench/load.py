@@ -436,7 +436,10 @@ def main() -> int:
                          "per_s": round(len(stats["heartbeat"]) / max(1e-9, nodes_span[1] - nodes_span[0]), 1)},
         # one request carries all the events a fake node has at that moment (POST /api/v1/node/events/)
         "node_event_ms": {"p50": round(_pctl(stats["event"], .5), 1), "p99": round(_pctl(stats["event"], .99), 1),
-                          "requests": len(stats["event"]), "events": sum(stats["events_sent"])},
+                          "requests": len(stats["event"]), "events": sum(stats["events_sent"]),
+                          # answered 429 at once (the bulk lane's queue was full): sent again after Retry-After
+                          "busy_429": len(stats["event_busy"]),
+                          "busy_429_p50_ms": round(_pctl(stats["event_busy"], .5), 1)},
         "long_poll": waits if args.long_poll else None,
         "cycles": len(ran_cycles), "cycle_errors": cycle_errors[:5] + ([f"... {len(cycle_errors)} in all"]
                                                                       if len(cycle_errors) > 5 else []),

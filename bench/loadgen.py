@@ -27,8 +27,8 @@ import requests
 
 
 class Answer:
-    def __init__(self, status_code: int, content: bytes):
-        self.status_code, self.content = status_code, content
+    def __init__(self, status_code: int, content: bytes, headers: dict[str, str] | None = None):
+        self.status_code, self.content, self.headers = status_code, content, headers or {}
 
     def json(self):
         return json.loads(self.content)
@@ -75,7 +75,7 @@ class Session:
         if response.will_close:
             conn.close()
             self._conn = None
-        return Answer(response.status, content)
+        return Answer(response.status, content, dict(response.getheaders()))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -96,6 +96,7 @@ class FakeNode:
         self.running: dict[tuple[int, int], float] = {}  # (job, attempt) -> when it "exits"
         self.done: set[tuple[int, int]] = set()
         self.outbox: list[dict] = []  # job events not yet sent, in order
+        self.reports_not_before = 0.0  # time.monotonic(): the portal's bulk lane said to come back then (429)
         self.news = threading.Event()  # the long-poll heard that this node's assignments changed
 
     def register(self, base: str, session: Session) -> None:
@@ -149,6 +150,10 @@ class FakeNode:
     def next_exit(self) -> float:
         return min(self.running.values(), default=float("inf"))
 
+    def next_flush(self) -> float:
+        """When queued events may go: now, or when the portal's last Retry-After runs out."""
+        return self.reports_not_before if self.outbox else float("inf")
+
     def _queue(self, key: tuple[int, int], event: dict) -> None:
         self.outbox.append({"job_id": key[0], "attempt": key[1], **event})
         if event["type"] != "started":
@@ -156,12 +161,18 @@ class FakeNode:
             self.done.add(key)
 
     def flush(self, base: str, session: Session, stats) -> None:
-        """Send the queued events, up to the portal's limit a request (one request for a pass's events)."""
-        while self.outbox:
+        """Send the queued events, up to the portal's limit a request (one request for a pass's events); none
+        before the portal's last ``Retry-After`` runs out, as the agent (scheduler/agent/client.py)."""
+        while self.outbox and time.monotonic() >= self.reports_not_before:
             batch = self.outbox[:MAX_EVENTS_PER_REQUEST]
             started = time.perf_counter()
             response = session.post(f"{base}/api/v1/node/events/", json={"events": batch}, headers=self.headers,
                                     timeout=30)
+            if response.status_code == 429:  # the bulk lane's queue is full (portal/priority.py): come back later
+                stats["event_busy"].append((time.perf_counter() - started) * 1000)
+                wait = float(response.headers.get("Retry-After") or 1) * random.uniform(1.0, 1.25)
+                self.reports_not_before = time.monotonic() + wait
+                return
             stats["event"].append((time.perf_counter() - started) * 1000)
             if response.status_code == 409:  # the portal asks this node to register again: it resends later
                 self.register(base, session)
@@ -212,7 +223,7 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
                 node.flush(base, session, stats)
             except requests.RequestException as exc:
                 stats["node_errors"].append(str(exc)[:200])
-            node.news.wait(max(0.0, min(next_beat, node.next_exit()) - time.monotonic()))
+            node.news.wait(max(0.0, min(next_beat, node.next_exit(), node.next_flush()) - time.monotonic()))
 
     def listen(node: FakeNode) -> None:
         session = Session()

@@ -15,7 +15,10 @@ and the CPU per event.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import os
+import pstats
 import statistics
 import sys
 import time
@@ -37,6 +40,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15, help="batches timed per kind and size")
     parser.add_argument("--database", default="rota_node_events_profile")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also cProfile the timed batches and print the N costliest functions (cumulative)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     production_in_process(args.database)
@@ -75,6 +80,7 @@ def main() -> int:
     def exited(jobs):
         return [{"job_id": pk, "attempt": 1, "type": "exited", "exit_code": 0} for pk in jobs]
 
+    profiler = cProfile.Profile(time.process_time) if args.profile else None  # CPU, not waits
     figures: dict[str, dict] = {}
     for n in sizes:
         for kind in ("starts", "exits", "mixed") if n > 1 else ("starts", "exits"):
@@ -98,7 +104,10 @@ def main() -> int:
 
                 with connection.execute_wrapper(counted):
                     wall, cpu = time.perf_counter(), time.process_time()
-                    post(events)
+                    if profiler is not None:
+                        profiler.runcall(post, events)
+                    else:
+                        post(events)
                     walls.append((time.perf_counter() - wall) * 1000)
                     cpus.append((time.process_time() - cpu) * 1000)
                 queries.append(len(seen))
@@ -110,6 +119,10 @@ def main() -> int:
             figures[f"{kind} x{n}"] = {"queries": queries[-1], "wall_ms": round(statistics.median(walls), 2),
                                        "cpu_ms": round(statistics.median(cpus), 2),
                                        "cpu_ms_per_event": round(statistics.median(cpus) / n, 2)}
+    if profiler is not None:
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
+        if os.environ.get("CALLEES"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_callees(os.environ["CALLEES"])
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0

@@ -103,27 +103,37 @@ def _recipients(job: Job, event: str) -> list[NotificationPreference]:
 
 
 def transition_wanted(transition: JobTransition) -> bool:
-    """Whether anyone could be told of ``transition``: someone asked for its event (or, for an array's task,
+    """Whether anyone could be told of ``transition`` (``transitions_wanted`` of it alone)."""
+    return bool(transitions_wanted([transition]))
+
+
+def transitions_wanted(transitions: list[JobTransition]) -> list[JobTransition]:
+    """Those of ``transitions`` anyone could be told of: someone asked for its event (or, for an array's task,
     for the array's completion) and may be among ``_recipients``: an active member of the job's team who
-    asked about every job of the team, or the job's submitter. Asked when the transition is recorded, so
-    that a transition nobody asked about costs no task: one fixed statement (``_WANTED_SQL``), cheap
-    beside the ORM's compiling of the same join at every transition. A superset of ``_recipients``: the task
-    still checks access, the array's end and the preferences as they are when it runs."""
-    event = event_of(transition.from_state, transition.to_state)
-    if event is None:
-        return False
+    asked about every job of the team, or the job's submitter. Asked when the transitions are recorded, so
+    that a transition nobody asked about costs no task: one fixed statement (``_WANTED_SQL``) for them all
+    (a batch of a node's events records many), cheap beside the ORM's compiling of the same join. A superset
+    of ``_recipients``: the task still checks access, the array's end and the preferences as they are when it
+    runs."""
+    news = [(t, event) for t in transitions if (event := event_of(t.from_state, t.to_state)) is not None]
+    if not news:
+        return []
     with connection.cursor() as cursor:
-        cursor.execute(_WANTED_SQL, [transition.job_id, json.dumps([event]), json.dumps([ARRAY_COMPLETED])])
-        return cursor.fetchone()[0]
+        cursor.execute(_WANTED_SQL, [[t.job_id for t, _ in news], [event for _, event in news],
+                                     json.dumps([ARRAY_COMPLETED])])
+        wanted = set(cursor.fetchall())
+    return [t for t, event in news if (t.job_id, event) in wanted]
 
 
 _WANTED_SQL = f"""
-SELECT EXISTS (SELECT 1 FROM "{Job._meta.db_table}" job
+SELECT DISTINCT asked.job_id, asked.event FROM unnest(%s::bigint[], %s::text[]) AS asked(job_id, event)
+WHERE EXISTS (SELECT 1 FROM "{Job._meta.db_table}" job
     JOIN "{Membership._meta.db_table}" member ON member.team_id = job.team_id
     JOIN "{NotificationPreference._meta.db_table}" pref ON pref.user_id = member.user_id
     JOIN "{User._meta.db_table}" person ON person.id = pref.user_id AND person.is_active
-    WHERE job.id = %s AND (pref.scope = '{NotificationPreference.TEAM}' OR pref.user_id = job.submitted_by_id)
-      AND (pref.events @> %s::jsonb OR (job.array_id IS NOT NULL AND pref.events @> %s::jsonb)))"""
+    WHERE job.id = asked.job_id AND (pref.scope = '{NotificationPreference.TEAM}' OR pref.user_id = job.submitted_by_id)
+      AND (pref.events @> jsonb_build_array(asked.event)
+           OR (job.array_id IS NOT NULL AND pref.events @> %s::jsonb)))"""
 
 
 def notification_record(pref: NotificationPreference, *, key: str, event: str, message: str, job: Job | None,

@@ -98,7 +98,9 @@ async def _wsgi(scope, receive, send, extra_environ: dict | None = None) -> None
     try:
         environ = _environ(scope, body)
         environ.update(extra_environ or {})
-        await lanes[priority.lane_of(scope)].run(receive, _run, environ, relay)
+        lane = lanes[priority.lane_of(scope)]
+        if await lane.run(receive, _run, environ, relay) is priority.FULL:
+            await send_all(priority.busy_answer(lane))
     finally:
         body.close()
 

@@ -21,9 +21,21 @@ applied one transaction each, 2 per process made the drain twice as long; now th
 
 A request whose client hangs up while it waits is not run at all: an agent that gave up on an answer
 (``scheduler/agent/client.py``'s timeout) sends the same events again, and the stale copy would only take
-the place of the fresh one."""
+the place of the fresh one.
+
+Bulk's queue is bounded (``ROTA_WEB_BULK_QUEUE`` waiting requests per process): past it a report is answered
+**429** at once, with ``Retry-After`` the seconds the queue ahead of it takes to clear (its depth times a bulk
+request's recent time in a thread, over the threads), and the agent keeps its events and sends them after
+that. Without the bound, a saturated portal queued reports past the agent's 10 s timeout (median wait 10-13 s
+at the full size): the agent gave up and sent the same events again into the same queue. The default, 8 per
+bulk thread (48 at 6 threads), is what the threads clear well inside that timeout at the saturated full size:
+a worker process answered ~8 batches a second there (~25 a second in 3 workers, bench/README.md "The full size
+with two lanes"), so 48 queued wait ~6 s, and the request's own time (~1 s under that load) still fits the
+10 s."""
 
 import asyncio
+import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 from django.urls import Resolver404, resolve
@@ -34,6 +46,9 @@ INTERACTIVE, BULK = "interactive", "bulk"
 BULK_ROUTES = frozenset({"node-job-events", "node-job-event", "node-job-log", "node-slurm-accounting"})
 NODE_PREFIX = "/api/v1/node/"  # every bulk route is under it: other paths are not resolved here
 HUNG_UP = object()
+FULL = object()  # the lane's queue was full: not run, to be answered 429 (``busy_answer``)
+QUEUE_PER_BULK_THREAD = 8  # ROTA_WEB_BULK_QUEUE's default, per bulk thread: see above
+MAX_RETRY_AFTER_S = 60
 
 
 def lane_of(scope) -> str:
@@ -49,28 +64,57 @@ def lane_of(scope) -> str:
 
 class Lane:
     """At most ``threads`` requests of one class run at once, each in one of the lane's own long-lived threads;
-    the others wait on the event loop, first come first served."""
+    the others wait on the event loop, first come first served, at most ``queue`` of them (None: no bound)."""
 
-    def __init__(self, name: str, threads: int) -> None:
+    def __init__(self, name: str, threads: int, queue: int | None = None) -> None:
         self.name = name
         self.threads = threads
+        self.queue = queue
+        self.waiting = 0
+        self.request_s = 0.5  # a request's recent time in a thread (a moving average), for ``retry_after_s``
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"rota-web-{name}")
         self._slots: asyncio.Semaphore | None = None  # made on the event loop, at the first request
 
     async def run(self, receive, call, *args):
         """``call(*args)`` in one of this lane's threads once one is free; ``HUNG_UP`` (and ``call`` not run)
-        when the client hangs up first. ``receive`` is the connection's: its request body was read already,
-        so the next message it gives is the hang-up."""
+        when the client hangs up first, ``FULL`` (not run) when ``queue`` requests wait already. ``receive``
+        is the connection's: its request body was read already, so the next message it gives is the hang-up."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.threads)
         if not self._slots.locked():
             await self._slots.acquire()  # at once
-        elif not await _acquired_before_hang_up(self._slots, receive):
-            return HUNG_UP
+        elif self.queue is not None and self.waiting >= self.queue:
+            return FULL
+        else:
+            self.waiting += 1
+            try:
+                taken = await _acquired_before_hang_up(self._slots, receive)
+            finally:
+                self.waiting -= 1
+            if not taken:
+                return HUNG_UP
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, call, *args)
+            return await loop.run_in_executor(self.executor, call, *args)
         finally:
             self._slots.release()
+            self.request_s += (loop.time() - began - self.request_s) / 16
+
+    def retry_after_s(self) -> int:
+        """Seconds until the requests waiting now are likely served: their number times a request's recent
+        time, over the threads; at least 1, at most ``MAX_RETRY_AFTER_S``."""
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.waiting * self.request_s / self.threads)))
+
+
+def busy_answer(lane: Lane) -> list[dict]:
+    """The ASGI messages of the 429 to a request ``lane`` had no room to queue."""
+    wait = lane.retry_after_s()
+    body = json.dumps({"detail": f"the portal is busy: send this again in {wait} s"}).encode()
+    return [{"type": "http.response.start", "status": 429,
+             "headers": [(b"content-type", b"application/json"), (b"retry-after", str(wait).encode()),
+                         (b"content-length", str(len(body)).encode())]},
+            {"type": "http.response.body", "body": body}]
 
 
 async def _acquired_before_hang_up(slots: asyncio.Semaphore, receive) -> bool:
@@ -98,5 +142,7 @@ async def hang_up(receive) -> None:
 
 def lanes() -> dict[str, Lane]:
     """The lanes of this process, sized by the settings."""
+    bulk = env_int("ROTA_WEB_BULK_THREADS", 6, minimum=1, maximum=256)
     return {INTERACTIVE: Lane(INTERACTIVE, env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)),
-            BULK: Lane(BULK, env_int("ROTA_WEB_BULK_THREADS", 6, minimum=1, maximum=256))}
+            BULK: Lane(BULK, bulk, env_int("ROTA_WEB_BULK_QUEUE", QUEUE_PER_BULK_THREAD * bulk, minimum=1,
+                                           maximum=100_000))}

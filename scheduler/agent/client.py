@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import requests
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
+MAX_RETRY_AFTER_S = 120.0  # a portal's Retry-After is honoured up to this
 
 
 class PortalError(Exception):
@@ -17,7 +20,12 @@ class PortalError(Exception):
 
 
 class PortalUnavailable(PortalError):
-    """No usable answer: connection refused, timeout, 5xx, 429 or a body that is not JSON. Retry later."""
+    """No usable answer: connection refused, timeout, 5xx, 429 or a body that is not JSON. Retry later: not
+    before ``retry_after_s`` when the portal said so (``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class RegisterRequired(PortalError):
@@ -68,6 +76,7 @@ class PortalClient:
         self._session = session or requests.Session()
         self._session.headers.update({"Authorization": f"Node {token}", "User-Agent": "rota-agent"})
         self._batch_events = True  # until the portal answers that it has no batch endpoint
+        self._reports_not_before = 0.0  # time.monotonic(): the portal asked the reports to wait until then
         self._wait_session = requests.Session()
         self._wait_session.headers["User-Agent"] = "rota-agent"
         for each in (self._session, self._wait_session):
@@ -94,7 +103,7 @@ class PortalClient:
 
     def job_event(self, job_id: int, body: dict[str, Any]) -> None:
         """``POST /api/v1/node/jobs/{job_id}/events/``."""
-        self._post(f"/api/v1/node/jobs/{job_id}/events/", body)
+        self._post(f"/api/v1/node/jobs/{job_id}/events/", body, report=True)
 
     def job_events(self, events: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
         """``POST /api/v1/node/events/``: many ``(job_id, event body)`` in one request; one result per
@@ -103,8 +112,8 @@ class PortalClient:
         by one, so each refusal is its event's alone. Unavailable or "register": raised, nothing popped."""
         if self._batch_events:
             try:
-                answer = self._post("/api/v1/node/events/", {"events": [{"job_id": job_id, **body}
-                                                                         for job_id, body in events]})
+                batch = {"events": [{"job_id": job_id, **body} for job_id, body in events]}
+                answer = self._post("/api/v1/node/events/", batch, report=True)
                 results = answer.get("results")
                 if isinstance(results, list) and len(results) == len(events):
                     return results
@@ -126,7 +135,7 @@ class PortalClient:
 
     def job_log(self, job_id: int, body: dict[str, Any]) -> None:
         """``POST /api/v1/node/jobs/{job_id}/log/``."""
-        self._post(f"/api/v1/node/jobs/{job_id}/log/", body)
+        self._post(f"/api/v1/node/jobs/{job_id}/log/", body, report=True)
 
     def close(self) -> None:
         """Close pooled connections."""
@@ -149,11 +158,25 @@ class PortalClient:
         self._session.headers["Authorization"] = f"Node {token}"
         return True
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], *, report: bool = False) -> dict[str, Any]:
+        """POST ``body``. A ``report`` (job events, log chunks: the portal's bulk lane, portal/priority.py)
+        is not sent while the portal's last ``Retry-After`` for reports runs: PortalUnavailable at once, and
+        the caller keeps what it was to send for a later pass. Heartbeats are never held back."""
+        if report:
+            left = self._reports_not_before - time.monotonic()
+            if left > 0:
+                raise PortalUnavailable(f"{path}: the portal asked reports to wait {left:.1f} s more", left)
         response = self._send(path, body)
         if response.status_code == 401 and self._reread_token():
             response = self._send(path, body)
-        return self._answer(path, response)
+        try:
+            return self._answer(path, response)
+        except PortalUnavailable as error:
+            if report and error.retry_after_s:  # nodes told alike come back spread over a quarter more
+                wait = error.retry_after_s * random.uniform(1.0, 1.25)
+                self._reports_not_before = time.monotonic() + wait
+                log.info("%s: the portal is busy; reports wait %.1f s (Retry-After)", path, wait)
+            raise
 
     def _send(self, path: str, body: dict[str, Any]) -> requests.Response:
         try:
@@ -170,7 +193,8 @@ class PortalClient:
         except ValueError:
             answer = None
         if status >= 500 or status == 429:
-            raise PortalUnavailable(f"{path}: HTTP {status}")
+            retry_after = _retry_after_s(response.headers.get("Retry-After"))
+            raise PortalUnavailable(f"{path}: HTTP {status}", retry_after)
         if status >= 400:
             detail = answer.get("detail", "") if isinstance(answer, dict) else response.text[:200]
             if status == 409 and detail == "register":
@@ -180,3 +204,13 @@ class PortalClient:
         if not isinstance(answer, dict):
             raise PortalUnavailable(f"{path}: HTTP {status} with a body that is not a JSON object")
         return answer
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` of seconds, at most ``MAX_RETRY_AFTER_S``; None when absent or not seconds (an HTTP
+    date, which the portal never sends: the next pass tries again)."""
+    try:
+        seconds = float(value or "")
+    except ValueError:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S) if seconds > 0 else None

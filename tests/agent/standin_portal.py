@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -36,6 +37,8 @@ class StandInPortal:
         self.last_seq = 0
         self.batch_events = True  # False: a portal without POST /api/v1/node/events/ (answers 404)
         self.batches: list[int] = []  # the number of events in each batch request
+        self.busy: list[int] = []  # the next batch requests are answered 429 with these Retry-After seconds
+        self.batch_posts: list[float] = []  # time.monotonic() of each batch request, the busy ones' included
         self.token = TOKEN  # the one node token it accepts (a test rotates it)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -86,8 +89,16 @@ class StandInPortal:
         with self.lock:
             return self.logs.get((job_id, attempt), b"").decode()
 
-    def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Answer one request as the real portal would."""
+    def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict]:
+        """Answer one request as the real portal would: its status, body and extra headers."""
+        with self.lock:
+            if path == "/api/v1/node/events/" and self.batch_events:
+                self.batch_posts.append(time.monotonic())
+                if self.busy:  # the portal's bulk lane is full (portal/priority.py)
+                    return 429, {"detail": "busy"}, {"Retry-After": str(self.busy.pop(0))}
+        return (*self._handle(path, headers, body), {})
+
+    def _handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if headers.get("Authorization") != f"Node {self.token}":
             return 401, {"detail": "unknown or revoked node token"}
         if self.down:
@@ -151,9 +162,11 @@ def _handler_for(portal: StandInPortal) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            status, answer = portal.handle(self.path, self.headers, body)
+            status, answer, extra = portal.handle(self.path, self.headers, body)
             data = json.dumps(answer).encode()
             self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

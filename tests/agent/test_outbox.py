@@ -1,6 +1,7 @@
 """Job events go to the portal many per request (``POST /api/v1/node/events/``), in order; a portal without
 that endpoint gets them one by one; a refused event is dropped alone."""
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -71,3 +72,30 @@ def test_an_end_that_comes_while_the_pass_starts_jobs_goes_with_their_starts(
     assert portal.batches == [2]
     assert [e["type"] for e in portal.events_of(1)] == ["started", "exited"]
     assert not agent.outbox and not agent.executor.jobs
+
+
+def test_a_busy_portals_429_keeps_the_events_and_the_next_send_waits_its_retry_after(
+        portal: StandInPortal, make_agent: MakeAgent) -> None:
+    """The portal's bulk lane is full (portal/priority.py): its 429 names when to come back. The events stay
+    queued, in order; passes before then send nothing (no hot loop); the first pass after sends them."""
+    portal.busy = [1]
+    agent = make_agent(NODE)
+    for job_id in (1, 2):
+        portal.assign(job_id, "sleep 30")
+    assert agent.register()
+    agent.step()  # heartbeat: both start; their started events are refused with 429, Retry-After: 1
+    assert [(e.job_id, e.type) for e in agent.outbox] == [(1, "started"), (2, "started")]
+    assert len(portal.batch_posts) == 1 and portal.events == []
+    refused_at = portal.batch_posts[0]
+    for _ in range(5):
+        agent.flush_outbox()
+        assert len(agent.outbox) == 2 and len(portal.batch_posts) == 1  # nothing sent yet
+        time.sleep(0.1)
+
+    def sent() -> bool:
+        agent.flush_outbox()
+        return not agent.outbox
+
+    wait_until(sent, timeout=5)
+    assert len(portal.batch_posts) == 2 and portal.batch_posts[1] - refused_at >= 1.0
+    assert [(job_id, body["type"]) for job_id, body in portal.events] == [(1, "started"), (2, "started")]

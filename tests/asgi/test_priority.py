@@ -2,7 +2,8 @@
 queue (first come first served, a request whose client hung up while queued is not run), and, served for real
 by gunicorn (one worker of two interactive threads and one bulk thread), a user's request and a node's
 heartbeat answered at once while node events hold the bulk lane and queue behind it, and every queued event
-applied once the lane is free."""
+applied once the lane is free; past the bulk queue's bound (``ROTA_WEB_BULK_QUEUE``) a report is answered 429 at
+once with ``Retry-After``."""
 
 import asyncio
 import threading
@@ -96,6 +97,39 @@ def test_a_lane_runs_its_queue_in_order_and_skips_a_request_whose_client_hung_up
         lane.executor.shutdown()
 
 
+def test_a_lane_with_a_bounded_queue_refuses_past_it_and_names_when_the_queue_clears():
+    """Two threads, a queue of 4: a fifth waiting request is refused (``FULL``, not run); ``Retry-After`` is
+    the waiting requests' recent time in a thread over the threads (here 4 x 3 s / 2 = 6 s), at least 1 s."""
+    lane = priority.Lane("test", 2, queue=4)
+    gate = threading.Event()
+
+    def call(name: str) -> str:
+        gate.wait(30)
+        return name
+
+    async def scenario():
+        async def connected():
+            await asyncio.Event().wait()
+
+        running = [asyncio.ensure_future(lane.run(connected, call, n)) for n in ("a", "b")]
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(lane.run(connected, call, n)) for n in ("c", "d", "e", "f")]
+        await asyncio.sleep(0)
+        assert lane.waiting == 4 and lane.retry_after_s() == 1  # 4 x 0.5 s (the first guess) / 2
+        refused = await lane.run(connected, call, "g")
+        lane.request_s = 3.0
+        wait = lane.retry_after_s()
+        gate.set()
+        done = [await each for each in running + queued]
+        return refused, wait, done, lane.waiting, lane.retry_after_s()
+
+    try:
+        assert asyncio.run(scenario()) == (priority.FULL, 6, ["a", "b", "c", "d", "e", "f"], 0, 1)
+    finally:
+        gate.set()
+        lane.executor.shutdown()
+
+
 def _lock_waiters() -> int:
     """Database sessions of the portal waiting for a row lock now."""
     with connection.cursor() as cursor:
@@ -138,4 +172,40 @@ def test_while_node_events_hold_and_fill_the_bulk_lane_users_and_heartbeats_are_
         answers = [each.result(timeout=120) for each in reports]
     assert [each.status_code for each in answers] == [200] * 6
     assert [each.json()["results"][0]["state"] for each in answers] == [JobState.RUNNING] * 6
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_the_bulk_queues_bound_a_report_is_answered_429_with_retry_after_and_the_queued_ones_applied(
+        serve, cluster, alice):
+    base = serve(ROTA_WEB_BULK_THREADS="1", ROTA_WEB_BULK_QUEUE="2")
+    job = job_submit(user=alice, name="held", command="true", gpu_model="h100-80gb")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    node_auth = {"Authorization": f"Node {NodeToken.issue(cluster['nodes'][0])[1]}"}
+    event = {"events": [{"job_id": job.pk, "attempt": job.attempt, "type": "started"}]}
+    db = connection.settings_dict
+
+    def report() -> requests.Response:
+        return requests.post(f"{base}/api/v1/node/events/", json=event, headers=node_auth, timeout=120)
+
+    with (psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                          dbname=db["NAME"]) as holder, ThreadPoolExecutor(6) as nodes):
+        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [job.pk])  # until the commit
+        held = nodes.submit(report)
+        wait_for(lambda: _lock_waiters() == 1, timeout=30, what="the bulk lane's one thread held by the row lock")
+        reports = [nodes.submit(report) for _ in range(5)]  # 2 queue, 3 find the queue full
+        wait_for(lambda: sum(each.done() for each in reports) == 3, timeout=30, what="three answered at once")
+        busy = [each.result() for each in reports if each.done()]
+        assert [each.status_code for each in busy] == [429] * 3, [each.text for each in busy]
+        assert all(int(each.headers["Retry-After"]) >= 1 for each in busy)
+        assert "busy" in busy[0].json()["detail"]
+        assert _lock_waiters() == 1 and not held.done()  # the held one and the two queued wait still
+
+        holder.commit()
+        answers = [held.result(timeout=120)] + [each.result(timeout=120) for each in reports
+                                                if each.result(timeout=120).status_code != 429]
+    assert [each.status_code for each in answers] == [200] * 3
+    assert [each.json()["results"][0]["state"] for each in answers] == [JobState.RUNNING] * 3
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING

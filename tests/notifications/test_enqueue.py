@@ -86,3 +86,26 @@ def test_an_array_task_sends_its_task_to_whoever_asked_for_the_array_s_end(
     task = run_job(node_client(), task, 0, django_capture_on_commit_callbacks)
     # the start and the end: either may be the array's last news (the task decides, as its array stands then)
     assert told(queue) == [task.transitions.get(to_state=s).pk for s in ("running", "succeeded")]
+
+
+def test_a_batch_of_events_sends_a_task_for_each_transition_somebody_asked_about_and_none_other(
+        alice, bob, node_client, queue, django_capture_on_commit_callbacks):
+    """The batch's transitions are checked together (``transitions_wanted``, one query): each is still judged
+    on its own job's subscribers and its own event."""
+    subscribe(alice, ["job-started"])  # her own jobs' starts
+    subscribe(bob, ["job-succeeded"])  # his own jobs' successes
+    jobs = [job_submit(user=user, name="t", **JOB) for user in (alice, bob, alice, bob)]
+    with django_capture_on_commit_callbacks(execute=True):
+        run_cycle()
+    client = node_client()
+
+    def batch(**event):
+        with django_capture_on_commit_callbacks(execute=True):
+            answer = client.post("/api/v1/node/events/", {"events": [
+                {"job_id": job.pk, "attempt": 1, **event} for job in jobs]}, format="json")
+        assert answer.status_code == 200 and all(r["state"] for r in answer.json()["results"]), answer.json()
+
+    batch(type="started")
+    batch(type="exited", exit_code=0)
+    assert told(queue) == ([jobs[i].transitions.get(to_state="running").pk for i in (0, 2)]
+                           + [jobs[i].transitions.get(to_state="succeeded").pk for i in (1, 3)])
