@@ -1,26 +1,193 @@
-"""Run one job command and write down how it ended: ``python shim.py STATUS_FILE UID GID ARGV...``.
+"""The shim: a fork of the agent that leads a job's process group, runs its command and writes how it ended.
 
-The agent starts this small program as the leader of the job's process group (its own session), and it
-starts the job's command inside that group. It survives the agent being killed, so an agent restarted
-after a crash can still learn the job's exit code from STATUS_FILE (``{"exit_code": N, "signal": S}``).
-SIGTERM, SIGINT and SIGHUP sent to the group reach the command; the shim itself waits for the command
-to end (SIGKILL ends both). The agent starts it with those signals blocked, so a stop that arrives
-before the shim is ready is held until it is, instead of killing it. It runs with ``python -I -S`` and
-imports only ``os`` and ``_signal`` (built in): one shim starts per job, and ``subprocess``, ``signal`` and
-``json`` with what they pull in (``re``, ``enum``, ``locale``) cost a busy node about 20 ms of CPU a job.
+``spawn`` forks the agent itself. The child becomes the leader of a new session (so the attempt is one
+process group), starts the job's command inside that group, waits for it and writes its end to the status
+file (``{"exit_code": N, "signal": S}``, or ``{"start_error": ...}`` when it could not start), then exits
+like the command did. It survives the agent being killed, so an agent restarted after a crash still learns
+the exit code from the file. SIGTERM, SIGINT and SIGHUP sent to the group reach the command; the shim
+itself waits for the command to end (SIGKILL ends both). The agent forks it with those signals blocked,
+so a stop that arrives before the shim is ready is held until it is, instead of killing it.
 
-UID and GID (``-`` for "as the shim") are whom the command runs as: the shim stays with the agent's user,
-so the job can neither signal it nor touch STATUS_FILE, and the command drops to the team's identity
-(``setgroups([])``, ``setgid``, ``setuid``) before it execs.
+The shim stays the agent's user, so the job can neither signal it nor touch the status file; the
+command drops to the team's identity (``setgroups([])``, ``setgid``, ``setuid``) before it execs, with
+exactly the launch's environment and stdin from /dev/null.
+
+Why a fork and not ``python shim.py``: an interpreter start per job was the largest CPU cost of a drain
+(~15 ms of a node's CPU a job). A fork of a multi-threaded process is delicate, so the child is set up
+before any of the agent's state can act: every signal blocked across the fork, the agent's handlers and
+its SIGCHLD wake-up descriptor dropped, the garbage collector off (no finalizer of the agent's objects
+runs here), every descriptor but the log closed (the agent's sockets must not live on in a shim that runs
+for days), and it never returns into the agent's code (``os._exit`` in a ``finally``). Its memory is the
+agent's, shared copy-on-write; what the agent rewrites meanwhile becomes the shim's own.
 """
 
-import _signal
-import os
-import sys
+from __future__ import annotations
 
-STOPS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+import gc
+import json
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Python ignores these at start; the command gets them at their default, as subprocess's restore_signals does.
-RESTORED = tuple(getattr(_signal, n) for n in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(_signal, n))
+RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, n))
+TITLE = b"rota-shim"  # what ``ps -e`` and ``pgrep rota-shim`` show (``ps -f``: the agent's command line)
+
+
+class Shim:
+    """The agent's handle on a shim it forked: its pid, and its return code once reaped (``wait``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int | None:
+        """Reap the shim, blocking until it exits: its return code (``-N``: killed by signal N); None when it
+        was already reaped elsewhere."""
+        if self.returncode is None:
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:
+                return None
+        return self.returncode
+
+
+def spawn(
+    argv: Sequence[str], env: Mapping[str, str], user: tuple[str, str], *, status_path: str, cwd: str,
+    log_path: str,
+) -> Shim:
+    """Fork the shim for ``argv`` (as ``user``: uid and gid, ``-`` for "as the shim") in ``cwd``, its output
+    and the command's appended to ``log_path``. The caller blocks ``STOPS`` around this (the shim unblocks
+    them once it is ready). Raises OSError when the shim could not be set up, ValueError for a NUL byte."""
+    argv, env = list(argv), dict(env)
+    if any("\0" in text for text in (*argv, *env, *env.values())):
+        raise ValueError("embedded null byte")  # what exec would say, but here, before anything started
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    pid = -1
+    try:
+        pid = os.fork()
+        if pid == 0:  # the shim: never back into the agent's code, whatever happens
+            code = 127
+            try:
+                if _prepared(errors_write, lambda: _become_shim(log_fd, errors_write, cwd, mask)):
+                    code = _run(status_path, user, argv, env)
+            finally:
+                os._exit(code)
+    finally:  # the agent only
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(errors_write)
+        os.close(log_fd)
+        if pid < 0:
+            os.close(errors_read)
+    _raise_reported(errors_read, pid)
+    return Shim(pid)
+
+
+def _become_shim(log_fd: int, errors_fd: int, cwd: str, mask: set[int | signal.Signals]) -> None:
+    """In the freshly forked child, before anything else: forget the agent's signals, garbage and
+    descriptors, lead a new session with the log as output, in ``cwd``; then the caller's signal mask."""
+    gc.disable()
+    signal.set_wakeup_fd(-1)  # the agent's SIGCHLD wake-up pipe is the agent's alone
+    for signum in signal.valid_signals():
+        if callable(signal.getsignal(signum)):
+            signal.signal(signum, signal.SIG_DFL)
+    os.setsid()
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.closerange(3, errors_fd)
+    os.closerange(errors_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    os.chdir(cwd)
+    try:
+        with open("/proc/self/comm", "wb", buffering=0) as comm:
+            comm.write(TITLE)
+    except OSError:
+        pass  # a title only
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _run(status_path: str, user: tuple[str, str], command: list[str], env: dict[str, str]) -> int:
+    """Start ``command``, wait for it, record its end in ``status_path``; the shim's exit status."""
+    early: list[int] = []
+    for stop in STOPS:
+        # A handler, not SIG_IGN, so the command starts with the default action.
+        signal.signal(stop, lambda received, _frame: early.append(received))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # the agent forked us with them blocked
+    try:
+        pid = _start(command, env, *user)
+    except OSError as error:
+        _write_status(status_path, json.dumps({"exit_code": None, "signal": None, "start_error": str(error)}))
+        return 127
+    if early:  # a stop that came before the command existed
+        os.kill(pid, early[0])
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # retried by Python across our handlers
+    exit_code, signum = (code, None) if code >= 0 else (None, -code)
+    _write_status(status_path, json.dumps({"exit_code": exit_code, "signal": signum}))
+    return code if code >= 0 else 128 - code
+
+
+def _start(command: list[str], env: dict[str, str], uid: str, gid: str) -> int:
+    """Fork and exec ``command`` with environment ``env`` (stdin from /dev/null, as ``uid``/``gid`` unless
+    ``-``); its pid. A command that cannot be started raises OSError with the child's reason."""
+    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec: nothing read
+    pid = os.fork()
+    if pid == 0:  # the child: only os calls until exec, and never back into the shim's code
+        try:
+            _prepared(errors_write, lambda: _become_command(command, env, uid, gid, errors_write))
+        finally:
+            os._exit(127)
+    os.close(errors_write)
+    _raise_reported(errors_read, pid)
+    return pid
+
+
+def _become_command(command: list[str], env: dict[str, str], uid: str, gid: str, errors_fd: int) -> None:
+    """In the command's child: default signals, stdin from /dev/null, no other descriptor, the team's
+    identity, then exec (its program looked up on ``env``'s PATH)."""
+    for signum in RESTORED:
+        signal.signal(signum, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.closerange(3, errors_fd)
+    os.closerange(errors_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    if uid != "-":
+        if not (uid.isdecimal() and gid.isdecimal()):  # "-1" would mean "unchanged": the agent's
+            raise ValueError(f"not a uid and gid: {uid} {gid}")
+        os.setgroups([])
+        os.setregid(int(gid), int(gid))
+        os.setreuid(int(uid), int(uid))
+    os.execvpe(command[0], command, env)
+
+
+def _prepared(errors_fd: int, prepare: Callable[[], None]) -> bool:
+    """Run ``prepare`` in a forked child; True once it returned. Whatever it raises goes to the parent
+    through ``errors_fd`` (False). The descriptor is closed either way: the parent stops waiting."""
+    try:
+        prepare()
+    except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
+        os.write(errors_fd, f"{error.__class__.__name__}: {error}".encode(errors="replace")[:4000])
+        return False
+    finally:
+        os.close(errors_fd)
+    return True
+
+
+def _raise_reported(errors_fd: int, pid: int) -> None:
+    """In the parent: wait for the child's ``_prepared`` (or its exec) to close ``errors_fd``; if it reported
+    an error, reap the child and raise OSError with the reason."""
+    reason = b""
+    try:
+        while chunk := os.read(errors_fd, 4096):
+            reason += chunk
+    finally:
+        os.close(errors_fd)
+    if reason:
+        os.waitpid(pid, 0)
+        raise OSError(reason.decode(errors="replace"))
 
 
 def _write_status(path: str, text: str) -> None:
@@ -28,64 +195,3 @@ def _write_status(path: str, text: str) -> None:
     with open(temporary, "w") as handle:
         handle.write(text)
     os.replace(temporary, path)
-
-
-def _start(command: list[str], uid: str, gid: str) -> int:
-    """Fork and exec ``command`` (stdin from /dev/null, as ``uid``/``gid`` unless ``-``); its pid. A command
-    that cannot be started raises OSError with the child's reason."""
-    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec: nothing read
-    pid = os.fork()
-    if pid == 0:  # the child: only os calls until exec, and never back into the shim's code
-        try:
-            for signum in RESTORED:
-                _signal.signal(signum, _signal.SIG_DFL)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.closerange(3, errors_write)
-            os.closerange(errors_write + 1, os.sysconf("SC_OPEN_MAX"))
-            if uid != "-":
-                if not (uid.isdecimal() and gid.isdecimal()):  # "-1" would mean "unchanged": the agent's
-                    raise ValueError(f"not a uid and gid: {uid} {gid}")
-                os.setgroups([])
-                os.setregid(int(gid), int(gid))
-                os.setreuid(int(uid), int(uid))
-            os.execvp(command[0], command)
-        except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
-            os.write(errors_write, f"{error.__class__.__name__}: {error}".encode(errors="replace")[:4000])
-        os._exit(127)
-    os.close(errors_write)
-    reason = b""
-    while chunk := os.read(errors_read, 4096):
-        reason += chunk
-    os.close(errors_read)
-    if reason:
-        os.waitpid(pid, 0)
-        raise OSError(reason.decode(errors="replace"))
-    return pid
-
-
-def main(argv: list[str]) -> int:
-    """Start ``argv[4:]``, wait for it, record its end in ``argv[1]``; exit like the command did."""
-    status_path, uid, gid, command = argv[1], argv[2], argv[3], argv[4:]
-    early: list[int] = []
-    for signum in STOPS:
-        # A handler, not SIG_IGN, so the command starts with the default action.
-        _signal.signal(signum, lambda received, _frame: early.append(received))
-    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, STOPS)  # the agent started us with them blocked
-    try:
-        pid = _start(command, uid, gid)
-    except OSError as error:
-        import json  # the rare path: the message may need escaping
-
-        _write_status(status_path, json.dumps({"exit_code": None, "signal": None, "start_error": str(error)}))
-        return 127
-    if early:  # a stop that came before the command existed
-        os.kill(pid, early[0])
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # retried by Python across our handlers
-    exit_code, signum = (code, "null") if code >= 0 else ("null", -code)
-    _write_status(status_path, f'{{"exit_code": {exit_code}, "signal": {signum}}}')
-    return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
