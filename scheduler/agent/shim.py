@@ -23,6 +23,7 @@ agent's, shared copy-on-write; what the agent rewrites meanwhile becomes the shi
 
 from __future__ import annotations
 
+import _signal
 import gc
 import json
 import os
@@ -32,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Python ignores these at start; the command gets them at their default, as subprocess's restore_signals does.
 RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, n))
+SIGNALS = tuple(_signal.valid_signals())  # plain numbers: the child resets them without the enum's cost
 TITLE = b"rota-shim"  # what ``ps -e`` and ``pgrep rota-shim`` show (``ps -f``: the agent's command line)
 
 
@@ -90,10 +92,10 @@ def _become_shim(log_fd: int, errors_fd: int, cwd: str, mask: set[int | signal.S
     """In the freshly forked child, before anything else: forget the agent's signals, garbage and
     descriptors, lead a new session with the log as output, in ``cwd``; then the caller's signal mask."""
     gc.disable()
-    signal.set_wakeup_fd(-1)  # the agent's SIGCHLD wake-up pipe is the agent's alone
-    for signum in signal.valid_signals():
-        if callable(signal.getsignal(signum)):
-            signal.signal(signum, signal.SIG_DFL)
+    _signal.set_wakeup_fd(-1)  # the agent's SIGCHLD wake-up pipe is the agent's alone
+    for signum in SIGNALS:
+        if callable(_signal.getsignal(signum)):
+            _signal.signal(signum, _signal.SIG_DFL)
     os.setsid()
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -103,11 +105,12 @@ def _become_shim(log_fd: int, errors_fd: int, cwd: str, mask: set[int | signal.S
     os.closerange(errors_fd + 1, os.sysconf("SC_OPEN_MAX"))
     os.chdir(cwd)
     try:
-        with open("/proc/self/comm", "wb", buffering=0) as comm:
-            comm.write(TITLE)
+        comm = os.open("/proc/self/comm", os.O_WRONLY)
+        os.write(comm, TITLE)
+        os.close(comm)
     except OSError:
         pass  # a title only
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
 def _run(status_path: str, user: tuple[str, str], command: list[str], env: dict[str, str]) -> int:
