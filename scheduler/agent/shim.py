@@ -61,7 +61,8 @@ def spawn(
 ) -> Shim:
     """Fork the shim for ``argv`` (as ``user``: uid and gid, ``-`` for "as the shim") in ``cwd``, its output
     and the command's appended to ``log_path``. The caller blocks ``STOPS`` around this (the shim unblocks
-    them once it is ready). Raises OSError when the shim could not be set up, ValueError for a NUL byte."""
+    them once it is ready). Returns once the shim leads its session; what fails after that is the status
+    file's ``start_error``. Raises OSError when the shim could not be forked, ValueError for a NUL byte."""
     argv, env = list(argv), dict(env)
     if any("\0" in text for text in (*argv, *env, *env.values())):
         raise ValueError("embedded null byte")  # what exec would say, but here, before anything started
@@ -74,8 +75,8 @@ def spawn(
         if pid == 0:  # the shim: never back into the agent's code, whatever happens
             code = 127
             try:
-                if _prepared(errors_write, lambda: _become_shim(log_fd, errors_write, cwd, mask)):
-                    code = _run(status_path, user, argv, env)
+                if _prepared(errors_write, _lead_session):  # the agent goes on from here
+                    code = _run(status_path, user, argv, env, lambda: _settle(log_fd, cwd, mask))
             finally:
                 os._exit(code)
     finally:  # the agent only
@@ -88,21 +89,25 @@ def spawn(
     return Shim(pid)
 
 
-def _become_shim(log_fd: int, errors_fd: int, cwd: str, mask: set[int | signal.Signals]) -> None:
-    """In the freshly forked child, before anything else: forget the agent's signals, garbage and
-    descriptors, lead a new session with the log as output, in ``cwd``; then the caller's signal mask."""
+def _lead_session() -> None:
+    """First thing in the freshly forked child: forget the agent's signal handlers, its wake-up descriptor and
+    its garbage, and lead a new session (once this returns, the agent may signal the attempt's group)."""
     gc.disable()
     _signal.set_wakeup_fd(-1)  # the agent's SIGCHLD wake-up pipe is the agent's alone
     for signum in SIGNALS:
         if callable(_signal.getsignal(signum)):
             _signal.signal(signum, _signal.SIG_DFL)
     os.setsid()
+
+
+def _settle(log_fd: int, cwd: str, mask: set[int | signal.Signals]) -> None:
+    """Then, while the agent already goes on: the log as output, stdin from /dev/null, none of the agent's
+    other descriptors, ``cwd``, the shim's title, and the caller's signal mask back."""
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.closerange(3, errors_fd)
-    os.closerange(errors_fd + 1, os.sysconf("SC_OPEN_MAX"))
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     os.chdir(cwd)
     try:
         comm = os.open("/proc/self/comm", os.O_WRONLY)
@@ -113,14 +118,19 @@ def _become_shim(log_fd: int, errors_fd: int, cwd: str, mask: set[int | signal.S
     _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
-def _run(status_path: str, user: tuple[str, str], command: list[str], env: dict[str, str]) -> int:
-    """Start ``command``, wait for it, record its end in ``status_path``; the shim's exit status."""
+def _run(
+    status_path: str, user: tuple[str, str], command: list[str], env: dict[str, str],
+    settle: Callable[[], None],
+) -> int:
+    """``settle``, start ``command``, wait for it, record its end in ``status_path``; the shim's exit status.
+    What fails before the command runs (``settle`` included) is recorded as a ``start_error``."""
     early: list[int] = []
-    for stop in STOPS:
-        # A handler, not SIG_IGN, so the command starts with the default action.
-        signal.signal(stop, lambda received, _frame: early.append(received))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # the agent forked us with them blocked
     try:
+        settle()
+        for stop in STOPS:
+            # A handler, not SIG_IGN, so the command starts with the default action.
+            signal.signal(stop, lambda received, _frame: early.append(received))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # the agent forked us with them blocked
         pid = _start(command, env, *user)
     except OSError as error:
         _write_status(status_path, json.dumps({"exit_code": None, "signal": None, "start_error": str(error)}))
