@@ -38,15 +38,28 @@ TITLE = b"rota-shim"  # what ``ps -e`` and ``pgrep rota-shim`` show (``ps -f``: 
 
 
 class Shim:
-    """The agent's handle on a shim it forked: its pid, and its return code once reaped (``wait``)."""
+    """The agent's handle on a shim it forked: its pid, when it leads its session (``lead``), and its return
+    code once reaped (``wait``)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, leading: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self._leading = leading  # a pipe's read end: the shim closes the other once it leads its session
+
+    def lead(self) -> None:
+        """Wait until the shim leads its own session, so that its group exists to be signalled (at once after
+        the first call). The agent goes on with its bookkeeping meanwhile: the child's first steps (Python's
+        after-fork work, its first page copies) take milliseconds."""
+        if self._leading >= 0:
+            while os.read(self._leading, 512):
+                pass
+            os.close(self._leading)
+            self._leading = -1
 
     def wait(self) -> int | None:
         """Reap the shim, blocking until it exits: its return code (``-N``: killed by signal N); None when it
         was already reaped elsewhere."""
+        self.lead()
         if self.returncode is None:
             try:
                 self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
@@ -61,13 +74,13 @@ def spawn(
 ) -> Shim:
     """Fork the shim for ``argv`` (as ``user``: uid and gid, ``-`` for "as the shim") in ``cwd``, its output
     and the command's appended to ``log_path``. The caller blocks ``STOPS`` around this (the shim unblocks
-    them once it is ready). Returns once the shim leads its session; what fails after that is the status
-    file's ``start_error``. Raises OSError when the shim could not be forked, ValueError for a NUL byte."""
+    them once it is ready) and calls ``lead`` before it signals the attempt's group. What fails in the shim
+    is its status file's ``start_error``. Raises OSError when it could not fork, ValueError for a NUL byte."""
     argv, env = list(argv), dict(env)
     if any("\0" in text for text in (*argv, *env, *env.values())):
         raise ValueError("embedded null byte")  # what exec would say, but here, before anything started
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
+    leading, led = os.pipe2(os.O_CLOEXEC)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     pid = -1
     try:
@@ -75,34 +88,30 @@ def spawn(
         if pid == 0:  # the shim: never back into the agent's code, whatever happens
             code = 127
             try:
-                if _prepared(errors_write, _lead_session):  # the agent goes on from here
-                    code = _run(status_path, user, argv, env, lambda: _settle(log_fd, cwd, mask))
+                code = _run(status_path, user, argv, env, lambda: _settle(led, log_fd, cwd, mask))
             finally:
                 os._exit(code)
     finally:  # the agent only
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(errors_write)
+        os.close(led)
         os.close(log_fd)
         if pid < 0:
-            os.close(errors_read)
-    _raise_reported(errors_read, pid)
-    return Shim(pid)
+            os.close(leading)
+    return Shim(pid, leading)
 
 
-def _lead_session() -> None:
+def _settle(led: int, log_fd: int, cwd: str, mask: set[int | signal.Signals]) -> None:
     """First thing in the freshly forked child: forget the agent's signal handlers, its wake-up descriptor and
-    its garbage, and lead a new session (once this returns, the agent may signal the attempt's group)."""
+    its garbage, and lead a new session (then close ``led``: the agent may signal the group). Then the log as
+    output, stdin from /dev/null, none of the agent's other descriptors, ``cwd``, the shim's title, and the
+    caller's signal mask back."""
     gc.disable()
     _signal.set_wakeup_fd(-1)  # the agent's SIGCHLD wake-up pipe is the agent's alone
     for signum in SIGNALS:
         if callable(_signal.getsignal(signum)):
             _signal.signal(signum, _signal.SIG_DFL)
     os.setsid()
-
-
-def _settle(log_fd: int, cwd: str, mask: set[int | signal.Signals]) -> None:
-    """Then, while the agent already goes on: the log as output, stdin from /dev/null, none of the agent's
-    other descriptors, ``cwd``, the shim's title, and the caller's signal mask back."""
+    os.close(led)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -125,14 +134,14 @@ def _run(
     """``settle``, start ``command``, wait for it, record its end in ``status_path``; the shim's exit status.
     What fails before the command runs (``settle`` included) is recorded as a ``start_error``."""
     early: list[int] = []
-    try:
+    try:  # any error: the set-up's may be other than OSError
         settle()
         for stop in STOPS:
             # A handler, not SIG_IGN, so the command starts with the default action.
             signal.signal(stop, lambda received, _frame: early.append(received))
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # the agent forked us with them blocked
         pid = _start(command, env, *user)
-    except OSError as error:
+    except Exception as error:  # noqa: BLE001 - whatever it is, it is the attempt's start error
         _write_status(status_path, json.dumps({"exit_code": None, "signal": None, "start_error": str(error)}))
         return 127
     if early:  # a stop that came before the command existed
@@ -150,11 +159,19 @@ def _start(command: list[str], env: dict[str, str], uid: str, gid: str) -> int:
     pid = os.fork()
     if pid == 0:  # the child: only os calls until exec, and never back into the shim's code
         try:
-            _prepared(errors_write, lambda: _become_command(command, env, uid, gid, errors_write))
+            _become_command(command, env, uid, gid, errors_write)
+        except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
+            os.write(errors_write, f"{error.__class__.__name__}: {error}".encode(errors="replace")[:4000])
         finally:
             os._exit(127)
     os.close(errors_write)
-    _raise_reported(errors_read, pid)
+    reason = b""
+    while chunk := os.read(errors_read, 4096):
+        reason += chunk
+    os.close(errors_read)
+    if reason:
+        os.waitpid(pid, 0)
+        raise OSError(reason.decode(errors="replace"))
     return pid
 
 
@@ -174,33 +191,6 @@ def _become_command(command: list[str], env: dict[str, str], uid: str, gid: str,
         os.setregid(int(gid), int(gid))
         os.setreuid(int(uid), int(uid))
     os.execvpe(command[0], command, env)
-
-
-def _prepared(errors_fd: int, prepare: Callable[[], None]) -> bool:
-    """Run ``prepare`` in a forked child; True once it returned. Whatever it raises goes to the parent
-    through ``errors_fd`` (False). The descriptor is closed either way: the parent stops waiting."""
-    try:
-        prepare()
-    except BaseException as error:  # noqa: BLE001 - whatever it is, the parent reports it
-        os.write(errors_fd, f"{error.__class__.__name__}: {error}".encode(errors="replace")[:4000])
-        return False
-    finally:
-        os.close(errors_fd)
-    return True
-
-
-def _raise_reported(errors_fd: int, pid: int) -> None:
-    """In the parent: wait for the child's ``_prepared`` (or its exec) to close ``errors_fd``; if it reported
-    an error, reap the child and raise OSError with the reason."""
-    reason = b""
-    try:
-        while chunk := os.read(errors_fd, 4096):
-            reason += chunk
-    finally:
-        os.close(errors_fd)
-    if reason:
-        os.waitpid(pid, 0)
-        raise OSError(reason.decode(errors="replace"))
 
 
 def _write_status(path: str, text: str) -> None:

@@ -19,13 +19,16 @@ ENV = {"PATH": os.environ["PATH"]}
 
 def spawn(tmp_path: Path, *command: str, user: tuple[str, str] = ("-", "-"), env: dict[str, str] = ENV,
           cwd: Path | None = None) -> shim.Shim:
-    """The shim as the executors start it (in ``tmp_path``): the stop signals blocked until it is ready."""
+    """The shim as the executors start it (in ``tmp_path``): the stop signals blocked until it is ready, and
+    its group there once ``spawn`` returns."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
-        return shim.spawn(command, env, user, status_path=str(tmp_path / "status"), cwd=str(cwd or tmp_path),
-                          log_path=str(tmp_path / "log"))
+        started = shim.spawn(command, env, user, status_path=str(tmp_path / "status"),
+                             cwd=str(cwd or tmp_path), log_path=str(tmp_path / "log"))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    started.lead()
+    return started
 
 
 @pytest.fixture
@@ -122,12 +125,12 @@ def test_a_command_that_is_not_found_is_a_start_error(tmp_path):
 
 
 def test_a_working_directory_that_is_gone_is_a_start_error(tmp_path):
-    """The agent goes on once the shim leads its session; what fails after that is the shim's to record."""
+    """The agent goes on once the shim is forked; what fails in it is the shim's to record."""
     assert spawn(tmp_path, "true", cwd=tmp_path / "gone").wait() == 127
     assert "No such file or directory" in str(status(tmp_path)["start_error"])
 
 
-def test_the_attempts_group_exists_when_spawn_returns(tmp_path):
+def test_once_it_leads_the_attempts_group_exists(tmp_path):
     """So a stop the agent sends at once reaches it (a signal to a group not yet made would be lost)."""
     started = spawn(tmp_path, "/bin/sh", "-c", "exec sleep 30")
     assert os.getsid(started.pid) == os.getpgid(started.pid) == started.pid

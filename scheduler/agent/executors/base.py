@@ -198,6 +198,7 @@ class Executor:
         self.save()
         log.info("started job %s as pid %d on GPUs %s", key, shim.pid, visible_devices(assignment) or "-")
         notes = "; ".join(note for note in (who.note, *launch.notes) if note)
+        shim.lead()  # the bookkeeping above went on while it got there: its group exists before any stop
         return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=shim.pid, message=notes)
 
     def never_started(self, assignment: Assignment) -> JobEvent:

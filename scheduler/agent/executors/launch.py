@@ -63,7 +63,8 @@ class Launch:
 def shim_spawn(launch: Launch, *, status_path: Path, job_dir: Path, log_path: Path) -> shim.Shim:
     """Fork the shim for ``launch`` in ``job_dir``, leading a new session, its output (and the command's)
     appended to ``log_path``; the shim writes how the command ended to ``status_path``. The caller blocks
-    ``STOP_SIGNALS`` around this (the shim unblocks them once it is ready)."""
+    ``STOP_SIGNALS`` around this (the shim unblocks them once it is ready), and calls the shim's ``lead``
+    before it may signal the attempt's group."""
     return shim.spawn(launch.argv, launch.env, launch.user, status_path=str(status_path), cwd=str(job_dir),
                       log_path=str(log_path))
 
