@@ -107,7 +107,7 @@ def child_exited(pid: int) -> bool:
     """True when our child ``pid`` has exited, without reaping it.
 
     The zombie keeps its pid, and with it the process group id, from being reused, so signalling the
-    group stays safe until the caller reaps the child (``Popen.wait``) once the whole group is gone.
+    group stays safe until the caller reaps the child (``Shim.wait``) once the whole group is gone.
     """
     try:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None

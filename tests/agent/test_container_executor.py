@@ -106,7 +106,7 @@ def test_a_restarted_agent_adopts_a_running_container_and_learns_how_it_ended(co
     ex.start(assignment(1, "sleep 2; exit 4"))
     successor = ContainerExecutor(ex.work_dir, fake_gpus=True)
     assert successor.adopt() == [] and list(successor.jobs) == ["1:1"]
-    ex._popens.clear()  # the old agent is gone; its shim stays the successor's to watch
+    ex._shims.clear()  # the old agent is gone; its shim stays the successor's to watch
     ex.jobs.clear()
     [ended] = run_until_ended(successor)
     assert (ended.type, ended.exit_code) == ("exited", 4)

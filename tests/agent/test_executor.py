@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -177,6 +178,19 @@ def test_an_unacknowledged_end_event_is_resent_after_a_restart(executor: Executo
     assert again == ended
     executor.acknowledge(ended)
     assert ProcessExecutor(executor.work_dir).adopt() == []
+
+
+def test_the_shim_is_a_fork_of_the_agent_that_keeps_none_of_its_descriptors(executor: Executor) -> None:
+    """No interpreter starts per job (it was a drain's largest CPU cost), and the agent's sockets (to the
+    portal, to Redis) do not live on in a shim that runs for days."""
+    portal = socket.create_server(("127.0.0.1", 0))
+    try:
+        started = executor.start(assignment(1, "touch started; exec sleep 30"))
+        wait_until(lambda: (executor.work_dir / "jobs" / "1" / "started").exists())
+        assert Path(f"/proc/{started.pid}/cmdline").read_bytes() == Path("/proc/self/cmdline").read_bytes()
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{started.pid}/fd")) == [0, 1, 2]
+    finally:
+        portal.close()
 
 
 def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None:

@@ -7,9 +7,9 @@ left. The executors differ only in *what* the shim starts and how a signal reach
 at the end of ``Executor``): ``ProcessExecutor`` runs ``/bin/sh -c`` on the host, ``ContainerExecutor``
 runs ``podman run`` of the job's image.
 
-The shim (``shim.py``) leads a new session, so the attempt is one process group: an attempt ends (and
-its GPUs may be released) only when no process of its group is left; until then the agent does not reap
-the shim, whose pid keeps the group id from being reused. The records are kept in
+The shim (``shim.py``, a fork of the agent) leads a new session, so the attempt is one process group: an
+attempt ends (and its GPUs may be released) only when no process of its group is left; until then the
+agent does not reap the shim, whose pid keeps the group id from being reused. The records are kept in
 ``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL adopts its running
 jobs when it comes back, and learns from the shim's status file how the others ended. Starting the shim
 and reading its status file are ``scheduler.agent.executors.launch``.
@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -53,6 +52,7 @@ from scheduler.agent.jobs import (
     JobRecord,
     job_key,
 )
+from scheduler.agent.shim import Shim
 from scheduler.agent.wire import iso
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Executor:
         self.jobs: dict[str, JobRecord] = {}
         self.finished: dict[str, float] = {}  # attempts that ended here, so they are never started twice
         self.unreported: dict[str, JobEvent] = {}  # end events the portal has not acknowledged yet
-        self._popens: dict[str, subprocess.Popen[bytes]] = {}
+        self._shims: dict[str, Shim] = {}  # the shims this agent forked, reaped once their group is gone
         self._boot_id = procs.boot_id()
 
     # persistence ------------------------------------------------------------------------------------
@@ -169,17 +169,17 @@ class Executor:
             identity.private_file(log_path, who)
             status_path.unlink(missing_ok=True)
             launch = self._launch(assignment, job_dir, who)
-            popen = shim_spawn(launch, status_path=status_path, job_dir=job_dir, log_path=log_path)
+            shim = shim_spawn(launch, status_path=status_path, job_dir=job_dir, log_path=log_path)
         except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
             self._abandon(assignment)
             return self.start_failed(assignment, f"cannot start: {error}")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        stat = procs.read_stat(popen.pid)
+        stat = procs.read_stat(shim.pid)
         job = JobRecord(
             job_id=assignment.job_id,
             attempt=assignment.attempt,
-            pid=popen.pid,
+            pid=shim.pid,
             start_ticks=stat.start_ticks if stat else None,
             boot_id=self._boot_id,
             log_path=str(log_path),
@@ -194,11 +194,12 @@ class Executor:
             memory_mb=assignment.limits.memory_mb,
         )
         self.jobs[key] = job
-        self._popens[key] = popen
+        self._shims[key] = shim
         self.save()
-        log.info("started job %s as pid %d on GPUs %s", key, popen.pid, visible_devices(assignment) or "-")
+        log.info("started job %s as pid %d on GPUs %s", key, shim.pid, visible_devices(assignment) or "-")
         notes = "; ".join(note for note in (who.note, *launch.notes) if note)
-        return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=popen.pid, message=notes)
+        shim.lead()  # the bookkeeping above went on while it got there: its group exists before any stop
+        return JobEvent(job.job_id, job.attempt, "started", iso(utc_now()), pid=shim.pid, message=notes)
 
     def never_started(self, assignment: Assignment) -> JobEvent:
         """End an attempt the portal stopped before this node started it (kept until acknowledged)."""
@@ -277,14 +278,14 @@ class Executor:
         return events
 
     def _leader_alive(self, job: JobRecord) -> bool:
-        if job.key in self._popens:
+        if job.key in self._shims:
             return not procs.child_exited(job.pid)
         return procs.leader_alive(job.pid, job.start_ticks)
 
     def _finish(self, job: JobRecord) -> JobEvent:
         """Forget an attempt whose group is gone and describe how it ended."""
-        popen = self._popens.pop(job.key, None)
-        returncode = popen.wait() if popen is not None else None  # reap the shim only now
+        shim = self._shims.pop(job.key, None)
+        returncode = shim.wait() if shim is not None else None  # reap the shim only now
         exit_code, signum, message, started = shim_outcome(job, returncode)
         exit_code, signum, message, reason, started = self._ended(job, exit_code, signum, message, started)
         del self.jobs[job.key]
@@ -371,13 +372,13 @@ class Executor:
 
     def _deliver(self, job: JobRecord, signum: int) -> None:
         """Send a stop signal (SIGTERM, then SIGKILL) to every process of the attempt."""
-        if job.key in self._popens or procs.group_members(job.pid):  # never signal a reused group id
+        if job.key in self._shims or procs.group_members(job.pid):  # never signal a reused group id
             procs.signal_group(job.pid, signum)
 
     def _alive(self, job: JobRecord) -> bool:
         """True while any process of the attempt is left: its shim (our child) running says so without a walk
         over every process of the host (asked at every pass); once the shim ended, any process it left."""
-        shim_runs = job.key in self._popens and not procs.child_exited(job.pid)
+        shim_runs = job.key in self._shims and not procs.child_exited(job.pid)
         return shim_runs or bool(procs.group_members(job.pid))
 
     def _ended(

@@ -1,6 +1,6 @@
 """Launching an attempt through the shim, and reading how it ended: what every executor does the same way.
 
-An executor decides *what* runs (a ``Launch``: argv, environment, as whom); ``shim_spawn`` starts the shim
+An executor decides *what* runs (a ``Launch``: argv, environment, as whom); ``shim_spawn`` forks the shim
 (``scheduler/agent/shim.py``) as the leader of a new session with the job's log as its output, and
 ``shim_outcome`` reads the status file the shim writes when the command ends (or, without one, what the
 shim's own return code says). The job's environment starts from ``INHERITED_ENV`` and ``rota_env``.
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduler.agent import shim
 from scheduler.agent.jobs import Assignment, JobRecord
 
-SHIM = str(Path(__file__).resolve().parents[1] / "shim.py")
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+STOP_SIGNALS = set(shim.STOPS)
 # Variables of the agent's own environment a job inherits; nothing else (the agent's token stays here).
 INHERITED_ENV = (
     "PATH",
@@ -62,22 +60,13 @@ class Launch:
     notes: tuple[str, ...] = ()
 
 
-def shim_spawn(
-    launch: Launch, *, status_path: Path, job_dir: Path, log_path: Path
-) -> subprocess.Popen[bytes]:
-    """Start the shim for ``launch`` in ``job_dir``, leading a new session, its output (and the command's)
+def shim_spawn(launch: Launch, *, status_path: Path, job_dir: Path, log_path: Path) -> shim.Shim:
+    """Fork the shim for ``launch`` in ``job_dir``, leading a new session, its output (and the command's)
     appended to ``log_path``; the shim writes how the command ended to ``status_path``. The caller blocks
-    ``STOP_SIGNALS`` around this (the shim unblocks them once it is ready)."""
-    with open(log_path, "ab") as log_file:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", SHIM, str(status_path), *launch.user, *launch.argv],
-            cwd=job_dir,
-            env=launch.env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    ``STOP_SIGNALS`` around this (the shim unblocks them once it is ready), and calls the shim's ``lead``
+    before it may signal the attempt's group."""
+    return shim.spawn(launch.argv, launch.env, launch.user, status_path=str(status_path), cwd=str(job_dir),
+                      log_path=str(log_path))
 
 
 def shim_outcome(job: JobRecord, returncode: int | None) -> tuple[int | None, int | None, str, bool]:
