@@ -126,6 +126,8 @@ if REDIS_URL == "filesystem":
     }
 elif REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     CELERY_BROKER_URL = REDIS_URL
+    if REDIS_URL.startswith("redis://"):  # kombu's transport, one client per channel (portal/broker.py)
+        CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
 else:
     raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL or 'filesystem'; got {REDIS_URL!r}")
 CELERY_TASK_IGNORE_RESULT = True
