@@ -126,6 +126,8 @@ if REDIS_URL == "filesystem":
     }
 elif REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     CELERY_BROKER_URL = REDIS_URL
+    if REDIS_URL.startswith("redis://"):  # kombu's transport, one client per channel (portal/broker.py)
+        CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
 else:
     raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL or 'filesystem'; got {REDIS_URL!r}")
 CELERY_TASK_IGNORE_RESULT = True
@@ -137,6 +139,9 @@ CELERY_TIMEZONE = "UTC"
 ROTA_CYCLE_INTERVAL_S = env_int("ROTA_CYCLE_INTERVAL_S", 5, minimum=1, maximum=3600)
 # A woken cycle rests after the last one this share (%) of that cycle's time: wake-ups meanwhile go together.
 ROTA_CYCLE_REST_PCT = env_int("ROTA_CYCLE_REST_PCT", 100, minimum=0, maximum=1000)
+# Post-commit wake-ups (cycle, node news) go through a per-process sender thread (scheduler/wake_sender.py);
+# off, the committing thread sends them itself (the in-process tests, which read Redis right after a commit).
+ROTA_WAKE_IN_BACKGROUND = env_bool("ROTA_WAKE_IN_BACKGROUND", True)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
 # how often the autoscaler of inference services measures their request rate (scheduler.services.autoscale)
 ROTA_AUTOSCALE_INTERVAL_S = env_int("ROTA_AUTOSCALE_INTERVAL_S", 15, minimum=1, maximum=3600)

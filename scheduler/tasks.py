@@ -19,21 +19,20 @@ class CycleTask(Task):
     wake-up that raised it has its message queued, or its cycle not yet reading (the cycle takes the flag
     before it reads), so the change just committed is seen either way. A task that finds a cycle running
     leaves the flag up and that cycle asks again after its commit (``delay``, which always sends), and beat's
-    periodic cycle takes a flag whose message was lost. A burst of submits sends a message or so per cycle,
-    not one each (each cost the request ~1 ms, and a worker process a task)."""
+    periodic cycle takes a flag whose message was lost (or never sent: the sender's process died first). A burst
+    of submits sends a message or so per cycle, not one each (each cost ~1 ms, and a worker process a task), and
+    the wake-ups of a burst that come while the sender is busy go as one flag push."""
 
     def delay(self, *args, **kwargs):
         wake.cycle_request()
         return super().delay(*args, wanted=True, **kwargs)
 
     def delay_on_commit(self, *args, **kwargs) -> None:
-        from django.db import transaction
+        """After the commit, the process's wake-up sender (``scheduler.wake_sender``) raises the flag and sends the
+        message if the flag was down; the request does not wait for either. A run_cycle takes no arguments."""
+        from scheduler import wake_sender
 
-        def wake_up():
-            if wake.cycle_request():
-                super(CycleTask, self).delay(*args, wanted=True, **kwargs)
-
-        transaction.on_commit(wake_up, robust=True)
+        wake_sender.send_on_commit(cycle=True)
 
 
 @shared_task(base=CycleTask, name="scheduler.cycle", time_limit=120, soft_time_limit=100, ignore_result=True)

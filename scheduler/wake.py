@@ -2,6 +2,10 @@
 PostgreSQL stays the truth, the periodic cycle and the nodes' heartbeats stay the safety net, and every
 function here shrugs off a Redis that is down (logged) or absent (the file broker of ``make dev``).
 
+The wake-ups a transaction asks for on commit (a submit's cycle, a cancel's node news) are sent by the process's
+sender thread (``scheduler.wake_sender``), so a request answers without waiting for Redis or the broker; one lost
+with a dying process is covered by the same safety nets.
+
 Each hint is a Redis list of at most one item, so any number of wake-ups before the reader looks coalesce
 into one, and one made while nobody waits is still there when the reader comes (until it expires).
 
@@ -29,7 +33,6 @@ from collections.abc import Iterable
 import redis
 import redis.asyncio
 from django.conf import settings
-from django.db import transaction
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +49,11 @@ LOOP_WAIT_CLIENT_NAME = "rota-node-wait-loop"
 
 @functools.cache
 def _client() -> redis.Redis | None:
-    """One client (a thread-safe connection pool) per process; None without Redis (the file broker)."""
+    """One client (a thread-safe connection pool) per process; None without Redis (the file broker). A Redis that
+    stops answering fails a call after ``socket_timeout`` (logged) rather than hold its caller for ever."""
     url = _redis_url()
-    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+    return None if url is None else redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5,
+                                                         health_check_interval=30)
 
 
 @functools.cache
@@ -142,7 +147,9 @@ def nodes_notify(node_ids: Iterable[int]) -> None:
     """Tell these nodes, once the current transaction commits, that their assignments changed."""
     keys = [NODE_NEWS.format(pk) for pk in set(node_ids)]
     if keys and _client() is not None:
-        transaction.on_commit(lambda: _push(*keys, ttl_s=NEWS_TTL_S), robust=True)  # one round trip for all
+        from scheduler import wake_sender
+
+        wake_sender.send_on_commit(node_keys=tuple(keys))  # one round trip for all, off the request's thread
 
 
 def holders_notify(job_ids: Iterable[int]) -> None:

@@ -32,6 +32,13 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _wakeups_sent_on_commit(settings):
+    """In-process tests read Redis right after a commit: the committing thread sends its wake-ups itself
+    (tests/scheduler/test_wake_sender.py and the e2e tests run the sender thread)."""
+    settings.ROTA_WAKE_IN_BACKGROUND = False
+
+
+@pytest.fixture(autouse=True)
 def _fresh_throttles():
     """Each test starts with no request history (throttles count in the cache, which outlives a test)."""
     from django.core.cache import cache

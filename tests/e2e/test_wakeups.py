@@ -3,7 +3,8 @@ cycle tells the node on commit, and the node agent's long-poll (``POST /api/v1/n
 its heartbeat at once. The portal names a 60 s heartbeat interval here, so a job that runs within a third of
 it, three times in a row (each submitted right after the last one ended, so a heartbeat-paced start would
 take most of an interval), learnt of its start from the long-poll, not from a heartbeat. The bound is far
-from what a loaded box takes (seconds): this checks the mechanism, not its speed."""
+from what a loaded box takes (seconds): this checks the mechanism, not its speed. The submits and cancels
+here hand their wake-ups to the wake-up sender's thread (scheduler/wake_sender.py), as served requests do."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -13,6 +14,11 @@ from scheduler.services.common import db_now
 from tests.processes import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def wakeups_in_background(settings):
+    settings.ROTA_WAKE_IN_BACKGROUND = True
 
 
 @pytest.fixture
