@@ -6,7 +6,7 @@ websockets, the notebook proxy) is served on the same address as the rest of the
 Each worker runs the portal's WSGI application for every other request in fixed pools of threads
 (``portal/asgi.py``), as gthread does, and each thread keeps its database connection: ``ROTA_WEB_THREADS`` for
 interactive requests (users, and the nodes' register, heartbeat and long-poll check) and ``ROTA_WEB_BULK_THREADS``
-(default 6) for the nodes' reports of work done (job events, log chunks, Slurm accounting), each lane with its own
+(default 2) for the nodes' reports of work done (job events, log chunks, Slurm accounting), each lane with its own
 queue (``portal/priority.py``), so a user's request does not queue behind the drain's reports. A node's long-poll
 is checked in a thread, then held on the event loop (``portal/longpoll.py``): up to
 ``ROTA_NODE_ASYNC_WAITERS_PER_PROCESS`` held waits per worker, each a socket to the node and one to Redis, so the

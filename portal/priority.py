@@ -14,10 +14,11 @@ Each lane runs at most its number of requests at once, in its own threads (``ROT
 in the order they came. So while bulk requests are queued an interactive request starts at once, and bulk gets
 its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
 interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an
-interactive request running beside it, and the queue is where bulk waits. 6 by default: while events were
-applied one transaction each, 2 per process made the drain twice as long; now that a batch is one transaction,
-2 drain as fast and serve users faster, but 5x more reports wait past a node's timeout (it sends them again)
-(bench/README.md, "User requests before node traffic" and "The full size with two lanes").
+interactive request running beside it, and the queue is where bulk waits. 2 by default: at the full size on
+2 cores, 2 bulk threads (against 6) drained faster (105 s against 114.5), answered users in 272 ms at the median
+(472) and heartbeats in 617 ms (2,294), now that a batch of events is one transaction and a full queue answers 429
+(bench/README.md, "The full size on a quiet box, all merged"; 6 had been chosen while 2 left reports waiting past
+a node's timeout, before the queue was bounded).
 
 A request whose client hangs up while it waits is not run at all: an agent that gave up on an answer
 (``scheduler/agent/client.py``'s timeout) sends the same events again, and the stale copy would only take
@@ -28,10 +29,10 @@ Bulk's queue is bounded (``ROTA_WEB_BULK_QUEUE`` waiting requests per process): 
 request's recent time in a thread, over the threads), and the agent keeps its events and sends them after
 that. Without the bound, a saturated portal queued reports past the agent's 10 s timeout (median wait 10-13 s
 at the full size): the agent gave up and sent the same events again into the same queue. The default, 8 per
-bulk thread (48 at 6 threads), is what the threads clear well inside that timeout at the saturated full size:
-a worker process answered ~8 batches a second there (~25 a second in 3 workers, bench/README.md "The full size
-with two lanes"), so 48 queued wait ~6 s, and the request's own time (~1 s under that load) still fits the
-10 s."""
+bulk thread (16 at the default 2 threads), is what the threads clear well inside that timeout at the saturated
+full size: a worker process answered ~8 batches a second there with 6 threads (~25 a second in 3 workers,
+bench/README.md "The full size with two lanes"), so 48 queued waited ~6 s and the request's own time (~1 s under
+that load) still fitted the 10 s; fewer threads clear fewer, and queue fewer."""
 
 import asyncio
 import json
@@ -142,7 +143,7 @@ async def hang_up(receive) -> None:
 
 def lanes() -> dict[str, Lane]:
     """The lanes of this process, sized by the settings."""
-    bulk = env_int("ROTA_WEB_BULK_THREADS", 6, minimum=1, maximum=256)
+    bulk = env_int("ROTA_WEB_BULK_THREADS", 2, minimum=1, maximum=256)
     return {INTERACTIVE: Lane(INTERACTIVE, env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)),
             BULK: Lane(BULK, bulk, env_int("ROTA_WEB_BULK_QUEUE", QUEUE_PER_BULK_THREAD * bulk, minimum=1,
                                            maximum=100_000))}
