@@ -7,7 +7,9 @@ once with ``Retry-After``."""
 
 import asyncio
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -138,26 +140,41 @@ def _lock_waiters() -> int:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_while_node_events_hold_and_fill_the_bulk_lane_users_and_heartbeats_are_served_at_once(serve, cluster,
-                                                                                                alice):
-    base = serve(ROTA_WEB_BULK_THREADS="1")
+def _placed_job_and_its_report(base: str, alice, node) -> tuple[Job, Callable[[], requests.Response]]:
+    """A job admitted onto ``node``, and a function sending ``node``'s report that it started (bulk lane)."""
     job = job_submit(user=alice, name="held", command="true", gpu_model="h100-80gb")
     run_cycle()
     job.refresh_from_db()
-    assert job.state == JobState.ADMITTED  # placed on node-h100: its start is reported next
-    node, other = cluster["nodes"]
+    assert job.state == JobState.ADMITTED and job.allocations.filter(node=node).exists()
     node_auth = {"Authorization": f"Node {NodeToken.issue(node)[1]}"}
-    user = {"Authorization": f"Token {Token.objects.create(user=alice).key}"}
     event = {"events": [{"job_id": job.pk, "attempt": job.attempt, "type": "started"}]}
-    db = connection.settings_dict
 
     def report() -> requests.Response:
         return requests.post(f"{base}/api/v1/node/events/", json=event, headers=node_auth, timeout=120)
 
-    with (psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-                          dbname=db["NAME"]) as holder, ThreadPoolExecutor(6) as nodes):
-        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [job.pk])  # until the commit
+    return job, report
+
+
+@contextmanager
+def _row_locked(job: Job) -> Iterator[psycopg.Connection]:
+    """``job``'s row locked by another connection until its ``commit``: the bulk thread applying a report on it
+    waits there."""
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                         dbname=db["NAME"]) as holder:
+        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [job.pk])
+        yield holder
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_node_events_hold_and_fill_the_bulk_lane_users_and_heartbeats_are_served_at_once(serve, cluster,
+                                                                                                alice):
+    base = serve(ROTA_WEB_BULK_THREADS="1")
+    node, other = cluster["nodes"]
+    job, report = _placed_job_and_its_report(base, alice, node)  # placed on node-h100: its start is reported next
+    user = {"Authorization": f"Token {Token.objects.create(user=alice).key}"}
+
+    with _row_locked(job) as holder, ThreadPoolExecutor(6) as nodes:
         reports = [nodes.submit(report) for _ in range(6)]
         wait_for(lambda: _lock_waiters() == 1, timeout=30, what="the bulk lane's one thread held by the row lock")
 
@@ -179,20 +196,9 @@ def test_while_node_events_hold_and_fill_the_bulk_lane_users_and_heartbeats_are_
 def test_past_the_bulk_queues_bound_a_report_is_answered_429_with_retry_after_and_the_queued_ones_applied(
         serve, cluster, alice):
     base = serve(ROTA_WEB_BULK_THREADS="1", ROTA_WEB_BULK_QUEUE="2")
-    job = job_submit(user=alice, name="held", command="true", gpu_model="h100-80gb")
-    run_cycle()
-    job.refresh_from_db()
-    assert job.state == JobState.ADMITTED
-    node_auth = {"Authorization": f"Node {NodeToken.issue(cluster['nodes'][0])[1]}"}
-    event = {"events": [{"job_id": job.pk, "attempt": job.attempt, "type": "started"}]}
-    db = connection.settings_dict
+    job, report = _placed_job_and_its_report(base, alice, cluster["nodes"][0])
 
-    def report() -> requests.Response:
-        return requests.post(f"{base}/api/v1/node/events/", json=event, headers=node_auth, timeout=120)
-
-    with (psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-                          dbname=db["NAME"]) as holder, ThreadPoolExecutor(6) as nodes):
-        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [job.pk])  # until the commit
+    with _row_locked(job) as holder, ThreadPoolExecutor(6) as nodes:
         held = nodes.submit(report)
         wait_for(lambda: _lock_waiters() == 1, timeout=30, what="the bulk lane's one thread held by the row lock")
         reports = [nodes.submit(report) for _ in range(5)]  # 2 queue, 3 find the queue full
