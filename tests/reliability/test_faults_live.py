@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 from rest_framework.test import APIClient
 
 from scheduler import tasks
@@ -76,18 +78,34 @@ def api_for(user) -> APIClient:
     return client
 
 
+def _waiting_on_a_row_lock() -> int:
+    """How many sessions of this test database wait for a lock (here: the cycle, for the target's row)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
 def test_a_worker_killed_mid_cycle_leaves_nothing_half_done_and_a_new_worker_resumes(
     alice, cluster, spawn_worker
 ):
     backlog(alice, cluster["vision"], 4000)
     target = api_for(alice).post("/api/v1/jobs/", {"name": "t", "gpu_model": "h100-80gb", "command": "true"},
                                  format="json").json()["id"]
-    first = spawn_worker()
-    tasks.run_cycle.delay()
-    wait_for(cycle_lock_held, timeout=30, interval=0.02, what="a cycle to hold the advisory lock")
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait(10)
-    killed = time.monotonic()
+    db = connection.settings_dict
+    # The target's row is held by another session, so the cycle that admits it waits before its commit, holding the
+    # advisory lock: the kill lands mid-cycle for certain, not after a quick cycle's commit.
+    with psycopg.connect(host=db["HOST"] or "localhost", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                         dbname=db["NAME"], autocommit=False) as holder:
+        holder.execute("SELECT 1 FROM scheduler_job WHERE id = %s FOR UPDATE", [target])
+        first = spawn_worker()
+        tasks.run_cycle.delay()
+        wait_for(lambda: cycle_lock_held() and _waiting_on_a_row_lock() == 1, timeout=60, interval=0.02,
+                 what="a cycle holding the advisory lock, waiting for the target's row")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+        killed = time.monotonic()
+        holder.rollback()
     wait_for(lambda: not cycle_lock_held(), timeout=30, interval=0.05, what="the dead cycle's lock to go")
     released = time.monotonic() - killed
     assert state_of(target) == "pending" and not Allocation.objects.exists()  # the killed cycle rolled back
