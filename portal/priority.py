@@ -17,8 +17,8 @@ interactive ones: in one process they share the interpreter's lock, so each busy
 interactive request running beside it, and the queue is where bulk waits. 2 by default: at the full size on
 2 cores, 2 bulk threads (against 6) drained faster (105 s against 114.5), answered users in 272 ms at the median
 (472) and heartbeats in 617 ms (2,294), now that a batch of events is one transaction and a full queue answers 429
-(bench/README.md, "Rota beside Slurm, and the full size, on a quiet box with this morning's work merged"; 6 had been chosen while 2 left reports waiting past
-a node's timeout, before the queue was bounded).
+(bench/README.md, "Rota beside Slurm, and the full size, on a quiet box with this morning's work merged"; 6 had
+been chosen while 2 left reports waiting past a node's timeout, before the queue was bounded).
 
 A request whose client hangs up while it waits is not run at all: an agent that gave up on an answer
 (``scheduler/agent/client.py``'s timeout) sends the same events again, and the stale copy would only take
