@@ -6,17 +6,12 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from scheduler.signals import job_transitioned, jobs_transitioned
+        from scheduler.signals import jobs_transitioned
 
-        job_transitioned.connect(_announce, dispatch_uid="notifications.announce")
-        jobs_transitioned.connect(_announce_many, dispatch_uid="notifications.announce_many")
-
-
-def _announce(sender, transition, **_kwargs) -> None:
-    _announce_many(sender, [transition])
+        jobs_transitioned.connect(_announce, dispatch_uid="notifications.announce")
 
 
-def _announce_many(sender, transitions, **_kwargs) -> None:
+def _announce(sender, transitions, **_kwargs) -> None:
     """Once the transitions commit, a Celery task for each works out who is told of it; none is sent for a
     transition nobody asked about (most of them: ``transitions_wanted``, one query here for them all)."""
     from notifications.services import transitions_wanted

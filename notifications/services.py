@@ -102,11 +102,6 @@ def _recipients(job: Job, event: str) -> list[NotificationPreference]:
     return [p for p in chosen if jobs_for(p.user).filter(pk=job.pk).exists()]
 
 
-def transition_wanted(transition: JobTransition) -> bool:
-    """Whether anyone could be told of ``transition`` (``transitions_wanted`` of it alone)."""
-    return bool(transitions_wanted([transition]))
-
-
 def transitions_wanted(transitions: list[JobTransition]) -> list[JobTransition]:
     """Those of ``transitions`` anyone could be told of: someone asked for its event (or, for an array's task,
     for the array's completion) and may be among ``_recipients``: an active member of the job's team who

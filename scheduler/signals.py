@@ -2,9 +2,7 @@
 
 from django.dispatch import Signal
 
-# Sent inside the transaction that recorded a job's transition, with ``transition`` (a JobTransition).
-# Receivers must not block: they enqueue work for after the commit (notifications does).
-job_transitioned = Signal()
-# The same for many transitions recorded together (a batch of a node's job events), with ``transitions`` (a list
-# of JobTransition): a receiver may treat them together (notifications asks once who could be told of them).
+# Sent inside the transaction that recorded jobs' transitions, with ``transitions`` (a list of JobTransition: one
+# for a single move, many for those recorded together, a heartbeat's deliveries or a batch of a node's events).
+# Receivers must not block: they enqueue work for after the commit (notifications does, asking once for them all).
 jobs_transitioned = Signal()

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from scheduler.models import Job, JobTransition
 from scheduler.models.jobs import FINAL_STATES
-from scheduler.signals import job_transitioned
+from scheduler.signals import jobs_transitioned
 
 
 def db_clock() -> Func:
@@ -54,7 +54,7 @@ def job_transition(
         job_id=job_id, from_state=current, to_state=to_state, at=at, cause=cause[:300], actor=actor,
         details=details or {},
     )
-    job_transitioned.send(sender=JobTransition, transition=transition)
+    jobs_transitioned.send(sender=JobTransition, transitions=[transition])
     return True
 
 
@@ -81,8 +81,9 @@ def jobs_transition_locked(job_ids: list[int], *, from_state: str, to_state: str
         cursor.execute(f'UPDATE "{Job._meta.db_table}" SET "state" = %s WHERE "id" IN ({marks}) AND "state" = %s '
                        'RETURNING "id"', [to_state, *job_ids, from_state])
         moved = sorted(row[0] for row in cursor.fetchall())
-    for transition in JobTransition.objects.bulk_create(
-            JobTransition(job_id=job_id, from_state=from_state, to_state=to_state, at=at, cause=cause[:300], details={})
-            for job_id in moved):
-        job_transitioned.send(sender=JobTransition, transition=transition)
+    transitions = JobTransition.objects.bulk_create(
+        JobTransition(job_id=job_id, from_state=from_state, to_state=to_state, at=at, cause=cause[:300], details={})
+        for job_id in moved)
+    if transitions:
+        jobs_transitioned.send(sender=JobTransition, transitions=transitions)
     return moved

@@ -1,6 +1,6 @@
 """A transition becomes a notification task only when someone could be told of it: a job nobody asked about
 turns over without one Celery message for notifications; one somebody asked about sends exactly one task,
-for the transition they asked about (``notifications.services.transition_wanted``)."""
+for the transition they asked about (``notifications.services.transitions_wanted``)."""
 
 import base64
 import json
