@@ -2,8 +2,8 @@
 
 A job says it has saved its work by touching (or writing) the file named by ``$ROTA_CHECKPOINT_FILE``: its
 job directory's ``rota-checkpoint`` (``/job/rota-checkpoint`` inside a container, the same file on the
-host). Each pass the agent looks at the file's modification time; a time later than the attempt's start and
-than the last one it reported becomes an event, which the portal records as the job's last checkpoint (a
+host). Before it launches an attempt the agent notes the file's modification time (none when there is no
+file); each pass it looks again, and a time later than that and than the last one it reported becomes an event, which the portal records as the job's last checkpoint (a
 later preemption loses only the work after it). The file's content is the job's own (for instance the path
 of the checkpoint it wrote); the agent never reads it, and never follows a link there (``lstat``).
 """
@@ -28,18 +28,27 @@ def checkpoint_file(job_dir: Path) -> Path:
     return job_dir / CHECKPOINT_FILE
 
 
-def changed_at(job: JobRecord, path: Path) -> float | None:
-    """The file's modification time (Unix time) when it is a regular file changed during this attempt and
-    after the last reported change; else None."""
+def modified_at(path: Path) -> float | None:
+    """The modification time (Unix time) of the regular file at ``path``, never following a link; else None."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISREG(info.st_mode):
+    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
+
+
+def changed_at(job: JobRecord, path: Path) -> float | None:
+    """The file's modification time when it is a regular file changed during this attempt and after the last
+    reported change; else None.
+
+    "During this attempt" is against the file as it was just before the launch, not against the agent's
+    clock: the kernel stamps files from a coarse clock that can lag it by a tick, so a job that saves at
+    once could leave a time earlier than a start the agent read a moment before."""
+    moment = modified_at(path)
+    if moment is None:
         return None
-    if info.st_mtime <= max(job.started_at, job.checkpoint_at or 0.0):
-        return None
-    return info.st_mtime
+    seen = job.checkpoint_at if job.checkpoint_at is not None else job.checkpoint_before
+    return None if seen is not None and moment <= seen else moment
 
 
 def checkpoint_events(jobs: list[JobRecord], work_dir: Path) -> list[JobEvent]:

@@ -196,6 +196,7 @@ class JobRecord:
     term_sent_at: float | None = None
     killed: bool = False
     log_offset: int = 0
+    checkpoint_before: float | None = None  # the checkpoint file's time before the launch (None: no file)
     checkpoint_at: float | None = None  # the checkpoint file's last change reported (Unix time)
 
     @property
@@ -211,7 +212,9 @@ class JobRecord:
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
         """Rebuild from the state file, ignoring fields a newer agent may have added."""
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        fields.setdefault("checkpoint_before", fields.get("started_at"))  # an older agent's record: its rule
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from scheduler.agent.checkpoints import changed_at, checkpoint_events
+from scheduler.agent.checkpoints import changed_at, checkpoint_events, modified_at
 from scheduler.agent.executors import ContainerExecutor
 from scheduler.agent.jobs import JobRecord
 from tests.agent.conftest import wait_until
@@ -64,26 +64,50 @@ def test_a_container_job_touches_the_same_file_under_job(
         leftover.podman.remove(leftover.container_name(1, 1))
 
 
-def record(started_at: float) -> JobRecord:
+def record(started_at: float = 0.0, checkpoint_before: float | None = None) -> JobRecord:
     return JobRecord(job_id=5, attempt=2, pid=1, start_ticks=None, boot_id="", log_path="", status_path="",
-                     started_at=started_at, gpus=[])
+                     started_at=started_at, checkpoint_before=checkpoint_before, gpus=[])
 
 
 def test_a_file_left_by_an_earlier_attempt_or_a_link_is_not_a_checkpoint(tmp_path: Path) -> None:
     job_dir = tmp_path / "jobs" / "5"
     job_dir.mkdir(parents=True)
     (job_dir / "rota-checkpoint").write_text("old")
-    job = record(started_at=time.time() + 5)  # this attempt started after the file was written
+    job = record(checkpoint_before=modified_at(job_dir / "rota-checkpoint"))  # as it was before the launch
     assert checkpoint_events([job], tmp_path) == []
     (job_dir / "rota-checkpoint").unlink()
     os.symlink("/etc/hostname", job_dir / "rota-checkpoint")  # never followed
-    assert changed_at(record(0.0), job_dir / "rota-checkpoint") is None
+    assert changed_at(record(), job_dir / "rota-checkpoint") is None
     (job_dir / "rota-checkpoint").unlink()
     (job_dir / "rota-checkpoint").write_text("new")
-    job = record(started_at=0.0)
+    job = record()
     [event] = checkpoint_events([job], tmp_path)
     assert (event.job_id, event.attempt, event.type) == (5, 2, "checkpoint") and job.checkpoint_at is not None
     assert checkpoint_events([job], tmp_path) == []  # reported once
+
+
+def test_a_job_that_saves_at_once_is_seen_though_the_file_s_time_is_before_the_agent_s_start(
+    tmp_path: Path,
+) -> None:
+    """The kernel stamps files from a coarse clock, a tick behind the one the agent reads just after the
+    launch: a job that saves at once leaves a time before its attempt's ``started_at``. The file as it was
+    before the launch (here: none) is what tells this attempt's save from an earlier one's."""
+    job_dir = tmp_path / "jobs" / "5"
+    job_dir.mkdir(parents=True)
+    (job_dir / "rota-checkpoint").write_text("saved at start")
+    job = record(started_at=time.time() + 0.004)  # read just after the launch, a tick ahead of the stamp
+    [event] = checkpoint_events([job], tmp_path)
+    assert event.type == "checkpoint"
+
+
+def test_an_older_agent_s_record_keeps_its_start_as_the_line(tmp_path: Path) -> None:
+    job_dir = tmp_path / "jobs" / "5"
+    job_dir.mkdir(parents=True)
+    (job_dir / "rota-checkpoint").write_text("old")
+    data = record(started_at=time.time() + 5).to_json()
+    del data["checkpoint_before"]  # written before the agent noted the file before the launch
+    assert checkpoint_events([JobRecord.from_json(data)], tmp_path) == []
+    assert JobRecord.from_json(record().to_json()).checkpoint_before is None  # a new record: no file before
 
 
 def test_a_file_written_just_before_the_exit_is_reported_before_the_end(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from scheduler.agent import procs
+from scheduler.agent.checkpoints import checkpoint_file, modified_at
 from scheduler.agent.executors import identity
 from scheduler.agent.executors.identity import Identity, IdentityRefused
 from scheduler.agent.executors.launch import (
@@ -168,6 +169,7 @@ class Executor:
             identity.private_dir(job_dir, who)
             identity.private_file(log_path, who)
             status_path.unlink(missing_ok=True)
+            checkpoint_before = modified_at(checkpoint_file(job_dir))  # an earlier attempt's, if any
             launch = self._launch(assignment, job_dir, who)
             shim = shim_spawn(launch, status_path=status_path, job_dir=job_dir, log_path=log_path)
         except Exception as error:  # whatever it is (a NUL in the env: ValueError), it fails this attempt
@@ -185,6 +187,7 @@ class Executor:
             log_path=str(log_path),
             status_path=str(status_path),
             started_at=self._clock(),
+            checkpoint_before=checkpoint_before,
             gpus=[gpu.uuid for gpu in assignment.gpus],
             time_limit_s=assignment.time_limit_s,
             grace_period_s=assignment.grace_period_s,
