@@ -1,17 +1,18 @@
 """Loopback load test of the whole portal: ``python bench/load.py [--jobs N] [--nodes M] [--clients C]``.
 
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
-portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1; ``--server
-runserver`` to compare) and a scheduling-cycle loop (a separate process, as the Celery worker would run it), queues
-N pending jobs, registers M fake nodes through the node API with their own tokens and drives each as an agent would
-(``bench/loadgen.py``: heartbeats at the interval the portal tells each node, the long-poll, each node "runs" what
-it is assigned for a short while and reports its starts and exits in batches), and runs C concurrent API clients
-that submit and list jobs: closed loop by default (each sends its next request when the last is answered: a
-saturation test, its latency is C / throughput), or open loop with ``--client-rate R`` (each sends R requests a
-second, Poisson arrivals, latency timed from when each request was due). Bounded: every phase has a deadline. It
-prints, and with ``--json`` emits, submit throughput, API p50/p99 latency, the heartbeat interval the nodes were
-told, cycle time, time to drain the backlog, the RSS of the portal and cycle processes, and the invariant auditor's
-findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
+portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1: users'
+server and the nodes' own, ``--one-server`` or ``--server runserver`` to compare) and a scheduling-cycle loop (a
+separate process, as the Celery worker would run it), queues N pending jobs, registers M fake nodes through the
+node API with their own tokens and drives each as an agent would (``bench/loadgen.py``: heartbeats at the interval
+the portal tells each node, the long-poll, each node "runs" what it is assigned for a short while and reports its
+starts and exits in batches), and runs C concurrent API clients that submit and list jobs: closed loop by default
+(each sends its next request when the last is answered: a saturation test, its latency is C / throughput), or open
+loop with ``--client-rate R`` (each sends R requests a second, Poisson arrivals, latency timed from when each
+request was due). Bounded: every phase has a deadline. It prints, and with ``--json`` emits, submit throughput, API
+p50/p99 latency, the heartbeat interval the nodes were told, cycle time, time to drain the backlog, the RSS of the
+portal and cycle processes, the latencies window by window through the run (where the slow answers were), and the
+invariant auditor's findings at the end (exit 1 if the auditor finds anything or the backlog did not drain).
 
 Full size from the issue: ``--preset full`` (``--jobs 10000 --nodes 500 --clients 50 --client-rate 1``, the drain
 bounded at 15 minutes: ``make load LOAD_ARGS="--preset full"``): 50 users each sending a request a second, what
@@ -118,23 +119,32 @@ def production_in_process(database: str) -> None:
     django.setup()
 
 
-def start_server(args, port: int, logs: Path) -> subprocess.Popen:
+CONF = {"web": "asgi", "nodes": "nodes"}  # deploy/gunicorn_<this>.conf.py of each server, as make serve runs them
+
+
+def start_server(args, port: int, logs: Path, node_port: int | None = None, role: str = "web") -> subprocess.Popen:
     """The portal as ``make serve`` runs it (gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``:
-    the nodes' long-polls held on the event loop; production settings), or ``runserver`` to compare."""
+    the nodes' long-polls held on the event loop; production settings): users' server (``role`` web) and, with
+    ``node_port``, the nodes' own (``role`` nodes); or ``runserver`` to compare."""
     env = os.environ.copy()
-    log = open(logs / "server.log", "w")
+    log = open(logs / f"server-{role}.log", "w")
     if args.server == "runserver":
         command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
     else:
         env.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0",
-                    "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_STATIC_ROOT": str(logs / "static")})
+                    "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_STATIC_ROOT": str(logs / "static"),
+                    "ROTA_NODE_BIND": f"127.0.0.1:{node_port}" if node_port else ""})
         if args.web_workers:
             env["ROTA_WEB_WORKERS"] = str(args.web_workers)
+        if args.node_workers:
+            env["ROTA_NODE_WEB_WORKERS"] = str(args.node_workers)
+        if args.node_nice is not None:
+            env["ROTA_NODE_WEB_NICE"] = str(args.node_nice)
         if args.web_threads:
             env["ROTA_WEB_THREADS"] = str(args.web_threads)
         subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"], cwd=ROOT,
                        env=env, check=True)
-        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "deploy/gunicorn_asgi.conf.py"]
+        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", f"deploy/gunicorn_{CONF[role]}.conf.py"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -286,6 +296,13 @@ def main() -> int:
     parser.add_argument("--server", choices=("gunicorn", "runserver"), default="gunicorn",
                         help="the portal as make serve runs it, or Django's development server to compare")
     parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
+    parser.add_argument("--fleet-nice", type=int, default=0,
+                        help="nice value of the simulated nodes' processes (on a site the fleet has cores of its "
+                             "own; the API clients, which time the answers, always run at the default)")
+    parser.add_argument("--one-server", dest="node_server", action="store_false",
+                        help="serve users and nodes from one server (make serve gives the nodes their own)")
+    parser.add_argument("--node-workers", type=int, help="the nodes' server's workers (default: make serve's)")
+    parser.add_argument("--node-nice", type=int, help="the nodes' server's nice value (default: make serve's)")
     parser.add_argument("--web-threads", type=int, help="threads per gunicorn worker (default: make serve's)")
     parser.add_argument("--database", default="rota_load")
     parser.add_argument("--redis-url", default=os.environ.get("ROTA_LOAD_REDIS_URL", DEFAULT_REDIS_URL),
@@ -317,7 +334,11 @@ def main() -> int:
     base = f"http://127.0.0.1:{port}"
     logs = Path(os.environ.get("ROTA_VAR_DIR", ROOT / "var")) / "load"
     logs.mkdir(parents=True, exist_ok=True)
-    server = start_server(args, port, logs)
+    node_port = _free_port() if args.node_server and args.server == "gunicorn" else None
+    node_base = f"http://127.0.0.1:{node_port}" if node_port else base
+    servers = [start_server(args, port, logs, node_port)]
+    if node_port:
+        servers.append(start_server(args, port, logs, node_port, role="nodes"))
     cycles = subprocess.Popen([sys.executable, __file__, "--cycle-loop", "--database", args.database], cwd=ROOT,
                               env=os.environ.copy(), stdout=subprocess.PIPE, stderr=open(logs / "cycle.log", "w"),
                               text=True, start_new_session=True)
@@ -330,31 +351,36 @@ def main() -> int:
     agent = [None]  # the real node agent's process, once started
     peak: dict[str, float] = defaultdict(float)  # peak RSS (VmHWM), MiB, of each kind of process
     web_cpu: dict[int, float] = {}  # CPU seconds of each gunicorn worker
+    roles: dict[int, str] = {}  # each worker's server: web (users) or nodes
     web_cpu_at_start: dict[int, float] = {}
 
     def sample_memory():
         while not stop.is_set():
-            workers = _children(server.pid)
-            for name, pids in (("web_worker", workers), ("web_master", [server.pid]), ("cycle", [cycles.pid]),
+            workers = [pid for s in servers for pid in _children(s.pid)]
+            masters = [s.pid for s in servers]
+            for name, pids in (("web_worker", workers), ("web_master", masters), ("cycle", [cycles.pid]),
                                ("agent", [agent[0].pid] if agent[0] else [])):
                 for pid in pids:
                     peak[name] = max(peak[name], _rss_mb(pid)["peak_rss_mb"])
             peak["web_workers"] = max(peak["web_workers"], len(workers))
+            for role, server in zip(("web", "nodes"), servers, strict=False):
+                roles.update(dict.fromkeys(_children(server.pid), role))
             for pid in workers:  # the last reading of each worker: its CPU up to then
                 web_cpu[pid] = _cpu_s(pid) or web_cpu.get(pid, 0.0)
             stop.wait(1)
 
     threading.Thread(target=sample_memory, daemon=True).start()
-    traffic = Traffic(base, args)
+    traffic = Traffic(base, args, node_base)
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                requests.get(f"{base}/login/", timeout=2)
+                for url in {base, node_base}:
+                    requests.get(f"{url}/login/", timeout=2)
                 break
             except requests.RequestException:
                 if time.monotonic() > deadline:
-                    raise SystemExit("the portal did not start; see var/load/server.log") from None
+                    raise SystemExit("the portal did not start; see var/load/server-*.log") from None
                 time.sleep(0.3)
         from django.db.models import Max
 
@@ -363,12 +389,12 @@ def main() -> int:
         from scheduler.services.common import db_now
 
         nodes = list(seeded["node_tokens"].items())
-        web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for pid in _children(server.pid)})  # imports done
+        web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for s in servers for pid in _children(s.pid)})  # imports done
         drain_started = time.monotonic()
         nodes_span[0] = drain_started
         started_at = db_now()
         if args.agent:
-            agent[0] = start_agent(*nodes.pop(), base, logs)
+            agent[0] = start_agent(*nodes.pop(), node_base, logs)
         traffic.start_nodes(nodes)
         client_s = traffic.run_clients(seeded["api_tokens"], stats)
         submitted = len(stats["submit"])
@@ -383,7 +409,7 @@ def main() -> int:
         stop.set()
         nodes_span[1] = time.monotonic()
         traffic.stop(stats)
-        for proc in [p for p in (agent[0], cycles, server) if p]:  # each leads its own process group
+        for proc in [p for p in (agent[0], cycles, *servers) if p]:  # each leads its own process group
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(25)
@@ -409,8 +435,9 @@ def main() -> int:
     api_requests = submitted + len(stats["list"])
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     figures = {
-        "server": args.server,
+        "server": args.server + (" (users and nodes apart)" if len(servers) > 1 else ""),
         "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
+        "fleet_nice": args.fleet_nice,
         "submit_per_s": round(submitted / client_s, 1) if client_s else None,
         "api_requests": api_requests,
         # closed loop: clients send back to back (saturation); open: each at --client-rate, latency from when due
@@ -454,6 +481,8 @@ def main() -> int:
         "web_cpu_ms_per_request": round(1000 * sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items())
                                         / max(1, served), 2),
         "web_cpu_s": round(sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()), 1),
+        "web_cpu_s_by_server": {role: round(sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()
+                                                if roles.get(pid) == role), 1) for role in set(roles.values())},
         # the traffic's own processes compete for the same cores as the portal
         "loadgen_cpu_s": round(sum(stats["loadgen_cpu_s"]), 1),
         "load_average": list(os.getloadavg()),
@@ -466,13 +495,39 @@ def main() -> int:
         "lost": args.jobs + submitted - sum(states.values()),
         "not_succeeded": sum(n for state, n in states.items() if state != "succeeded"),
         "preemptions": preemption_figures(states.get("succeeded", 0)),
+        # where in the run the slow answers were: per window of the run, from the actual send
+        "timeline": timeline(stats, nodes_span[0], ("submit", "list", "heartbeat")),
     }
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
         for key, value in figures.items():
-            print(f"{key:>14}: {value}")
+            if key != "timeline":
+                print(f"{key:>14}: {value}")
+        print_timeline(figures["timeline"])
     return 1 if findings or drained is None or cycle_errors or figures["lost"] else 0
+
+
+def timeline(stats: dict, start: float, kinds: tuple[str, ...], width_s: float = 10.0) -> list[dict]:
+    """Each ``width_s`` window of the run (by when the answer came): for each kind of request, how many were
+    answered in it and their p50 / p99 / max in ms."""
+    windows: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for kind in kinds:
+        for at, ms in stats[f"{kind}_timeline"]:
+            windows[int((at - start) // width_s)][kind].append(ms)
+    return [{"from_s": round(n * width_s), **{kind: {"n": len(ms), "p50": round(_pctl(ms, .5)),
+                                                     "p99": round(_pctl(ms, .99)), "max": round(max(ms))}
+                                              for kind, ms in windows[n].items()}}
+            for n in sorted(windows)]
+
+
+def print_timeline(rows: list[dict]) -> None:
+    kinds = sorted({k for row in rows for k in row if k != "from_s"})
+    print("      window " + "".join(f"{k + ' n / p50 / p99 / max, ms':>36}" for k in kinds))
+    for row in rows:
+        cells = (row.get(k) for k in kinds)
+        text = ("{n} / {p50} / {p99} / {max}".format(**c) if c else "-" for c in cells)
+        print(f"{row['from_s']:>9} s " + "".join(f"{t:>36}" for t in text))
 
 
 def preemption_figures(finished: int) -> dict:

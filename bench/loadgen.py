@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import multiprocessing
+import os
 import random
 import select
 import threading
@@ -120,6 +121,7 @@ class FakeNode:
         answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
                               timeout=30)
         stats["heartbeat"].append((time.perf_counter() - started) * 1000)
+        stats["heartbeat_timeline"].append((time.monotonic(), stats["heartbeat"][-1]))
         if answer.status_code == 409:
             self.register(base, session)
             return
@@ -291,6 +293,7 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
             done = time.perf_counter()
             stats[kind].append((done - intended) * 1000)
             stats[kind + "_service"].append((done - sent) * 1000)  # from the actual send: what coordinated
+            stats[kind + "_timeline"].append((time.monotonic(), (done - sent) * 1000))  # (CLOCK_MONOTONIC, ms)
             if response.status_code not in (200, 201):              # omission would report
                 stats["api_errors"].append(f"{kind} {response.status_code}")
 
@@ -306,7 +309,8 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
 
 
 def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, long_poll: bool, duration,
-                   stop, out) -> None:
+                   stop, out, nice: int = 0) -> None:
+    os.setpriority(os.PRIO_PROCESS, 0, nice)  # before any thread: each inherits it
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
     fake = [FakeNode(name, token, gpus, interval) for name, token in nodes]
@@ -337,8 +341,9 @@ class Traffic:
     """Fake nodes over ``node_procs`` processes (a thread per node, and one more per node for the long-poll)
     and API clients over ``client_procs`` processes."""
 
-    def __init__(self, base: str, args):
+    def __init__(self, base: str, args, node_base: str | None = None):
         self.base, self.args = base, args
+        self.node_base = node_base or base
         self.ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no Django, no open connections
         self.stop_nodes = self.ctx.Event()
         self.out = self.ctx.Queue()
@@ -348,8 +353,8 @@ class Traffic:
         a = self.args
         for p in range(min(a.node_procs, len(nodes)) if nodes else 0):
             proc = self.ctx.Process(target=_nodes_process, daemon=True, args=(
-                nodes[p::a.node_procs], self.base, a.gpus_per_node, a.interval, a.long_poll,
-                tuple(a.job_seconds), self.stop_nodes, self.out))
+                nodes[p::a.node_procs], self.node_base, a.gpus_per_node, a.interval, a.long_poll,
+                tuple(a.job_seconds), self.stop_nodes, self.out, a.fleet_nice))
             proc.start()
             self.node_procs.append(proc)
 

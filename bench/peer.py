@@ -118,13 +118,16 @@ class RotaSide:
         self.token_file = self.logs / "node.token"
         self.token_file.write_text(self.seeded["node_token"])
         self.token_file.chmod(0o600)
-        port = _free_port()
+        port, node_port = _free_port(), _free_port()
         self.base = f"http://127.0.0.1:{port}"
-        # What make serve runs, with the process executor allowed (production refuses nodes that do not isolate).
-        self.env = {**os.environ, "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_VAR_DIR": str(self.logs),
-                    "ROTA_STATIC_ROOT": str(self.logs / "static"), "ROTA_SERVE_DEMO": "0",
-                    "ROTA_REQUIRE_ISOLATION": "0"}
         self.root = Path(args.rota_root or ROOT).resolve()  # another checkout's make serve, to compare
+        # the agent talks to the nodes' own server where that make serve starts one (users to ``base``)
+        apart = "ROTA_NODE_BIND" in (self.root / "scripts" / "serve.sh").read_text()
+        self.node_base = f"http://127.0.0.1:{node_port}" if apart else self.base
+        # What make serve runs, with the process executor allowed (production refuses nodes that do not isolate).
+        self.env = {**os.environ, "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_NODE_BIND": f"127.0.0.1:{node_port}",
+                    "ROTA_VAR_DIR": str(self.logs), "ROTA_STATIC_ROOT": str(self.logs / "static"),
+                    "ROTA_SERVE_DEMO": "0", "ROTA_REQUIRE_ISOLATION": "0"}
         self.serve = self._start("serve", [str(self.root / "scripts" / "serve.sh")], cwd=self.root)
         self.agent: subprocess.Popen | None = None
         self.errors = 0  # submits answered 5xx (and tried again)
@@ -152,7 +155,8 @@ class RotaSide:
         deadline = time.monotonic() + 180
         while True:  # serve.sh migrates and collects static files first: start the agent once the web answers
             try:
-                requests.get(f"{self.base}/api/v1/", timeout=5)
+                for url in {self.base, self.node_base}:
+                    requests.get(f"{url}/api/v1/", timeout=5)
                 break
             except requests.RequestException:
                 if time.monotonic() > deadline or self.serve.poll() is not None:
@@ -161,7 +165,7 @@ class RotaSide:
         work_dir = self.logs / f"agent-{executor}"
         shutil.rmtree(work_dir, ignore_errors=True)  # a fresh database numbers its jobs from 1 again
         self.agent = self._start(f"agent-{executor}", [
-            sys.executable, "-m", "scheduler.agent", "--portal", self.base, "--token-file", str(self.token_file),
+            sys.executable, "-m", "scheduler.agent", "--portal", self.node_base, "--token-file", str(self.token_file),
             "--gpu-backend", "fake", "--profile", "h100x8", "--hostname", NODE, "--executor", executor,
             "--work-dir", str(work_dir), "--log-level", "WARNING"], cwd=self.root)  # the agent of --rota-root too
         deadline = time.monotonic() + 120
@@ -172,8 +176,10 @@ class RotaSide:
         time.sleep(3)  # let every process finish starting (first heartbeats, worker ready)
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of the web, Celery (worker and beat), the agent (with its jobs) and PostgreSQL."""
-        parts = children_named(self.serve.pid, {"gunicorn": "web", " worker": "worker", " beat": "beat"})
+        """CPU seconds so far of the web (users' server and the nodes'), Celery (worker and beat), the agent (with
+        its jobs) and PostgreSQL."""
+        parts = children_named(self.serve.pid, {"gunicorn_nodes": "nodes", "gunicorn": "web", " worker": "worker",
+                                                " beat": "beat"})
         return cpu_by_group({**parts, "agent": self.agent.pid}, self.database)
 
     def close(self) -> None:

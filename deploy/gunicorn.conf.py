@@ -6,10 +6,20 @@ agent's long-poll (``POST /api/v1/node/wait/``, held up to a heartbeat interval)
 process, up to ``ROTA_NODE_WAITERS_PER_PROCESS``; under ``deploy/gunicorn_asgi.conf.py`` (``make serve``) it is
 held on the event loop instead and takes no thread, so the threads serve only requests that work.
 ``ROTA_WEB_WORKERS`` defaults to one process per core plus one (bench/README.md has the sync against threaded
-figures that chose this).
+figures that chose this), or one per core when the nodes have a server of their own.
+
+**The nodes' server.** A site may serve its node agents from a second instance of the same portal
+(``ROTA_WEB_ROLE=nodes``: ``make serve`` does, ``deploy/systemd/rota-nodes.service``), at ``ROTA_NODE_BIND``,
+with ``ROTA_NODE_WEB_WORKERS`` processes (default one per core) run at nice ``ROTA_NODE_WEB_NICE`` (default 5),
+and point the agents' ``--portal`` there. Users' pages and API then never share a process, its interpreter lock
+or its queue with the fleet's heartbeats and reports, and when the machine's cores are short the kernel gives
+them first call: at the full size on 2 cores users' p99 fell from ~7 s to ~1 s (bench/README.md, "Users and
+nodes served apart"). Both serve every URL; which one a client uses is the site's routing.
 """
 
 import os
+
+from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_int, env_str
 
@@ -18,8 +28,19 @@ try:
 except AttributeError:  # not Linux
     _cores = os.cpu_count() or 1
 
-bind = [env_str("ROTA_BIND", "127.0.0.1:8000")]
-workers = env_int("ROTA_WEB_WORKERS", _cores + 1, minimum=1, maximum=256)
+ROLE = env_str("ROTA_WEB_ROLE", "web")
+if ROLE not in ("web", "nodes"):
+    raise ImproperlyConfigured(f"ROTA_WEB_ROLE must be web or nodes; got {ROLE!r}")
+NODES = ROLE == "nodes"
+if NODES:
+    bind = [env_str("ROTA_NODE_BIND", "127.0.0.1:8001")]
+    workers = env_int("ROTA_NODE_WEB_WORKERS", _cores, minimum=1, maximum=256)
+    # the master's (inherited by its workers), set, not added: a reload reads this file again
+    os.setpriority(os.PRIO_PROCESS, 0, env_int("ROTA_NODE_WEB_NICE", 5, minimum=0, maximum=19))
+else:
+    bind = [env_str("ROTA_BIND", "127.0.0.1:8000")]
+    workers = env_int("ROTA_WEB_WORKERS", _cores if env_str("ROTA_NODE_BIND", "") else _cores + 1,
+                      minimum=1, maximum=256)
 threads = env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)  # under gthread, each held long-poll takes one
 worker_class = "gthread"
 # A request that runs longer than this is killed with its worker; the long-poll waits at most a heartbeat.
@@ -32,7 +53,8 @@ max_requests_jitter = max_requests // 10
 accesslog = env_str("ROTA_WEB_ACCESS_LOG", "") or None
 errorlog = "-"
 loglevel = env_str("ROTA_WEB_LOG_LEVEL", "warning")
-proc_name = "rota-web"
+proc_name = "rota-nodes" if NODES else "rota-web"
+os.environ.setdefault("PGAPPNAME", proc_name)  # PostgreSQL's application_name: which server a session serves
 wsgi_app = "portal.wsgi:application"
 
 

@@ -2,10 +2,13 @@
 # make serve: the production deployment on one machine. PostgreSQL and Redis (required: no SQLite or file
 # broker here), portal.settings_production, migrations, static files collected, then under honcho:
 # gunicorn (deploy/gunicorn_asgi.conf.py: deploy/gunicorn.conf.py's settings with uvicorn workers, so the notebook
-# proxy's websockets are served on the same address), Celery worker(s), beat and,
-# unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per demo node.
-# Knobs: PORT, ROTA_BIND, ROTA_WEB_WORKERS, ROTA_WEB_THREADS, ROTA_CELERY_WORKERS, ROTA_SERVE_DEMO, and every
-# variable of portal/settings.py (DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS, ...).
+# proxy's websockets are served on the same address) for users at ROTA_BIND, a second one for the node agents at
+# ROTA_NODE_BIND (PORT + 1; at nice ROTA_NODE_WEB_NICE: users first when cores are short; empty: the agents use
+# ROTA_BIND), Celery worker(s), beat and, unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per
+# demo node, pointed at the nodes' server.
+# Knobs: PORT, ROTA_BIND, ROTA_NODE_BIND, ROTA_WEB_WORKERS, ROTA_NODE_WEB_WORKERS, ROTA_NODE_WEB_NICE,
+# ROTA_WEB_THREADS, ROTA_CELERY_WORKERS, ROTA_SERVE_DEMO, and every variable of portal/settings.py (DATABASE_URL,
+# REDIS_URL, SECRET_KEY, ALLOWED_HOSTS, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -17,6 +20,8 @@ export DJANGO_SETTINGS_MODULE=portal.settings_production
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@localhost:5432/rota}"
 export REDIS_URL="${REDIS_URL:-redis://localhost:6379/0}"
 export ROTA_BIND="${ROTA_BIND:-127.0.0.1:${PORT}}"
+export ROTA_NODE_BIND="${ROTA_NODE_BIND-127.0.0.1:$((PORT + 1))}"
+NODE_URL="http://${ROTA_NODE_BIND:-$ROTA_BIND}"
 # One machine, plain HTTP on loopback: TLS belongs to the proxy in front of a real site (deploy/README.md).
 export SECURE_SSL_REDIRECT="${SECURE_SSL_REDIRECT:-0}"
 if [ -z "${SECRET_KEY:-}" ]; then  # one key per machine, made once, readable by its owner only
@@ -38,7 +43,7 @@ $PY manage.py migrate --noinput
 $PY manage.py collectstatic --noinput --verbosity 0
 AGENTS=""
 if [ "${ROTA_SERVE_DEMO:-1}" != "0" ]; then
-  $PY manage.py seed_demo --portal "http://${ROTA_BIND}" --agents-dir "$VAR/agents"
+  $PY manage.py seed_demo --portal "$NODE_URL" --agents-dir "$VAR/agents"
   AGENTS="$VAR/agents/Procfile.agents"
 fi
 
@@ -47,7 +52,11 @@ web: .venv/bin/gunicorn -c deploy/gunicorn_asgi.conf.py
 worker: .venv/bin/celery -A portal worker --loglevel=WARNING --concurrency=${CELERY_WORKERS} --without-gossip --without-mingle
 beat: .venv/bin/celery -A portal beat --loglevel=WARNING --schedule=$VAR/celerybeat-schedule
 PROCEOF
+if [ -n "$ROTA_NODE_BIND" ]; then
+  echo "nodes: .venv/bin/gunicorn -c deploy/gunicorn_nodes.conf.py" >> "$VAR/Procfile.serve"
+fi
 if [ -n "$AGENTS" ]; then cat "$AGENTS" >> "$VAR/Procfile.serve"; fi
 
-echo "Rota (production settings) is starting at http://${ROTA_BIND}/ with $CORES cores. Stop with Ctrl-C."
+echo "Rota (production settings) is starting at http://${ROTA_BIND}/ with $CORES cores; node agents: $NODE_URL." \
+  "Stop with Ctrl-C."
 exec .venv/bin/honcho -f "$VAR/Procfile.serve" -d . start

@@ -40,30 +40,34 @@ def _cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])  # field 19, after the name
+
+
 @pytest.fixture
 def served(worker_env, tmp_path):
     """``scripts/serve.sh`` on a free port; yields its base URL, stopped (its whole process group) after."""
-    port = _free_port()
-    env = {**worker_env, "PORT": str(port), "ROTA_VAR_DIR": str(tmp_path / "var"),
-           "ROTA_STATIC_ROOT": str(tmp_path / "static"), "ROTA_WEB_WORKERS": "2", "ROTA_WEB_THREADS": "4",
-           "ROTA_CELERY_WORKERS": "1"}
+    port, node_port = _free_port(), _free_port()
+    env = {**worker_env, "PORT": str(port), "ROTA_NODE_BIND": f"127.0.0.1:{node_port}",
+           "ROTA_VAR_DIR": str(tmp_path / "var"), "ROTA_STATIC_ROOT": str(tmp_path / "static"),
+           "ROTA_WEB_WORKERS": "2", "ROTA_NODE_WEB_WORKERS": "1", "ROTA_WEB_THREADS": "4", "ROTA_CELERY_WORKERS": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.pop("SECRET_KEY", None)
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen([str(ROOT / "scripts" / "serve.sh")], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    base, nodes = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{node_port}"
 
     def answers():
         assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
         try:
-            return requests.get(f"{base}/login/", timeout=2).status_code == 200
+            return all(requests.get(f"{url}/login/", timeout=2).status_code == 200 for url in (base, nodes))
         except requests.RequestException:
             return False
 
     try:
         wait_for(answers, timeout=120, interval=0.5, what="make serve to answer")
-        yield {"base": base, "pid": proc.pid, "log": tmp_path / "serve.log", "var": tmp_path / "var"}
+        yield {"base": base, "nodes": nodes, "pid": proc.pid, "log": tmp_path / "serve.log", "var": tmp_path / "var"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -79,10 +83,17 @@ def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hash
     login = requests.get(f"{base}/login/", timeout=10)
     assert login.headers["Server"] == "uvicorn"  # gunicorn's uvicorn workers (deploy/gunicorn_asgi.conf.py)
     # honcho -> (a shell) -> the gunicorn master -> the two workers asked for
-    gunicorns = [pid for pid in _descendants(served["pid"]) if "gunicorn -c deploy/gunicorn_asgi.conf.py"
-                 in _cmdline(pid) and "python" in _cmdline(pid).split()[0]]
-    master = next(pid for pid in gunicorns if set(_children(pid)) & set(gunicorns))
-    assert len(_children(master)) == 2
+    gunicorns = {pid: _cmdline(pid) for pid in _descendants(served["pid"])
+                 if "gunicorn -c deploy/gunicorn_" in _cmdline(pid) and "python" in _cmdline(pid).split()[0]}
+    masters = {"nodes" if "gunicorn_nodes.conf.py" in cmd else "web": pid for pid, cmd in gunicorns.items()
+               if set(_children(pid)) & set(gunicorns)}
+    assert len(_children(masters["web"])) == 2
+    # the node agents' server apart: its own processes, which yield the cores to users' (nice 5 against ours)
+    assert len(_children(masters["nodes"])) == 1
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert [_nice(pid) for pid in (masters["web"], *_children(masters["web"]))] == [ours] * 3
+    assert [_nice(pid) for pid in (masters["nodes"], *_children(masters["nodes"]))] == [max(ours, 5)] * 2
+    assert requests.post(f"{served['nodes']}/api/v1/node/heartbeat/", json={}, timeout=10).status_code == 401
     # collected under hashed names and served with far-future caching, compressed
     css = re.search(r'/static/css/rota\.[0-9a-f]{12}\.css', login.text)
     assert css, login.text[:2000]
@@ -121,3 +132,5 @@ def test_a_job_submitted_to_the_served_portal_runs_on_a_demo_node_agent(served):
     assert wait_for(finished, timeout=60, what="the job to finish") == "succeeded", served["log"].read_text()[-3000:]
     logs = requests.get(f"{url}logs/", headers=headers, timeout=10)
     assert "served-by-gunicorn" in logs.text
+    agents = [_cmdline(pid) for pid in _descendants(served["pid"]) if "-m scheduler.agent" in _cmdline(pid)]
+    assert agents and all(f"--portal {served['nodes']} " in cmd for cmd in agents), agents  # the nodes' server
