@@ -142,8 +142,9 @@ def start_server(args, port: int, logs: Path, node_port: int | None = None, role
             env["ROTA_NODE_WEB_NICE"] = str(args.node_nice)
         if args.web_threads:
             env["ROTA_WEB_THREADS"] = str(args.web_threads)
-        subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"], cwd=ROOT,
-                       env=env, check=True)
+        if role == "web":  # once, before either server scans the files (the nodes' server starts after)
+            subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+                           cwd=ROOT, env=env, check=True)
         command = [str(Path(sys.executable).parent / "gunicorn"), "-c", f"deploy/gunicorn_{CONF[role]}.conf.py"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -466,7 +467,9 @@ def main() -> int:
                           "requests": len(stats["event"]), "events": sum(stats["events_sent"]),
                           # answered 429 at once (the bulk lane's queue was full): sent again after Retry-After
                           "busy_429": len(stats["event_busy"]),
-                          "busy_429_p50_ms": round(_pctl(stats["event_busy"], .5), 1)},
+                          "busy_429_p50_ms": round(_pctl(stats["event_busy"], .5), 1),
+                          "busy_429_retry_after_s": {q: _pctl(stats["event_busy_retry_after"], p)
+                                                     for q, p in (("p50", .5), ("p99", .99))}},
         "long_poll": waits if args.long_poll else None,
         "cycles": len(ran_cycles), "cycle_errors": cycle_errors[:5] + ([f"... {len(cycle_errors)} in all"]
                                                                       if len(cycle_errors) > 5 else []),

@@ -20,6 +20,7 @@ import urllib.parse
 from collections import defaultdict
 
 import requests
+from requests.structures import CaseInsensitiveDict
 
 # ------------------------------------------------------------------------------------------------------
 # HTTP: the little of ``requests.Session`` the traffic uses, over one keep-alive ``http.client`` connection.
@@ -28,8 +29,9 @@ import requests
 
 
 class Answer:
-    def __init__(self, status_code: int, content: bytes, headers: dict[str, str] | None = None):
-        self.status_code, self.content, self.headers = status_code, content, headers or {}
+    def __init__(self, status_code: int, content: bytes, headers: CaseInsensitiveDict | None = None):
+        # header names as sent (uvicorn's are lower case): looked up in any case, as requests does
+        self.status_code, self.content, self.headers = status_code, content, headers or CaseInsensitiveDict()
 
     def json(self):
         return json.loads(self.content)
@@ -76,7 +78,7 @@ class Session:
         if response.will_close:
             conn.close()
             self._conn = None
-        return Answer(response.status, content, dict(response.getheaders()))
+        return Answer(response.status, content, CaseInsensitiveDict(response.getheaders()))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -172,7 +174,9 @@ class FakeNode:
                                     timeout=30)
             if response.status_code == 429:  # the bulk lane's queue is full (portal/priority.py): come back later
                 stats["event_busy"].append((time.perf_counter() - started) * 1000)
-                wait = float(response.headers.get("Retry-After") or 1) * random.uniform(1.0, 1.25)
+                told = float(response.headers.get("Retry-After") or 1)
+                stats["event_busy_retry_after"].append(told)
+                wait = told * random.uniform(1.0, 1.25)
                 self.reports_not_before = time.monotonic() + wait
                 return
             stats["event"].append((time.perf_counter() - started) * 1000)

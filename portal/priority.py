@@ -37,6 +37,7 @@ that load) still fitted the 10 s; fewer threads clear fewer, and queue fewer."""
 import asyncio
 import json
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.urls import Resolver404, resolve
@@ -73,6 +74,7 @@ class Lane:
         self.queue = queue
         self.waiting = 0
         self.request_s = 0.5  # a request's recent time in a thread (a moving average), for ``retry_after_s``
+        self.promised_at = 0.0  # time.monotonic() of the turn given to the last request refused (``refuse``)
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"rota-web-{name}")
         self._slots: asyncio.Semaphore | None = None  # made on the event loop, at the first request
 
@@ -85,6 +87,7 @@ class Lane:
         if not self._slots.locked():
             await self._slots.acquire()  # at once
         elif self.queue is not None and self.waiting >= self.queue:
+            self.refuse()
             return FULL
         else:
             self.waiting += 1
@@ -102,10 +105,19 @@ class Lane:
             self._slots.release()
             self.request_s += (loop.time() - began - self.request_s) / 16
 
+    def refuse(self) -> None:
+        """Give a refused request a turn to come back at: once the queue ahead of it clears and after every
+        request refused before it, one lane's request time over the threads apart. Naming only when the queue
+        clears sent every node refused meanwhile back at the same moment, to find it full again."""
+        now, each = time.monotonic(), self.request_s / self.threads
+        self.promised_at = max(self.promised_at, now + self.waiting * each) + each
+
     def retry_after_s(self) -> int:
-        """Seconds until the requests waiting now are likely served: their number times a request's recent
-        time, over the threads; at least 1, at most ``MAX_RETRY_AFTER_S``."""
-        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(self.waiting * self.request_s / self.threads)))
+        """Seconds until the turn given to the last refused request, or until the requests waiting now are
+        likely served (their number times a request's recent time, over the threads), whichever is later; at
+        least 1, at most ``MAX_RETRY_AFTER_S``."""
+        wait = max(self.promised_at - time.monotonic(), self.waiting * self.request_s / self.threads)
+        return min(MAX_RETRY_AFTER_S, max(1, math.ceil(wait)))
 
 
 def busy_answer(lane: Lane) -> list[dict]:

@@ -99,9 +99,31 @@ def test_a_lane_runs_its_queue_in_order_and_skips_a_request_whose_client_hung_up
         lane.executor.shutdown()
 
 
+def test_each_node_turned_away_is_given_a_later_turn_than_the_one_before():
+    """Refused nodes come back when told: a Retry-After that counted only the queue would send every refused
+    one back at the same moment, to find it full again. Each is given the next turn, a request's time in a
+    thread over the threads after the last one's."""
+    lane = priority.Lane("test", 2, queue=0)
+    lane._slots = asyncio.Semaphore(0)  # no thread free: every request is refused at once
+    lane.request_s = 1.0
+
+    async def refuse(n: int) -> list[int]:
+        waits = []
+        for _ in range(n):
+            assert await lane.run(None, print) is priority.FULL
+            waits.append(lane.retry_after_s())
+        return waits
+
+    try:
+        assert asyncio.run(refuse(6)) == [1, 1, 2, 2, 3, 3]  # ceil(turn x 1 s / 2 threads)
+    finally:
+        lane.executor.shutdown()
+
+
 def test_a_lane_with_a_bounded_queue_refuses_past_it_and_names_when_the_queue_clears():
     """Two threads, a queue of 4: a fifth waiting request is refused (``FULL``, not run); ``Retry-After`` is
-    the waiting requests' recent time in a thread over the threads (here 4 x 3 s / 2 = 6 s), at least 1 s."""
+    the waiting requests' recent time in a thread over the threads (here 4 x 3 s / 2 = 6 s), at least 1 s, or
+    the turn given to the last refused request when that is later."""
     lane = priority.Lane("test", 2, queue=4)
     gate = threading.Event()
 
@@ -126,7 +148,11 @@ def test_a_lane_with_a_bounded_queue_refuses_past_it_and_names_when_the_queue_cl
         return refused, wait, done, lane.waiting, lane.retry_after_s()
 
     try:
-        assert asyncio.run(scenario()) == (priority.FULL, 6, ["a", "b", "c", "d", "e", "f"], 0, 1)
+        refused, wait, done, waiting, after = asyncio.run(scenario())
+        assert (refused, wait, done, waiting) == (priority.FULL, 6, ["a", "b", "c", "d", "e", "f"], 0)
+        assert after == 2  # the refused one's turn, given at 0.5 s a request: (4 + 1) x 0.5 s / 2 from then
+        lane.promised_at -= 60  # a minute later: past
+        assert lane.retry_after_s() == 1
     finally:
         gate.set()
         lane.executor.shutdown()
