@@ -93,6 +93,12 @@ def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hash
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     assert [_nice(pid) for pid in (masters["web"], *_children(masters["web"]))] == [ours] * 3
     assert [_nice(pid) for pid in (masters["nodes"], *_children(masters["nodes"]))] == [max(ours, 5)] * 2
+    # and its session's: the kernel shares the cores between sessions (autogroups) before it weighs a nice, and
+    # honcho starts each process in a session of its own
+    autogroup = Path(f"/proc/{masters['nodes']}/autogroup")
+    if autogroup.exists():  # a kernel with autogroups, as this machine's
+        assert autogroup.read_text().split()[-1] == "5"
+        assert Path(f"/proc/{masters['web']}/autogroup").read_text().split()[-1] == "0"
     assert requests.post(f"{served['nodes']}/api/v1/node/heartbeat/", json={}, timeout=10).status_code == 401
     # collected under hashed names and served with far-future caching, compressed
     css = re.search(r'/static/css/rota\.[0-9a-f]{12}\.css', login.text)
