@@ -3,9 +3,10 @@
 A job says it has saved its work by touching (or writing) the file named by ``$ROTA_CHECKPOINT_FILE``: its
 job directory's ``rota-checkpoint`` (``/job/rota-checkpoint`` inside a container, the same file on the
 host). Before it launches an attempt the agent notes the file's modification time (none when there is no
-file); each pass it looks again, and a time later than that and than the last one it reported becomes an event, which the portal records as the job's last checkpoint (a
-later preemption loses only the work after it). The file's content is the job's own (for instance the path
-of the checkpoint it wrote); the agent never reads it, and never follows a link there (``lstat``).
+file); each pass it looks again, and a time later than that and than the last one it reported becomes an
+event, which the portal records as the job's last checkpoint (a later preemption loses only the work after
+it). The file's content is the job's own (for instance the path of the checkpoint it wrote); the agent never
+reads it, and never follows a link there (``lstat``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def checkpoint_file(job_dir: Path) -> Path:
 
 
 def modified_at(path: Path) -> float | None:
-    """The modification time (Unix time) of the regular file at ``path``, never following a link; else None."""
+    """The modification time (Unix time) of the regular file at ``path``, never following a link; or None."""
     try:
         info = os.lstat(path)
     except OSError:
