@@ -13,8 +13,9 @@ figures that chose this), or one per core when the nodes have a server of their 
 with ``ROTA_NODE_WEB_WORKERS`` processes (default one per core) run at nice ``ROTA_NODE_WEB_NICE`` (default 5),
 and point the agents' ``--portal`` there. Users' pages and API then never share a process, its interpreter lock
 or its queue with the fleet's heartbeats and reports, and when the machine's cores are short the kernel gives
-them first call: at the full size on 2 cores users' p99 fell from ~7 s to ~1 s (bench/README.md, "Users and
-nodes served apart"). Both serve every URL; which one a client uses is the site's routing.
+them first call: at the full size on 2 cores users' submit and list p99 fell from 7-20 s to ~0.1 s
+(bench/README.md, "Users and nodes served apart"). Both serve every URL; which one a client uses is the site's
+routing.
 """
 
 import os
@@ -27,7 +28,6 @@ try:
     _cores = len(os.sched_getaffinity(0))
 except AttributeError:  # not Linux
     _cores = os.cpu_count() or 1
-
 
 
 def yield_cores(nice: int) -> None:
