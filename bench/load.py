@@ -297,9 +297,6 @@ def main() -> int:
     parser.add_argument("--server", choices=("gunicorn", "runserver"), default="gunicorn",
                         help="the portal as make serve runs it, or Django's development server to compare")
     parser.add_argument("--web-workers", type=int, help="gunicorn worker processes (default: make serve's)")
-    parser.add_argument("--fleet-nice", type=int, default=0,
-                        help="nice value of the simulated nodes' processes (on a site the fleet has cores of its "
-                             "own; the API clients, which time the answers, always run at the default)")
     parser.add_argument("--one-server", dest="node_server", action="store_false",
                         help="serve users and nodes from one server (make serve gives the nodes their own)")
     parser.add_argument("--node-workers", type=int, help="the nodes' server's workers (default: make serve's)")
@@ -357,15 +354,15 @@ def main() -> int:
 
     def sample_memory():
         while not stop.is_set():
-            workers = [pid for s in servers for pid in _children(s.pid)]
-            masters = [s.pid for s in servers]
+            current = {pid: role for role, server in zip(("web", "nodes"), servers, strict=False)
+                       for pid in _children(server.pid)}
+            roles.update(current)
+            workers, masters = list(current), [s.pid for s in servers]
             for name, pids in (("web_worker", workers), ("web_master", masters), ("cycle", [cycles.pid]),
                                ("agent", [agent[0].pid] if agent[0] else [])):
                 for pid in pids:
                     peak[name] = max(peak[name], _rss_mb(pid)["peak_rss_mb"])
             peak["web_workers"] = max(peak["web_workers"], len(workers))
-            for role, server in zip(("web", "nodes"), servers, strict=False):
-                roles.update(dict.fromkeys(_children(server.pid), role))
             for pid in workers:  # the last reading of each worker: its CPU up to then
                 web_cpu[pid] = _cpu_s(pid) or web_cpu.get(pid, 0.0)
             stop.wait(1)
@@ -435,10 +432,10 @@ def main() -> int:
     told = sorted(stats["interval_told"])  # the interval the portal last told each fake node
     api_requests = submitted + len(stats["list"])
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
+    run_cpu = {pid: cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()}  # each worker's, in the run
     figures = {
         "server": args.server + (" (users and nodes apart)" if len(servers) > 1 else ""),
         "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
-        "fleet_nice": args.fleet_nice,
         "submit_per_s": round(submitted / client_s, 1) if client_s else None,
         "api_requests": api_requests,
         # closed loop: clients send back to back (saturation); open: each at --client-rate, latency from when due
@@ -481,11 +478,10 @@ def main() -> int:
         "memory_peak_mb": dict(peak),
         # the web tier's CPU per request served (API, heartbeats, node events): steadier than latency on a shared
         # machine, where other work decides how long a request waits for a core
-        "web_cpu_ms_per_request": round(1000 * sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items())
-                                        / max(1, served), 2),
-        "web_cpu_s": round(sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()), 1),
-        "web_cpu_s_by_server": {role: round(sum(cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()
-                                                if roles.get(pid) == role), 1) for role in set(roles.values())},
+        "web_cpu_ms_per_request": round(1000 * sum(run_cpu.values()) / max(1, served), 2),
+        "web_cpu_s": round(sum(run_cpu.values()), 1),
+        "web_cpu_s_by_server": {role: round(sum(cpu for pid, cpu in run_cpu.items() if roles[pid] == role), 1)
+                                for role in set(roles.values())},
         # the traffic's own processes compete for the same cores as the portal
         "loadgen_cpu_s": round(sum(stats["loadgen_cpu_s"]), 1),
         "load_average": list(os.getloadavg()),

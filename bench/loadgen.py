@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import multiprocessing
-import os
 import random
 import select
 import threading
@@ -313,8 +312,7 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
 
 
 def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, long_poll: bool, duration,
-                   stop, out, nice: int = 0) -> None:
-    os.setpriority(os.PRIO_PROCESS, 0, nice)  # before any thread: each inherits it
+                   stop, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
     fake = [FakeNode(name, token, gpus, interval) for name, token in nodes]
@@ -358,7 +356,7 @@ class Traffic:
         for p in range(min(a.node_procs, len(nodes)) if nodes else 0):
             proc = self.ctx.Process(target=_nodes_process, daemon=True, args=(
                 nodes[p::a.node_procs], self.node_base, a.gpus_per_node, a.interval, a.long_poll,
-                tuple(a.job_seconds), self.stop_nodes, self.out, a.fleet_nice))
+                tuple(a.job_seconds), self.stop_nodes, self.out))
             proc.start()
             self.node_procs.append(proc)
 
