@@ -44,13 +44,15 @@ ABSENT_INDEX_BASE = 1024
 _PARKED_INDEX = 32767  # where rows wait, one statement at a time, while indexes are swapped
 
 
-def _model_for(model_name: str, memory_mb: int) -> GpuModel:
-    """The GPU model a node reports (already checked by the API: Rota's slug form), created on first sight."""
+def _model_for(model_name: str, memory_mb: int, models: dict[str, GpuModel]) -> GpuModel:
+    """The GPU model a node reports (already checked by the API: Rota's slug form), created on first sight.
+    ``models`` (slug -> model) remembers those resolved in this register: each slug is looked up once."""
     slug = _SLUG.sub("-", model_name.lower()).strip("-")[:63] or "unknown"
-    model, _ = GpuModel.objects.get_or_create(
-        name=slug, defaults={"memory_mb": memory_mb, "display_name": model_name, "is_mig_profile": "g." in slug}
-    )
-    return model
+    if slug not in models:
+        models[slug], _ = GpuModel.objects.get_or_create(
+            name=slug, defaults={"memory_mb": memory_mb, "display_name": model_name, "is_mig_profile": "g." in slug}
+        )
+    return models[slug]
 
 
 def _match_gpus(rows: list[Gpu], reports: list[dict]) -> tuple[list[tuple[dict, Gpu | None]], list[Gpu]]:
@@ -67,7 +69,9 @@ def _match_gpus(rows: list[Gpu], reports: list[dict]) -> tuple[list[tuple[dict, 
 
 def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]) -> None:
     """Write the matched rows in place. (node, index) is unique after every statement, so rows whose index
-    changes wait at parked indexes first; a gone GPU whose index is taken moves past the reportable ones."""
+    changes wait at parked indexes first; a gone GPU whose index is taken moves past the reportable ones.
+    A row already as it would be written (the usual register: an agent restarting on the same host) is not
+    written, and each reported model is looked up once (``_model_for``)."""
     taken = {item["index"] for item, _ in pairs}
     target = {gpu.pk: item["index"] for item, gpu in pairs if gpu is not None}
     kept = {gpu.index for gpu in gone}
@@ -77,16 +81,19 @@ def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]
     moving = [gpu for gpu in [g for _, g in pairs if g is not None] + gone if gpu.index != target[gpu.pk]]
     for position, gpu in enumerate(moving):
         Gpu.objects.filter(pk=gpu.pk).update(index=_PARKED_INDEX - position)
+    models: dict[str, GpuModel] = {}
     for item, gpu in pairs:
-        model = _model_for(item["model"], item["memory_mb"])
+        model = _model_for(item["model"], item["memory_mb"], models)
         if gpu is None:
             Gpu.objects.create(node=node, index=item["index"], uuid=item["uuid"], model=model,
                                memory_mb=item["memory_mb"])
-        else:
+        elif (gpu.index, gpu.uuid, gpu.model_id, gpu.memory_mb, gpu.present) != (
+                item["index"], item["uuid"], model.pk, item["memory_mb"], True):  # a moved row always differs
             Gpu.objects.filter(pk=gpu.pk).update(index=item["index"], uuid=item["uuid"], model=model,
                                                  memory_mb=item["memory_mb"], present=True)
     for gpu in gone:
-        Gpu.objects.filter(pk=gpu.pk).update(index=target[gpu.pk], present=False)
+        if (gpu.index, gpu.present) != (target[gpu.pk], False):
+            Gpu.objects.filter(pk=gpu.pk).update(index=target[gpu.pk], present=False)
 
 
 def isolation_refusal(node: Node, executor: dict) -> NodeProtocolError | None:

@@ -15,6 +15,7 @@ from scheduler.models import Allocation, Job
 from scheduler.models.jobs import PREFETCHED_ALLOCATIONS
 from scheduler.services import node_cadence
 from scheduler.services.jobs import job_submit
+from scheduler.services.nodes import ABSENT_INDEX_BASE
 from tests.factories import GpuFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
@@ -199,6 +200,77 @@ def test_a_batch_of_job_events_costs_a_fixed_few_queries_and_little_more_per_eve
     exits = [batch(chosen, type="exited", exit_code=0) - auth - savepoint for chosen in groups]
     assert exits == [8, 8, 8], exits
     assert Job.objects.filter(state="succeeded").count() == 26
+
+
+def _register_report(gpus: list[dict]) -> dict:
+    return {"hostname": "node-r8", "gpu_backend": "nvml", "driver_version": "550.54.15", "cuda_version": "12.4",
+            "cpus": 64, "memory_mb": 512000, "gpus": gpus}
+
+
+EIGHT_H100 = [{"index": i, "uuid": f"GPU-r8-{i}", "model": "h100-80gb", "memory_mb": 81559} for i in range(8)]
+
+
+def test_a_node_registering_again_unchanged_costs_a_fixed_few_queries_and_writes_no_gpu(cluster, node_client):
+    """An agent restarting on the same host (the usual register): the GPU model read once for all its GPUs, and
+    none of its GPU rows written, since nothing about them changed."""
+    from scheduler.models import Gpu
+
+    node = NodeFactory(name="node-r8", pool=cluster["pool"])
+    client = node_client(node)
+    assert client.post("/api/v1/node/register/", _register_report(EIGHT_H100), format="json").status_code == 200
+    node_cadence.nodes_in_service()  # the fleet counted now (at most every 10 s per process): not in what follows
+    again = _queries(lambda: client.post("/api/v1/node/register/", _register_report(EIGHT_H100), format="json"))
+    assert not any(q.startswith('UPDATE "scheduler_gpu"') for q in again), again
+    assert sum('FROM "scheduler_gpumodel"' in q for q in again) == 1, again
+    # the token with its node and pool; the UUIDs' owners; the transaction (a savepoint here); the clock; the node
+    # locked; its GPUs; the one GPU model; the node's UPDATE (an 8-GPU node cost 16 more: a model and an UPDATE a GPU)
+    savepoint = 2
+    assert len(again) - savepoint == 7, again
+    gpus = Gpu.objects.filter(node=node).order_by("index")
+    assert [(g.index, g.uuid, g.model.name, g.memory_mb, g.present) for g in gpus] == [
+        (i, f"GPU-r8-{i}", "h100-80gb", 81559, True) for i in range(8)]
+
+
+def test_a_register_that_changes_a_gpu_still_writes_it_and_creates_a_new_model_once(cluster, node_client):
+    """Only the GPUs that changed are written: one whose memory differs, and three now of a model never seen,
+    which is created once for the three and read once."""
+    from scheduler.models import Gpu, GpuModel
+
+    node = NodeFactory(name="node-r8", pool=cluster["pool"])
+    client = node_client(node)
+    client.post("/api/v1/node/register/", _register_report(EIGHT_H100), format="json")
+    changed = [dict(item) for item in EIGHT_H100]
+    changed[1]["memory_mb"] = 81000
+    for item in changed[5:]:
+        item.update(model="b200-180gb", memory_mb=183359)
+    queries = _queries(lambda: client.post("/api/v1/node/register/", _register_report(changed), format="json"))
+    updates = [q for q in queries if q.startswith('UPDATE "scheduler_gpu"')]
+    assert len(updates) == 4, updates
+    assert sum('FROM "scheduler_gpumodel"' in q for q in queries) == 2, queries  # h100 and b200, once each
+    assert sum(q.startswith('INSERT INTO "scheduler_gpumodel"') for q in queries) == 1, queries
+    b200 = GpuModel.objects.get(name="b200-180gb")
+    assert (b200.memory_mb, b200.display_name, b200.is_mig_profile) == (183359, "b200-180gb", False)
+    gpus = Gpu.objects.filter(node=node).order_by("index")
+    assert [(g.index, g.uuid, g.model.name, g.memory_mb, g.present) for g in gpus] == [
+        (i, f"GPU-r8-{i}", item["model"], item["memory_mb"], True) for i, item in enumerate(changed)]
+
+
+def test_a_gone_gpu_is_written_once_and_not_again_while_it_stays_gone(cluster, node_client):
+    """GPU 7 gone, GPU 6 now at index 7 and a new device at 6: the gone one moves past the reportable indexes,
+    absent. The same report again writes none of the node's GPUs."""
+    from scheduler.models import Gpu
+
+    node = NodeFactory(name="node-r8", pool=cluster["pool"])
+    client = node_client(node)
+    client.post("/api/v1/node/register/", _register_report(EIGHT_H100), format="json")
+    moved = EIGHT_H100[:6] + [{**EIGHT_H100[6], "index": 7}, {**EIGHT_H100[6], "uuid": "GPU-r8-new"}]
+    first = _queries(lambda: client.post("/api/v1/node/register/", _register_report(moved), format="json"))
+    assert sum(q.startswith('UPDATE "scheduler_gpu"') for q in first) == 4, first  # 2 parked, then 2 placed
+    again = _queries(lambda: client.post("/api/v1/node/register/", _register_report(moved), format="json"))
+    assert not any(q.startswith(('UPDATE "scheduler_gpu"', 'INSERT INTO "scheduler_gpu"')) for q in again), again
+    rows = Gpu.objects.filter(node=node).order_by("index").values_list("index", "uuid", "present")
+    assert list(rows) == [*((i, f"GPU-r8-{i}", True) for i in range(6)), (6, "GPU-r8-new", True),
+                          (7, "GPU-r8-6", True), (ABSENT_INDEX_BASE, "GPU-r8-7", False)]
 
 
 JOB_REQUESTS = [  # valid, every kind of bad field, unknown fields, and a body that is not an object
