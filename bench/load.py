@@ -424,8 +424,9 @@ def main() -> int:
     findings = audit()
     last_end = Job.objects.aggregate(last=Max("finished_at"))["last"]
     states = dict(Job.objects.values_list("state").annotate(n=__import__("django").db.models.Count("id")))
-    waits = {kind: len(stats[f"wait_{kind}"]) for kind in ("news", "held", "refused")}
-    served = submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"]) + sum(waits.values())
+    waits = {kind: len(stats[f"wait_{kind}"]) for kind in ("news", "delivered", "held", "refused")}
+    served = (submitted + len(stats["list"]) + len(stats["heartbeat"]) + len(stats["event"])
+              + waits["news"] + waits["held"] + waits["refused"])
     ran_cycles = [c["ms"] for c in cycle_ms if "ms" in c]
     cycle_cpu = [c["cpu_ms"] for c in cycle_ms if "cpu_ms" in c]
     node_seconds = max(1e-9, (nodes_span[1] - nodes_span[0]) * (args.nodes - args.agent))

@@ -100,6 +100,9 @@ class FakeNode:
         self.outbox: list[dict] = []  # job events not yet sent, in order
         self.reports_not_before = 0.0  # time.monotonic(): the portal's bulk lane said to come back then (429)
         self.news = threading.Event()  # the long-poll heard that this node's assignments changed
+        self.delivered: dict | None = None  # the assignments the long-poll brought, not yet applied
+        self.delivered_lock = threading.Lock()
+        self.as_of = ""  # the stamp of the newest answer applied (the portal's clock, ISO 8601, UTC)
 
     def register(self, base: str, session: Session) -> None:
         body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
@@ -127,10 +130,27 @@ class FakeNode:
             self.register(base, session)
             return
         answer.raise_for_status()
-        now = time.monotonic()
-        listed = set()
         told = answer.json()
         self.follow(told)
+        self.apply(told, duration)
+
+    def take_delivery(self, duration: tuple[float, float]) -> bool:
+        """Apply what the long-poll brought, if it brought assignments (else the node heartbeats for them)."""
+        with self.delivered_lock:
+            told, self.delivered = self.delivered, None
+        if told is None:
+            return False
+        self.apply(told, duration)
+        return True
+
+    def apply(self, told: dict, duration: tuple[float, float]) -> None:
+        """Act on an answer's assignments unless an answer read later was applied already (``as_of``)."""
+        stamp = told.get("as_of") or ""
+        if stamp and stamp <= self.as_of:  # one format and time zone: the strings order as the times do
+            return
+        self.as_of = stamp or self.as_of
+        now = time.monotonic()
+        listed = set()
         for item in told["assignments"]:
             key = (item["job_id"], item["attempt"])
             listed.add(key)
@@ -194,10 +214,14 @@ class FakeNode:
     def wait(self, base: str, session: Session, stats) -> bool:
         """One long-poll, held up to this node's interval; True when it brought news."""
         interval = self.interval
-        answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval}, headers=self.headers,
-                              timeout=interval + 30).json()
+        answer = session.post(f"{base}/api/v1/node/wait/", json={"timeout_s": interval, "assignments": True},
+                              headers=self.headers, timeout=interval + 30).json()
         stats["wait_" + ("news" if answer.get("news") else "held" if answer.get("waited") else "refused")].append(1)
         if answer.get("news"):
+            if "assignments" in answer:
+                stats["wait_delivered"].append(1)
+                with self.delivered_lock:
+                    self.delivered = answer
             self.news.set()
             return True
         return False
@@ -220,8 +244,9 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
         while not stop.is_set():
             now = time.monotonic()
             try:
-                if now >= next_beat or node.news.is_set():
-                    node.news.clear()
+                news = node.news.is_set()
+                node.news.clear()
+                if now >= next_beat or (news and not node.take_delivery(duration)):
                     node.beat(base, session, duration, stats)
                     next_beat = now + node.interval
                 node.exit_due(time.monotonic())

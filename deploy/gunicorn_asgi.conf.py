@@ -5,7 +5,8 @@ websockets, the notebook proxy) is served on the same address as the rest of the
 
 Each worker runs the portal's WSGI application for every other request in fixed pools of threads
 (``portal/asgi.py``), as gthread does, and each thread keeps its database connection: ``ROTA_WEB_THREADS`` for
-interactive requests (users, and the nodes' register, heartbeat and long-poll check) and ``ROTA_WEB_BULK_THREADS``
+interactive requests (users, and the nodes' heartbeats), ``ROTA_WEB_NODE_THREADS`` (default 4) for the nodes'
+registers, long-poll checks and the work delivered with their news, and ``ROTA_WEB_BULK_THREADS``
 (default 2) for the nodes' reports of work done (job events, log chunks, Slurm accounting), each lane with its own
 queue (``portal/priority.py``), so a user's request does not queue behind the drain's reports. A node's long-poll
 is checked in a thread, then held on the event loop (``portal/longpoll.py``): up to

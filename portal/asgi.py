@@ -44,7 +44,7 @@ async def application(scope, receive, send):
     if kind in ("http", "websocket") and scope["path"].startswith(notebook_proxy.PREFIX):
         await notebook_proxy.app(scope, receive, send)
     elif longpoll.handles(scope):
-        await longpoll.serve(scope, receive, send, _wsgi)
+        await longpoll.serve(scope, receive, send, _wsgi, lanes[priority.NODE])
     elif kind == "http":
         await _wsgi(scope, receive, send)
     elif kind == "websocket":  # the portal serves no other websockets

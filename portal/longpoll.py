@@ -7,7 +7,9 @@ error is answered by it, as it is). An accepted request does not wait there: the
 timeout to this module (``WAIT_ON_LOOP`` in its environ) and answers at once; the wait then runs here, on
 Redis's asyncio client (``scheduler.wake.node_wait_async``: one BLPOP on the node's own news key, the very
 command the threaded path sends, so news is taken by exactly the wait that answers it), and the view's
-answer goes out with the wait's body (``wake.node_wait_answer``) and the view's status and headers.
+answer goes out with the wait's body (``wake.node_wait_answer``) and the view's status and headers. A node that
+asked for its assignments with its news gets them in that body: built once the news came, in a thread of the
+``node`` lane (``portal/priority.py``), as the view would have built them under gthread.
 
 A node that hangs up stops its wait (the connection it blocked is closed). At most
 ``ROTA_NODE_ASYNC_WAITERS_PER_PROCESS`` waits are held at once per web process; past that, or without
@@ -18,6 +20,8 @@ import asyncio
 import json
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import close_old_connections
 from django.urls import reverse
 
 from portal import priority
@@ -34,21 +38,25 @@ def handles(scope) -> bool:
     return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == PATH
 
 
-async def serve(scope, receive, send, wsgi) -> None:
+async def serve(scope, receive, send, wsgi, lane: priority.Lane) -> None:
     """Answer one long-poll; ``wsgi(scope, receive, send, environ)`` runs the request through the portal's WSGI
-    application in the thread pool (``portal.asgi._wsgi``)."""
-    asked: list[tuple[int, float]] = []
+    application in the thread pool (``portal.asgi._wsgi``); ``lane`` runs a delivery."""
+    asked: list[tuple] = []
     answer: list[dict] = []
 
     async def keep(message) -> None:
         answer.append(message)
 
-    await wsgi(scope, receive, keep, {WAIT_ON_LOOP: lambda node_id, timeout_s: asked.append((node_id, timeout_s))})
+    await wsgi(scope, receive, keep, {WAIT_ON_LOOP: lambda *wait: asked.append(wait)})
     if asked and answer and answer[0]["status"] == 200:
-        news = await _wait(*asked[0], receive)
+        node_id, timeout_s, deliver = asked[0]
+        news = await _wait(node_id, timeout_s, receive)
         if news is HUNG_UP:
             return
-        body = json.dumps(wake.node_wait_answer(news), separators=(",", ":")).encode()  # as DRF renders it
+        told = await lane.run(receive, _delivered, news, deliver) if news and deliver else wake.node_wait_answer(news)
+        if told is priority.HUNG_UP:
+            return
+        body = json.dumps(told, separators=(",", ":"), cls=DjangoJSONEncoder).encode()  # as DRF renders it
         answer = [_with_length(answer[0], len(body)), {"type": "http.response.body", "body": body}]
     for message in answer:
         await send(message)
@@ -72,6 +80,16 @@ async def _wait(node_id: int, timeout_s: float, receive):
         for task in (waiting, hung_up):
             task.cancel()
         await asyncio.gather(waiting, hung_up, return_exceptions=True)  # the Redis connection is given back
+
+
+def _delivered(news: bool, deliver) -> dict:
+    """``wake.node_wait_answer`` with the delivery, in a web thread as a request would run it: its database
+    connection checked before and after, as Django does at each request's start and end."""
+    close_old_connections()
+    try:
+        return wake.node_wait_answer(news, deliver)
+    finally:
+        close_old_connections()
 
 
 def _with_length(start: dict, length: int) -> dict:

@@ -1,17 +1,24 @@
 """Which requests wait for which in a web process (``portal/asgi.py``): Kubernetes' API Priority and Fairness cut
-to two lanes, each with threads of its own and its own queue, so no request queues behind bulk traffic.
+to three lanes, each with threads of its own and its own queue, so no request queues behind bulk traffic, and a
+node's heartbeat queues behind no other node request.
 
 **Bulk** is the nodes' reports of work done: job events (``POST /api/v1/node/events/``, the batch, and the
 single event's endpoint), log chunks and Slurm accounting records. They come in at the drain's pace (at the
 full size ~80 a second, most of the portal's CPU), a node sends its next only when the last is answered, and
 they may wait: a job's state is already on the node, the agent keeps its events until they are answered, and
-the cycle places work from what it has. Everything else is **interactive**: users' pages and API, and the
-nodes' control requests (register, heartbeat, the long-poll's check), whose delay marks a node down or
-holds back news of work to start.
+the cycle places work from what it has. **Node** is the rest of the nodes' requests but their heartbeats: a
+register and a long-poll's check, and the delivery of the assignments a long-poll brings with its news
+(``portal/longpoll.py``). They come in herds (a fleet restarting registers at once; a cycle that places thousands
+of jobs sends news to hundreds of nodes at once) and a node that waits for one only waits longer for its work.
+Everything else is **interactive**: users' pages and API, and the nodes' heartbeats, whose delay marks a node
+down: at the full size on 2 cores, heartbeats that took delivery of work in the same lane as registers waited up to
+22 s at the cold start (p99), 1.4-1.9 s once deliveries came with the news in a lane of their own
+(bench/README.md, "Work delivered with the news").
 
 Each lane runs at most its number of requests at once, in its own threads (``ROTA_WEB_THREADS`` interactive,
-``ROTA_WEB_BULK_THREADS`` bulk, each thread with its own database connection); the rest wait on the event loop
-in the order they came. So while bulk requests are queued an interactive request starts at once, and bulk gets
+``ROTA_WEB_NODE_THREADS`` node, default 4, ``ROTA_WEB_BULK_THREADS`` bulk, each thread with its own database
+connection); the rest wait on the event loop in the order they came (the node lane's without a bound: a
+register or a delivery is never refused). So while bulk requests are queued an interactive request starts at once, and bulk gets
 its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
 interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an
 interactive request running beside it, and the queue is where bulk waits. 2 by default: at the full size on
@@ -44,9 +51,10 @@ from django.urls import Resolver404, resolve
 
 from portal.env import env_int
 
-INTERACTIVE, BULK = "interactive", "bulk"
+INTERACTIVE, NODE, BULK = "interactive", "node", "bulk"
 BULK_ROUTES = frozenset({"node-job-events", "node-job-event", "node-job-log", "node-slurm-accounting"})
-NODE_PREFIX = "/api/v1/node/"  # every bulk route is under it: other paths are not resolved here
+NODE_ROUTES = frozenset({"node-register", "node-wait"})
+NODE_PREFIX = "/api/v1/node/"  # every bulk and node route is under it: other paths are not resolved here
 HUNG_UP = object()
 FULL = object()  # the lane's queue was full: not run, to be answered 429 (``busy_answer``)
 QUEUE_PER_BULK_THREAD = 8  # ROTA_WEB_BULK_QUEUE's default, per bulk thread: see above
@@ -54,14 +62,16 @@ MAX_RETRY_AFTER_S = 60
 
 
 def lane_of(scope) -> str:
-    """The lane of an HTTP request: bulk for a POST to one of ``BULK_ROUTES``, interactive for the rest."""
+    """The lane of an HTTP request: bulk for a POST to one of ``BULK_ROUTES``, node for one to ``NODE_ROUTES``,
+    interactive for the rest."""
     path = scope["path"]
     if scope["method"] != "POST" or not path.startswith(NODE_PREFIX):
         return INTERACTIVE
     try:
-        return BULK if resolve(path).url_name in BULK_ROUTES else INTERACTIVE
+        name = resolve(path).url_name
     except Resolver404:
         return INTERACTIVE
+    return BULK if name in BULK_ROUTES else NODE if name in NODE_ROUTES else INTERACTIVE
 
 
 class Lane:
@@ -157,5 +167,6 @@ def lanes() -> dict[str, Lane]:
     """The lanes of this process, sized by the settings."""
     bulk = env_int("ROTA_WEB_BULK_THREADS", 2, minimum=1, maximum=256)
     return {INTERACTIVE: Lane(INTERACTIVE, env_int("ROTA_WEB_THREADS", 16, minimum=2, maximum=1024)),
+            NODE: Lane(NODE, env_int("ROTA_WEB_NODE_THREADS", 4, minimum=1, maximum=256)),
             BULK: Lane(BULK, bulk, env_int("ROTA_WEB_BULK_QUEUE", QUEUE_PER_BULK_THREAD * bulk, minimum=1,
                                            maximum=100_000))}

@@ -28,7 +28,7 @@ import asyncio
 import functools
 import logging
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis
 import redis.asyncio
@@ -169,10 +169,18 @@ def node_wait_timeout(asked_s: float | None, interval_s: float) -> float:
     return float(interval_s) if asked_s is None else min(asked_s, float(interval_s))
 
 
-def node_wait_answer(news: bool | None) -> dict:
+def node_wait_answer(news: bool | None, deliver: Callable[[], dict | None] | None = None) -> dict:
     """The long-poll's answer for what ``node_wait`` returned: ``waited`` False when it could not wait (no
-    Redis, Redis failed, no waiting slot left); the node then polls at its heartbeat interval instead."""
-    return {"news": bool(news), "waited": news is not None}
+    Redis, Redis failed, no waiting slot left); the node then polls at its heartbeat interval instead. With
+    news and ``deliver`` (the node asked for its assignments: ``scheduler.services.nodes.node_delivery``), what
+    it returns too; when it returns None or fails, news alone: the node heartbeats for them."""
+    answer = {"news": bool(news), "waited": news is not None}
+    if news and deliver is not None:
+        try:
+            answer.update(deliver() or {})
+        except Exception:  # the database failed or refused: the heartbeat that news alone brings retries it
+            log.exception("a long-poll's delivery failed; the node will heartbeat for its assignments")
+    return answer
 
 
 def can_wait() -> bool:

@@ -92,10 +92,11 @@ class PortalClient:
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
         """``POST /api/v1/node/wait/``: held by the portal until this node has news or ``timeout_s`` passes;
-        returns ``{"news", "waited"}``. Called from its own thread, so on its own connection."""
+        returns ``{"news", "waited"}``, with news the node's assignments (``as_of``, ``assignments``) where
+        the portal delivers them. Called from its own thread, so on its own connection."""
         try:
             response = self._wait_session.post(
-                self.base_url + "/api/v1/node/wait/", json={"timeout_s": timeout_s},
+                self.base_url + "/api/v1/node/wait/", json={"timeout_s": timeout_s, "assignments": True},
                 headers={"Authorization": f"Node {self._token}"}, timeout=timeout_s + self.timeout_s)
         except requests.RequestException as error:
             raise PortalUnavailable(f"/api/v1/node/wait/: {error.__class__.__name__}: {error}") from error

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from scheduler.agent.logship import ship_log
 from scheduler.agent.outbox import flush_outbox
 from scheduler.agent.probes import HealthProbes, ProbeSettings
 from scheduler.agent.wakeups import Wakeups
-from scheduler.agent.wire import iso, register_body, telemetry_entries
+from scheduler.agent.wire import iso, register_body, stamp, telemetry_entries
 
 log = logging.getLogger(__name__)
 AGENT_STATE_FILE = "agent.json"
@@ -106,6 +107,7 @@ class Agent:
         self._next_register = 0.0
         self._register_backoff = 1.0
         self._failures = 0
+        self._as_of: datetime | None = None  # the portal's stamp of the newest assignments applied
         self.wakeups: Wakeups | None = None  # made by ``run``: the portal's news and jobs' ends wake the loop
         self._load_state()
 
@@ -218,6 +220,18 @@ class Agent:
         self._failures = 0
         del self.telemetry[: len(batch)]
         self._follow_cadence(answer)
+        self.apply(answer)
+        return True
+
+    def apply(self, answer: dict[str, Any]) -> bool:
+        """Reconcile with an answer's assignments (a heartbeat's, or those a long-poll brought), unless the
+        portal read a newer state for an answer applied already (its ``as_of``: the two threads' answers can
+        arrive out of order). False when it was older."""
+        as_of = stamp(answer.get("as_of"))
+        if as_of is not None and self._as_of is not None and as_of <= self._as_of:
+            log.debug("ignoring assignments as of %s: those as of %s were applied", as_of, self._as_of)
+            return False
+        self._as_of = as_of or self._as_of
         self.reconcile(answer.get("assignments") or [])
         return True
 
@@ -357,16 +371,29 @@ class Agent:
             if once and (beat or not self.registered):
                 return beat
             if wakeups.wait(min(0.25, self.interval_s / 4)):
-                self._next_heartbeat = self._clock()  # news: heartbeat now, its answer says what changed
+                self.take_news(wakeups.delivery())
         self.shutdown()
         wakeups.close()
         return True
 
+    def take_news(self, delivered: dict[str, Any] | None) -> None:
+        """The portal said this node's assignments changed: act on those it delivered with the news, or, when
+        it delivered none (or acting on them failed), heartbeat now: that answer says what changed."""
+        if delivered is not None:
+            self._contact()
+            try:
+                self.apply(delivered)
+                return
+            except Exception:  # a bad pass must not end the loop; the heartbeat's answer is the truth
+                log.exception("acting on the assignments the long-poll brought failed")
+        self._next_heartbeat = self._clock()
+
     def listen(self, stop: threading.Event) -> None:
         """Long-poll the portal (``POST /api/v1/node/wait/``) and wake the loop when it says this node's
-        assignments changed, so the next heartbeat goes at once instead of up to an interval later. A hint
-        only: the heartbeats go on at their interval whatever happens here. A portal that cannot hold the
-        request (``waited`` false) or fails is asked again an interval after the last ask."""
+        assignments changed, with them where the portal delivers them, so the loop starts or stops
+        what changed at once instead of up to an interval later. A hint only: the heartbeats go on at
+        their interval whatever happens here. A portal that cannot hold the request (``waited`` false)
+        or fails is asked again an interval after the last ask."""
         while not stop.is_set():
             if not self.registered or self.portal_lost:
                 stop.wait(self.interval_s)
@@ -378,7 +405,7 @@ class Agent:
                 log.debug("long-poll failed: %s", error)
                 answer = {}
             if answer.get("news") and self.wakeups is not None:
-                self.wakeups.news()
+                self.wakeups.news(answer if "assignments" in answer else None)
             else:  # never more than one empty answer an interval, whatever the portal does
                 stop.wait(max(0.0, asked + self.interval_s - self._clock()))
 

@@ -1,7 +1,8 @@
 """What wakes the agent's loop before its next tick: news from the portal's long-poll, and a job's end.
 
 A self-pipe the loop sleeps on (``select``): the long-poll thread writes to it when the portal says this
-node's assignments changed, and, once ``catch_child_exits`` ran on the main thread, the interpreter itself
+node's assignments changed (and leaves what the portal delivered with the news for the loop to act on),
+and, once ``catch_child_exits`` ran on the main thread, the interpreter itself
 writes to it when a child (a job's shim) ends (``signal.set_wakeup_fd`` on SIGCHLD), so an exit is seen and
 reported at once instead of at the next tick. Nothing here is needed for correctness: without a wake-up the
 loop still passes every tick and heartbeats every interval.
@@ -25,13 +26,24 @@ class Wakeups:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._catching = False
+        self._lock = threading.Lock()
+        self._delivery: dict | None = None
 
-    def news(self) -> None:
-        """From any thread: the portal has news for this node."""
+    def news(self, delivery: dict | None = None) -> None:
+        """From any thread: the portal has news for this node, and with it ``delivery``, the assignments it
+        brought (None: none, the loop heartbeats for them). The latest news is the one that counts."""
+        with self._lock:
+            self._delivery = delivery
         try:
             os.write(self._write, NEWS)
         except (BlockingIOError, OSError):  # full: a wake-up is pending anyway; closed: shutting down
             pass
+
+    def delivery(self) -> dict | None:
+        """The assignments the latest news brought, once (None: it brought none, or they were taken)."""
+        with self._lock:
+            delivery, self._delivery = self._delivery, None
+        return delivery
 
     def catch_child_exits(self) -> bool:
         """Wake on SIGCHLD too; only the main thread may set signal handlers (elsewhere: False)."""

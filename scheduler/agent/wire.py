@@ -15,6 +15,18 @@ def iso(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def stamp(value: Any) -> dt.datetime | None:
+    """An answer's ``as_of`` (ISO 8601 with its offset) as a time; None when absent or not one (an older
+    portal sends none: its answers are applied in the order they come)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def gpu_entry(gpu: GpuInfo) -> dict[str, Any]:
     """One device in the register body; MIG slices also name their parent GPU and profile."""
     entry: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """The node API (docs/node-protocol.md): a node authenticates with its own token and reports only about
 itself and its own allocations. Nodes cannot reach user endpoints and users cannot reach these."""
 
+import functools
 import re
 import threading
 from functools import cached_property
@@ -273,6 +274,7 @@ class LogSerializer(serializers.Serializer):
 
 class WaitSerializer(SharedFields, serializers.Serializer):
     timeout_s = serializers.FloatField(min_value=0, max_value=300, required=False)
+    assignments = serializers.BooleanField(required=False, default=False)
 
 
 class NodeAPIView(APIView):
@@ -355,16 +357,18 @@ class NodeJobLogAPI(NodeAPIView):
 # Each long-poll held in a web thread occupies it: at most this many per web process, so the rest keep serving.
 # (Under the ASGI server the wait is held on its event loop instead, with a bound of its own: portal/longpoll.py.)
 _WAITING_SLOTS = threading.BoundedSemaphore(settings.ROTA_NODE_WAITERS_PER_PROCESS)
-# Put in the WSGI environ by the ASGI server (portal/longpoll.py): called with the node and the timeout, it holds
-# the wait on the event loop after this view has answered, and replaces the answer's body with the wait's.
+# Put in the WSGI environ by the ASGI server (portal/longpoll.py): called with the node, the timeout and the
+# delivery (a function of no argument to run in a web thread once there is news, or None), it holds the wait on
+# the event loop after this view has answered, and replaces the answer's body with the wait's.
 WAIT_ON_LOOP = "rota.node_wait_on_loop"
 
 
 class NodeWaitAPI(NodeAPIView):
     """Long-poll for news: answers ``{"news": true, "waited": true}`` as soon as a cycle or a cancel changed
     this node's assignments, else ``{"news": false, "waited": true}`` after ``timeout_s`` (default and at most
-    the node's heartbeat interval, ``node_cadence``). Either way the node then sends its heartbeat, whose answer
-    stays the truth.
+    the node's heartbeat interval, ``node_cadence``). With news, a node that asked for ``assignments`` gets them
+    in the same answer (``node_delivery``: ``as_of`` and ``assignments``, as its heartbeat would), else it sends
+    its heartbeat, whose answer stays the truth.
     ``"waited": false`` (at once): this portal cannot hold the request now (no Redis, or every waiting slot
     of this web process is taken, or Redis failed); the node polls at its heartbeat interval instead."""
 
@@ -372,15 +376,18 @@ class NodeWaitAPI(NodeAPIView):
 
     @extend_schema(request=WaitSerializer, responses={200: dict}, tags=["node"])
     def post(self, request):
-        timeout = wake.node_wait_timeout(self.parsed(request).get("timeout_s"), node_cadence.heartbeat_interval_s())
+        asked = self.parsed(request)
+        timeout = wake.node_wait_timeout(asked.get("timeout_s"), node_cadence.heartbeat_interval_s())
+        node = request.user.node
+        deliver = functools.partial(node_services.node_delivery, node=node) if asked["assignments"] else None
         wait_on_loop = request.META.get(WAIT_ON_LOOP)
         if wait_on_loop is not None:  # authenticated and valid: the ASGI server waits, without this thread
-            wait_on_loop(request.user.node.pk, timeout)
+            wait_on_loop(node.pk, timeout, deliver)
             return Response(wake.node_wait_answer(None))
         if not wake.can_wait() or not _WAITING_SLOTS.acquire(blocking=False):
             return Response(wake.node_wait_answer(None))
         try:
-            news = wake.node_wait(request.user.node.pk, timeout)
+            news = wake.node_wait(node.pk, timeout)
         finally:
             _WAITING_SLOTS.release()
-        return Response(wake.node_wait_answer(news))
+        return Response(wake.node_wait_answer(news, deliver))

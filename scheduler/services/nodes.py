@@ -294,6 +294,46 @@ def _heartbeat_record(node: Node, seq: int, told: dict[str, int]) -> datetime | 
     return row[0] if row else None
 
 
+def _deliver(node: Node, held: list[tuple[int, str]], now: datetime, reference: Reference | None) -> list[dict]:
+    """Mark the admitted jobs of ``held`` (the node's jobs, locked in id order) delivered, and return what should
+    run on ``node`` now (``node_assignments``)."""
+    jobs_transition_locked([job_id for job_id, state in held if state == JobState.ADMITTED], at=now,
+                           from_state=JobState.ADMITTED, to_state=JobState.STARTING,
+                           cause=f"delivered to node {node.name}")
+    # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after the
+    # lock (still "admitted") waits for the next answer: none reaches a node unmarked (so a node that held
+    # nothing has nothing to be told).
+    return node_assignments(node, states=(JobState.STARTING, JobState.RUNNING), reference=reference) if held else []
+
+
+# A delivery locks the node's row, as a heartbeat's write does, before it reads the clock: a node's answers are
+# stamped (``as_of``) in the order their reads saw the state, whichever request brought them.
+_NODE_LOCK = f'SELECT "state" FROM "{Node._meta.db_table}" WHERE id = %s FOR NO KEY UPDATE'
+
+
+def _stamp(now: datetime) -> str:
+    """An answer's ``as_of``: the database's clock when its read began, ISO 8601 to the microsecond."""
+    return now.isoformat(timespec="microseconds")
+
+
+def node_delivery(*, node: Node, reference: Reference | None = None) -> dict | None:
+    """What a node's long-poll brings with its news when the node asked for it (``POST /api/v1/node/wait/`` with
+    ``"assignments": true``): the assignments its next heartbeat would have taken delivery of, as a heartbeat
+    marks them delivered, stamped ``as_of`` (the node applies an answer only if it is newer than the last it
+    applied). No liveness write, no cadence (a heartbeat stores the deadline it tells): the heartbeats keep their
+    interval. None when the node must heartbeat instead (it is down, or no longer isolates tenants where that is
+    required: that answer tells it to register again)."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(_NODE_LOCK, [node.pk])
+            row = cursor.fetchone()
+        if row is None or row[0] == Node.DOWN or isolation_refusal(node, {"isolates": node.isolates_tenants}):
+            return None
+        now = db_now()
+        assignments = _deliver(node, _HELD_QUERY.rows(node_id=node.pk), now, reference)
+    return {"as_of": _stamp(now), "assignments": assignments}
+
+
 def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = None) -> dict:
     """Accept a heartbeat (strictly increasing ``seq``), record GPU health, return the assignments (the kinds'
     images looked up in ``reference``, default: as of now)."""
@@ -326,20 +366,14 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
                 from scheduler.tasks import run_cycle
 
                 run_cycle.delay_on_commit()
-                return {**told, "assignments": [], "node_state": node_state_view(node, engine)}
-        jobs_transition_locked([job_id for job_id, state in held if state == JobState.ADMITTED], at=now,
-                               from_state=JobState.ADMITTED, to_state=JobState.STARTING,
-                               cause=f"delivered to node {node.name}")
-        # Read after the writes: a job stopped meanwhile is told "stopped", and one the cycle admitted after
-        # the lock above (still "admitted") waits for the next heartbeat: none reaches a node unmarked (so a
-        # node that held nothing above has nothing to be told).
-        assignments = (node_assignments(node, states=(JobState.STARTING, JobState.RUNNING), reference=reference)
-                       if held else [])
+                return {**told, "as_of": _stamp(now), "assignments": [],
+                        "node_state": node_state_view(node, engine)}
+        assignments = _deliver(node, held, now, reference)
     if faults:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    answer = {**told, "assignments": assignments}
+    answer = {**told, "as_of": _stamp(now), "assignments": assignments}
     if engine:  # for the bridge to mirror a Rota drain into the engine
         answer["node_state"] = node_state_view(node, engine)
     return answer

@@ -2,11 +2,13 @@
 
 It keeps everything in memory: the assignments a test sets, and the registrations, heartbeats, events
 and log chunks the agent sends. ``down`` makes it answer 503; ``require_register`` makes the next
-heartbeat answer 409 {"detail": "register"}.
+heartbeat answer 409 {"detail": "register"}. ``notify()`` is news for the node's long-poll, which then brings
+the assignments with it when the agent asks for them (``deliver``: False answers the news alone).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import threading
@@ -40,6 +42,10 @@ class StandInPortal:
         self.busy: list[int] = []  # the next batch requests are answered 429 with these Retry-After seconds
         self.batch_posts: list[float] = []  # time.monotonic() of each batch request, the busy ones' included
         self.token = TOKEN  # the one node token it accepts (a test rotates it)
+        self.news = threading.Event()  # set by notify(): the held long-poll answers
+        self.deliver = True  # a long-poll that asks for the assignments gets them with the news
+        self.deliveries: list[dict[str, Any]] = []  # the answers that brought assignments
+        self._as_of = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
@@ -79,6 +85,15 @@ class StandInPortal:
         with self.lock:
             self.assignments.pop(job_id, None)
 
+    def notify(self) -> None:
+        """News for the node: its held long-poll (or its next one) answers at once."""
+        self.news.set()
+
+    def stamp(self) -> str:
+        """The next ``as_of`` (under the lock): later than every one given before."""
+        self._as_of = max(self._as_of + dt.timedelta(microseconds=1), dt.datetime.now(dt.UTC))
+        return self._as_of.isoformat(timespec="microseconds")
+
     def events_of(self, job_id: int, kind: str | None = None) -> list[dict[str, Any]]:
         """The events received for a job (of one type if given)."""
         with self.lock:
@@ -91,6 +106,8 @@ class StandInPortal:
 
     def handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict]:
         """Answer one request as the real portal would: its status, body and extra headers."""
+        if path == "/api/v1/node/wait/" and headers.get("Authorization") == f"Node {self.token}":
+            return 200, self._wait(body), {}
         with self.lock:
             if path == "/api/v1/node/events/" and self.batch_events:
                 self.batch_posts.append(time.monotonic())
@@ -124,6 +141,7 @@ class StandInPortal:
                 return 200, {
                     "heartbeat_interval_s": self.interval_s,
                     "heartbeat_timeout_s": self.timeout_s,
+                    "as_of": self.stamp(),
                     "assignments": [dict(a) for a in self.assignments.values()],
                 }
             if path == "/api/v1/node/events/" and self.batch_events:
@@ -146,6 +164,17 @@ class StandInPortal:
             self.logs[(job_id, body["attempt"])] = stored + chunk[len(stored) - body["offset"] :]
             return 200, {"size": len(self.logs[(job_id, body["attempt"])])}
 
+
+    def _wait(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A long-poll: held until ``notify()`` or its timeout (at most the interval), without the lock."""
+        news = self.news.wait(min(float(body.get("timeout_s", self.interval_s)), self.interval_s))
+        self.news.clear()
+        answer: dict[str, Any] = {"news": news, "waited": True}
+        if news and body.get("assignments") and self.deliver:
+            with self.lock:
+                answer.update(as_of=self.stamp(), assignments=[dict(a) for a in self.assignments.values()])
+                self.deliveries.append(answer)
+        return answer
 
     def _event(self, job_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """One job event (under the lock): recorded, or refused as ``refuse_jobs`` says."""

@@ -32,8 +32,8 @@ from tests.processes import wait_for
     ("POST", "/api/v1/node/jobs/12/log/", priority.BULK),
     ("POST", "/api/v1/node/slurm/accounting/", priority.BULK),
     ("POST", "/api/v1/node/heartbeat/", priority.INTERACTIVE),
-    ("POST", "/api/v1/node/register/", priority.INTERACTIVE),
-    ("POST", "/api/v1/node/wait/", priority.INTERACTIVE),
+    ("POST", "/api/v1/node/register/", priority.NODE),
+    ("POST", "/api/v1/node/wait/", priority.NODE),
     ("GET", "/api/v1/node/events/", priority.INTERACTIVE),  # not a report: answered 405 at once
     ("POST", "/api/v1/node/jobs/abc/log/", priority.INTERACTIVE),  # no route: a 404
     ("POST", "/api/v1/node/", priority.INTERACTIVE),
@@ -43,7 +43,7 @@ from tests.processes import wait_for
     ("GET", "/", priority.INTERACTIVE),
     ("POST", "/login/", priority.INTERACTIVE),
 ])
-def test_the_nodes_reports_of_work_done_are_bulk_and_every_other_request_is_interactive(method, path, lane):
+def test_reports_are_bulk_register_and_long_poll_node_and_every_other_request_interactive(method, path, lane):
     assert priority.lane_of({"type": "http", "method": method, "path": path}) == lane
 
 

@@ -1,6 +1,6 @@
 """Submit -> running without waiting for a heartbeat: the submit wakes the cycle (Celery, real worker), the
-cycle tells the node on commit, and the node agent's long-poll (``POST /api/v1/node/wait/``) makes it send
-its heartbeat at once. The portal names a 60 s heartbeat interval here, so a job that runs within a third of
+cycle tells the node on commit, and the node agent's long-poll (``POST /api/v1/node/wait/``) brings the job's
+assignment with the news, so the agent starts it without a heartbeat. The portal names a 60 s heartbeat interval here, so a job that runs within a third of
 it, three times in a row (each submitted right after the last one ended, so a heartbeat-paced start would
 take most of an interval), learnt of its start from the long-poll, not from a heartbeat. The bound is far
 from what a loaded box takes (seconds): this checks the mechanism, not its speed. The submits and cancels
@@ -43,7 +43,8 @@ def test_an_idle_node_runs_a_submitted_job_long_before_its_next_heartbeat(
 ):
     node = cluster["nodes"][0]
     start_agent(node)
-    wait_for(lambda: Node.objects.get(pk=node.pk).registered_at, what="the agent to register")
+    wait_for(lambda: Node.objects.get(pk=node.pk).heartbeat_seq >= 1, what="the agent to register and heartbeat")
+    beats, first_beat = Node.objects.filter(pk=node.pk).values_list("heartbeat_seq", "last_heartbeat_at").get()
     client = APIClient()
     client.force_authenticate(alice)
     for n in range(3):
@@ -52,6 +53,8 @@ def test_an_idle_node_runs_a_submitted_job_long_before_its_next_heartbeat(
         wait_for(lambda job_id=job_id: _state(job_id) == "succeeded", timeout=HEARTBEAT_S, what="the job to succeed")
         submitted, running = _reached(job_id, "pending"), _reached(job_id, "running")
         assert (running - submitted).total_seconds() < LONG_BEFORE_S, f"job {n}: {running - submitted} to running"
+    if (db_now() - first_beat).total_seconds() < HEARTBEAT_S - 5:  # no heartbeat was due at its interval yet
+        assert Node.objects.get(pk=node.pk).heartbeat_seq == beats, "a heartbeat brought the starts, not the news"
 
 
 def test_a_cancel_reaches_the_node_long_before_its_next_heartbeat(

@@ -50,4 +50,4 @@ def test_an_engine_drain_does_not_undo_a_drain_made_by_an_admin(cluster, node_cl
 
 def test_an_agent_without_an_engine_gets_the_answer_it_always_got(cluster, node_client):
     answer = node_client().post("/api/v1/node/heartbeat/", {"seq": 1}, format="json").json()
-    assert set(answer) == {"heartbeat_interval_s", "heartbeat_timeout_s", "assignments"}
+    assert set(answer) == {"heartbeat_interval_s", "heartbeat_timeout_s", "as_of", "assignments"}  # no node_state

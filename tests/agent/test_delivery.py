@@ -1,0 +1,66 @@
+"""Assignments the long-poll brings with its news (docs/node-protocol.md, ``POST /api/v1/node/wait/``
+with ``"assignments": true``): the agent acts on them at once, without a heartbeat, and applies its
+answers in the order the portal read them (``as_of``), whichever of its two threads brought them."""
+
+from collections.abc import Callable
+
+from scheduler.agent.jobs import STOPPING
+from scheduler.agent.loop import Agent
+from tests.agent.conftest import running, wait_until
+from tests.agent.standin_portal import StandInPortal
+
+MakeAgent = Callable[..., Agent]
+
+
+def _assignment(job_id: int, command: str = "sleep 30") -> dict:
+    return {"job_id": job_id, "attempt": 1, "desired": "running", "command": command,
+            "env": {"ROTA_JOB_ID": str(job_id)}, "gpus": [], "time_limit_s": None, "grace_period_s": 1,
+            "kind": "training"}
+
+
+def _ready(portal: StandInPortal) -> int:
+    """Heartbeats so far, once the agent heartbeats and its long-poll is held (its first one answered)."""
+    wait_until(lambda: portal.heartbeats)
+    return len(portal.heartbeats)
+
+
+def test_assignments_the_long_poll_brings_start_at_once_without_a_heartbeat(portal: StandInPortal,
+                                                                            make_agent: MakeAgent) -> None:
+    portal.interval_s = 5.0  # a heartbeat only every 5 s: what starts sooner came with the news
+    with running(make_agent()):
+        beats = _ready(portal)
+        portal.assign(1, "sleep 30")
+        portal.notify()
+        wait_until(lambda: portal.events_of(1, "started"), timeout=3)
+        assert len(portal.heartbeats) == beats and len(portal.deliveries) == 1
+
+
+def test_news_without_assignments_brings_the_heartbeat_forward(portal: StandInPortal,
+                                                               make_agent: MakeAgent) -> None:
+    portal.interval_s, portal.deliver = 5.0, False  # a portal that answers news alone
+    with running(make_agent()):
+        beats = _ready(portal)
+        portal.assign(1, "sleep 30")
+        portal.notify()
+        wait_until(lambda: portal.events_of(1, "started"), timeout=3)
+        assert len(portal.heartbeats) == beats + 1 and portal.deliveries == []
+
+
+def test_an_answer_read_before_the_one_applied_changes_nothing(make_agent: MakeAgent) -> None:
+    agent = make_agent()
+    assert agent.apply({"as_of": "2026-12-07T10:00:02.000000+00:00", "assignments": [_assignment(1)]})
+    [key] = agent.executor.jobs
+    # an answer the portal read earlier, arriving late (the other thread's): it would stop job 1
+    assert not agent.apply({"as_of": "2026-12-07T10:00:01.000000+00:00", "assignments": []})
+    assert agent.executor.jobs[key].state != STOPPING
+    assert agent.apply({"as_of": "2026-12-07T10:00:03.000000+00:00", "assignments": []})  # a later read does
+    assert agent.executor.jobs[key].state == STOPPING
+
+
+def test_answers_without_a_stamp_are_applied_as_they_come(make_agent: MakeAgent) -> None:
+    """An older portal stamps nothing: every answer counts, as before."""
+    agent = make_agent()
+    assert agent.apply({"assignments": [_assignment(1)]})
+    [key] = agent.executor.jobs
+    assert agent.apply({"assignments": []})
+    assert agent.executor.jobs[key].state == STOPPING
