@@ -19,6 +19,7 @@ routing.
 """
 
 import os
+import sys
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -68,6 +69,9 @@ max_requests_jitter = max_requests // 10
 accesslog = env_str("ROTA_WEB_ACCESS_LOG", "") or None
 errorlog = "-"
 loglevel = env_str("ROTA_WEB_LOG_LEVEL", "warning")
+# How long a thread that holds the interpreter lock keeps it while another waits (Python's default 5 ms): a request
+# back from the database waits up to this for each of its queries while other threads compute.
+SWITCH_INTERVAL_S = env_int("ROTA_WEB_SWITCH_INTERVAL_US", 1000, minimum=100, maximum=100_000) / 1e6
 proc_name = "rota-nodes" if NODES else "rota-web"
 os.environ.setdefault("PGAPPNAME", proc_name)  # PostgreSQL's application_name: which server a session serves
 wsgi_app = "portal.wsgi:application"
@@ -90,4 +94,5 @@ def post_worker_init(worker):
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
