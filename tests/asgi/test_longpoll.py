@@ -16,7 +16,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from scheduler import wake
-from scheduler.models import NodeToken
+from scheduler.cycle import run_cycle
+from scheduler.models import Job, NodeToken
+from scheduler.services.jobs import job_submit
 from tests.factories import NodeFactory
 from tests.processes import wait_for
 
@@ -24,10 +26,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 WAIT = "/api/v1/node/wait/"
 
 
-@pytest.fixture(autouse=True)
-def _no_news_yet():
+def _forget_news() -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.delete(*client.keys("rota:node:*") or ["-"])
+
+
+@pytest.fixture(autouse=True)
+def _no_news_yet():
+    _forget_news()
 
 
 def _held_waits() -> int:
@@ -140,3 +146,25 @@ def test_without_redis_a_node_is_told_at_once_to_poll(serve, cluster):
     started = time.monotonic()
     assert _wait(base, token, 10) == {"news": False, "waited": False}  # not "no news": the agent waits first
     assert time.monotonic() - started < 5
+
+
+def test_news_brings_the_nodes_assignments_from_a_delivery_thread_when_it_asks(serve, cluster, alice):
+    """The wait is held on the loop; with news, the delivery runs in a thread of the node lane and its answer goes
+    out in the long-poll's: the job admitted to the node comes in it, marked delivered (``starting``)."""
+    base = serve()
+    node = cluster["nodes"][0]
+    token = NodeToken.issue(node)[1]
+    job = job_submit(user=alice, name="j", command="echo hi", gpu_model="h100-80gb")
+    run_cycle()
+    assert Job.objects.get(pk=job.pk).state == "admitted"
+    _forget_news()  # the cycle's own news for the node: the wait below is held, then woken
+    with ThreadPoolExecutor(1) as client:
+        held = client.submit(requests.post, base + WAIT, json={"timeout_s": 25, "assignments": True},
+                             headers={"Authorization": f"Node {token}"}, timeout=60)
+        wait_for(lambda: _held_waits() == 1, timeout=15, what="the long-poll to be held")
+        wake._push(wake.NODE_NEWS.format(node.pk))
+        answer = held.result(timeout=10)
+    told = answer.json()
+    assert answer.status_code == 200 and int(answer.headers["Content-Length"]) == len(answer.content)
+    assert (told["news"], told["waited"], [a["job_id"] for a in told["assignments"]]) == (True, True, [job.pk])
+    assert told["as_of"] and Job.objects.get(pk=job.pk).state == "starting"
