@@ -245,7 +245,8 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
             now = time.monotonic()
             try:
                 news = node.news.is_set()
-                node.news.clear()
+                if news:  # cleared only when seen: news set after the look waits for the next pass
+                    node.news.clear()
                 if now >= next_beat or (news and not node.take_delivery(duration)):
                     node.beat(base, session, duration, stats)
                     next_beat = now + node.interval

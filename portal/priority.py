@@ -17,13 +17,13 @@ down: at the full size on 2 cores, heartbeats that took delivery of work in the 
 
 Each lane runs at most its number of requests at once, in its own threads (``ROTA_WEB_THREADS`` interactive,
 ``ROTA_WEB_NODE_THREADS`` node, default 4, ``ROTA_WEB_BULK_THREADS`` bulk, each thread with its own database
-connection); the rest wait on the event loop in the order they came (the node lane's without a bound: a
-register or a delivery is never refused). So while bulk requests are queued an interactive request starts at once, and bulk gets
-its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
-interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an
-interactive request running beside it, and the queue is where bulk waits. 2 by default: at the full size on
-2 cores, 2 bulk threads (against 6) drained faster (105 s against 114.5), answered users in 272 ms at the median
-(472) and heartbeats in 617 ms (2,294), now that a batch of events is one transaction and a full queue answers 429
+connection); the rest wait on the event loop in the order they came (the node lane's without a bound: a register
+or a delivery is never refused). So while bulk requests are queued an interactive request starts at once, and bulk
+gets its own threads' share whatever the interactive load (it is never starved). Bulk's threads are fewer than the
+interactive ones: in one process they share the interpreter's lock, so each busy bulk thread slows an interactive
+request running beside it, and the queue is where bulk waits. 2 by default: at the full size on 2 cores, 2 bulk
+threads (against 6) drained faster (105 s against 114.5), answered users in 272 ms at the median (472) and
+heartbeats in 617 ms (2,294), now that a batch of events is one transaction and a full queue answers 429
 (bench/README.md, "Rota beside Slurm, and the full size, on a quiet box with this morning's work merged"; 6 had
 been chosen while 2 left reports waiting past a node's timeout, before the queue was bounded).
 

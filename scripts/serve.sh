@@ -43,6 +43,11 @@ $PY manage.py migrate --noinput
 $PY manage.py collectstatic --noinput --verbosity 0
 AGENTS=""
 if [ "${ROTA_SERVE_DEMO:-1}" != "0" ]; then
+  # The demo agents run each job in its image where Podman runs and we are root (--executor auto picks the
+  # container executor there): the local images first (scripts/build-images.sh skips those present).
+  if [ "$(id -u)" -eq 0 ] && command -v podman >/dev/null 2>&1; then
+    ./scripts/build-images.sh
+  fi
   $PY manage.py seed_demo --portal "$NODE_URL" --agents-dir "$VAR/agents"
   AGENTS="$VAR/agents/Procfile.agents"
 fi

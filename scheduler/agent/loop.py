@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ from scheduler.agent.probes import HealthProbes, ProbeSettings
 from scheduler.agent.wakeups import Wakeups
 from scheduler.agent.wire import iso, register_body, stamp, telemetry_entries
 
+# Answers cross in flight by a second or so at most (the agent's two threads); one older than the last
+# applied by more than this comes from a portal whose clock stepped back (a database failover): applied.
+CLOCK_STEP = timedelta(seconds=60)
 log = logging.getLogger(__name__)
 AGENT_STATE_FILE = "agent.json"
 MAX_TELEMETRY_BUFFER = 4000  # rows kept while the portal is away; the oldest go first
@@ -152,6 +155,7 @@ class Agent:
         self.node = str(answer.get("node") or self.node)
         self._follow_cadence(answer)
         self.registered, self._register_backoff = True, 1.0
+        self._as_of = None  # a new sequence of answers (the portal's clock may have moved back since)
         self._contact()
         self._save_state()
         log.info(
@@ -228,7 +232,7 @@ class Agent:
         portal read a newer state for an answer applied already (its ``as_of``: the two threads' answers can
         arrive out of order). False when it was older."""
         as_of = stamp(answer.get("as_of"))
-        if as_of is not None and self._as_of is not None and as_of <= self._as_of:
+        if as_of is not None and self._as_of is not None and self._as_of - CLOCK_STEP < as_of <= self._as_of:
             log.debug("ignoring assignments as of %s: those as of %s were applied", as_of, self._as_of)
             return False
         self._as_of = as_of or self._as_of
@@ -379,8 +383,7 @@ class Agent:
     def take_news(self, delivered: dict[str, Any] | None) -> None:
         """The portal said this node's assignments changed: act on those it delivered with the news, or, when
         it delivered none (or acting on them failed), heartbeat now: that answer says what changed."""
-        if delivered is not None:
-            self._contact()
+        if delivered is not None:  # no contact recorded: liveness is the heartbeats' (the portal's judge)
             try:
                 self.apply(delivered)
                 return

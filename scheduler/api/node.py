@@ -379,7 +379,8 @@ class NodeWaitAPI(NodeAPIView):
         asked = self.parsed(request)
         timeout = wake.node_wait_timeout(asked.get("timeout_s"), node_cadence.heartbeat_interval_s())
         node = request.user.node
-        deliver = functools.partial(node_services.node_delivery, node=node) if asked["assignments"] else None
+        deliver = (functools.partial(node_services.node_delivery, node=node, token_id=request.auth.pk)
+                   if asked["assignments"] else None)
         wait_on_loop = request.META.get(WAIT_ON_LOOP)
         if wait_on_loop is not None:  # authenticated and valid: the ASGI server waits, without this thread
             wait_on_loop(node.pk, timeout, deliver)

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from portal.dbrows import CompiledQuery, ModelRows
 from portal.models import Team
 from scheduler import notebooks
-from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, NotebookServer, PriorityClass
+from scheduler.models import Allocation, Gpu, GpuModel, Job, Node, NodeToken, NotebookServer, PriorityClass
 from scheduler.models.jobs import HOLDING_STATES, JobState
 from scheduler.services import node_cadence, runtime
 from scheduler.services.common import db_now, jobs_transition_locked
@@ -281,17 +281,19 @@ _HELD_QUERY = CompiledQuery(
 _HEARTBEAT_RECORD = (
     f'UPDATE "{Node._meta.db_table}" SET heartbeat_seq = %(seq)s, last_heartbeat_at = clock_timestamp(), '
     "heartbeat_interval_s = %(heartbeat_interval_s)s, heartbeat_timeout_s = %(heartbeat_timeout_s)s "
-    "WHERE id = %(node)s AND heartbeat_seq < %(seq)s RETURNING last_heartbeat_at"
+    "WHERE id = %(node)s AND heartbeat_seq < %(seq)s RETURNING last_heartbeat_at, clock_timestamp()"
 )
 
 
-def _heartbeat_record(node: Node, seq: int, told: dict[str, int]) -> datetime | None:
-    """Store heartbeat ``seq`` of ``node`` and the cadence it is told; return when (None: ``seq`` is not newer
-    than the last one received, nothing written). One statement: the clock's read is the write's."""
+def _heartbeat_record(node: Node, seq: int, told: dict[str, int]) -> tuple[datetime, datetime] | None:
+    """Store heartbeat ``seq`` of ``node`` and the cadence it is told; return when, and the answer's stamp (None:
+    ``seq`` is not newer than the last one received, nothing written). One statement: the clock's read is the
+    write's. The stamp is read in RETURNING, once the row is held: the written time was read before the row's lock
+    was taken, maybe while a delivery held it (``node_delivery``), and would stamp this answer before that one."""
     with connection.cursor() as cursor:
         cursor.execute(_HEARTBEAT_RECORD, {"seq": seq, "node": node.pk, **told})
         row = cursor.fetchone()
-    return row[0] if row else None
+    return (row[0], row[1]) if row else None
 
 
 def _deliver(node: Node, held: list[tuple[int, str]], now: datetime, reference: Reference | None) -> list[dict]:
@@ -307,8 +309,13 @@ def _deliver(node: Node, held: list[tuple[int, str]], now: datetime, reference: 
 
 
 # A delivery locks the node's row, as a heartbeat's write does, before it reads the clock: a node's answers are
-# stamped (``as_of``) in the order their reads saw the state, whichever request brought them.
-_NODE_LOCK = f'SELECT "state" FROM "{Node._meta.db_table}" WHERE id = %s FOR NO KEY UPDATE'
+# stamped (``as_of``) in the order their reads saw the state, whichever request brought them. The node's state and
+# executor are read again under the lock, and the token the wait was authorized with must still work.
+_NODE_LOCK = (
+    f'SELECT n."state", n."executor_info" -> \'isolates\' = \'true\'::jsonb FROM "{Node._meta.db_table}" n '
+    f'JOIN "{NodeToken._meta.db_table}" t ON t."node_id" = n."id" '
+    'WHERE n."id" = %s AND t."id" = %s AND (t."revoked_at" IS NULL OR t."revoked_at" > now()) FOR NO KEY UPDATE OF n'
+)
 
 
 def _stamp(now: datetime) -> str:
@@ -316,18 +323,19 @@ def _stamp(now: datetime) -> str:
     return now.isoformat(timespec="microseconds")
 
 
-def node_delivery(*, node: Node, reference: Reference | None = None) -> dict | None:
+def node_delivery(*, node: Node, token_id: int, reference: Reference | None = None) -> dict | None:
     """What a node's long-poll brings with its news when the node asked for it (``POST /api/v1/node/wait/`` with
     ``"assignments": true``): the assignments its next heartbeat would have taken delivery of, as a heartbeat
     marks them delivered, stamped ``as_of`` (the node applies an answer only if it is newer than the last it
     applied). No liveness write, no cadence (a heartbeat stores the deadline it tells): the heartbeats keep their
-    interval. None when the node must heartbeat instead (it is down, or no longer isolates tenants where that is
-    required: that answer tells it to register again)."""
+    interval. None when the node must heartbeat instead: its token (``token_id``, the one its wait was authorized
+    with) no longer works (the heartbeat is refused), or it is down, or it no longer isolates tenants where that is
+    required (that answer tells it to register again)."""
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(_NODE_LOCK, [node.pk])
+            cursor.execute(_NODE_LOCK, [node.pk, token_id])
             row = cursor.fetchone()
-        if row is None or row[0] == Node.DOWN or isolation_refusal(node, {"isolates": node.isolates_tenants}):
+        if row is None or row[0] == Node.DOWN or isolation_refusal(node, {"isolates": row[1]}):
             return None
         now = db_now()
         assignments = _deliver(node, _HELD_QUERY.rows(node_id=node.pk), now, reference)
@@ -346,9 +354,10 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
         if isolation_refusal(node, {"isolates": node.isolates_tenants}):  # required since it registered
             raise NodeProtocolError("register", status=409)
         told = node_cadence.cadence()  # the node's deadline is written with its heartbeat
-        now = _heartbeat_record(node, seq, told)
-        if now is None:
+        recorded = _heartbeat_record(node, seq, told)
+        if recorded is None:
             raise NodeProtocolError(f"seq {seq} is not newer than the last one received", status=409, field="seq")
+        now, as_of = recorded
         # The jobs held here are locked first, in id order, as the cycle locks its victims: the writes below
         # (a failed GPU's jobs told to stop, delivered jobs marked starting) then never wait on a cycle that
         # waits on this heartbeat. No-key locks: samples referencing the jobs (key share) do not conflict.
@@ -366,14 +375,14 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
                 from scheduler.tasks import run_cycle
 
                 run_cycle.delay_on_commit()
-                return {**told, "as_of": _stamp(now), "assignments": [],
+                return {**told, "as_of": _stamp(as_of), "assignments": [],
                         "node_state": node_state_view(node, engine)}
         assignments = _deliver(node, held, now, reference)
     if faults:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    answer = {**told, "as_of": _stamp(now), "assignments": assignments}
+    answer = {**told, "as_of": _stamp(as_of), "assignments": assignments}
     if engine:  # for the bridge to mirror a Rota drain into the engine
         answer["node_state"] = node_state_view(node, engine)
     return answer

@@ -64,3 +64,25 @@ def test_answers_without_a_stamp_are_applied_as_they_come(make_agent: MakeAgent)
     [key] = agent.executor.jobs
     assert agent.apply({"assignments": []})
     assert agent.executor.jobs[key].state == STOPPING
+
+
+def test_a_delivery_is_no_contact_with_the_portal(make_agent: MakeAgent) -> None:
+    """The portal judges the node by its heartbeats alone: assignments a long-poll brings while heartbeats fail
+    must not put off the stop of every job once the portal has been silent for the timeout."""
+    agent = make_agent()
+    agent.last_contact -= 100
+    silent_since = agent.last_contact
+    agent.take_news({"as_of": "2026-12-07T10:00:02.000000+00:00", "assignments": [_assignment(1)]})
+    assert agent.executor.jobs and agent.last_contact == silent_since
+
+
+def test_a_portal_whose_clock_stepped_back_is_followed_and_a_new_registration_starts_afresh(
+        portal: StandInPortal, make_agent: MakeAgent) -> None:
+    agent = make_agent()
+    assert agent.apply({"as_of": "2026-12-07T10:10:00.000000+00:00", "assignments": [_assignment(1)]})
+    [key] = agent.executor.jobs
+    # ten minutes earlier: no answer crosses another by that much in flight; the portal's clock moved back
+    assert agent.apply({"as_of": "2026-12-07T10:00:00.000000+00:00", "assignments": []})
+    assert agent.executor.jobs[key].state == STOPPING
+    agent.register()
+    assert agent.registered and agent.apply({"as_of": "2026-12-07T09:59:59.000000+00:00", "assignments": []})

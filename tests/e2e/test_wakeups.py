@@ -1,10 +1,11 @@
-"""Submit -> running without waiting for a heartbeat: the submit wakes the cycle (Celery, real worker), the
-cycle tells the node on commit, and the node agent's long-poll (``POST /api/v1/node/wait/``) brings the job's
-assignment with the news, so the agent starts it without a heartbeat. The portal names a 60 s heartbeat interval here, so a job that runs within a third of
-it, three times in a row (each submitted right after the last one ended, so a heartbeat-paced start would
-take most of an interval), learnt of its start from the long-poll, not from a heartbeat. The bound is far
-from what a loaded box takes (seconds): this checks the mechanism, not its speed. The submits and cancels
-here hand their wake-ups to the wake-up sender's thread (scheduler/wake_sender.py), as served requests do."""
+"""Submit -> running without waiting for a heartbeat: the submit wakes the cycle (Celery, real worker), the cycle
+tells the node on commit, and the node agent's long-poll (``POST /api/v1/node/wait/``) brings the job's assignment
+with the news, so the agent starts it without a heartbeat. The portal names a 60 s heartbeat interval here, so a
+job that runs within a third of it, three times in a row (each submitted right after the last one ended, so a
+heartbeat-paced start would take most of an interval), learnt of its start from the long-poll, not from a
+heartbeat. The bound is far from what a loaded box takes (seconds): this checks the mechanism, not its speed. The
+submits and cancels here hand their wake-ups to the wake-up sender's thread (scheduler/wake_sender.py), as served
+requests do."""
 
 import pytest
 from rest_framework.test import APIClient
