@@ -67,8 +67,8 @@ def test_answers_without_a_stamp_are_applied_as_they_come(make_agent: MakeAgent)
 
 
 def test_a_delivery_is_no_contact_with_the_portal(make_agent: MakeAgent) -> None:
-    """The portal judges the node by its heartbeats alone: assignments a long-poll brings while heartbeats fail
-    must not put off the stop of every job once the portal has been silent for the timeout."""
+    """The portal judges the node by its heartbeats alone: assignments a long-poll brings while heartbeats
+    fail must not put off the stop of every job once the portal has been silent for the timeout."""
     agent = make_agent()
     agent.last_contact -= 100
     silent_since = agent.last_contact
