@@ -71,7 +71,7 @@ def _requests(client, tokens: dict, node: tuple[str, str], wake):
 
     def wait():  # the check part of a long-poll: authenticated and valid, the wait itself handed to the event loop
         return client.post("/api/v1/node/wait/", {"timeout_s": 30}, content_type="application/json",
-                           **{WAIT_ON_LOOP: lambda node_id, timeout_s: None}, **node_auth).status_code
+                           **{WAIT_ON_LOOP: lambda *wait: None}, **node_auth).status_code
 
     return {"submit": submit, "list": listing, "heartbeat": heartbeat, "agent-heartbeat": agent_heartbeat, "wait": wait}
 
