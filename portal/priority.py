@@ -12,7 +12,7 @@ register and a long-poll's check, and the delivery of the assignments a long-pol
 of jobs sends news to hundreds of nodes at once) and a node that waits for one only waits longer for its work.
 Everything else is **interactive**: users' pages and API, and the nodes' heartbeats, whose delay marks a node
 down: at the full size on 2 cores, heartbeats that took delivery of work in the same lane as registers waited up to
-22 s at the cold start (p99), 1.4-2.3 s once deliveries came with the news in a lane of their own
+22 s at the cold start (p99), 1.4-2.7 s once deliveries came with the news in a lane of their own
 (bench/README.md, "Work delivered with the news").
 
 Each lane runs at most its number of requests at once, in its own threads (``ROTA_WEB_THREADS`` interactive,
