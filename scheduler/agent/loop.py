@@ -381,9 +381,10 @@ class Agent:
         return True
 
     def take_news(self, delivered: dict[str, Any] | None) -> None:
-        """The portal said this node's assignments changed: act on those it delivered with the news, or, when
-        it delivered none (or acting on them failed), heartbeat now: that answer says what changed."""
-        if delivered is not None:  # no contact recorded: liveness is the heartbeats' (the portal's judge)
+        """The portal said this node's assignments changed: act on those it delivered with the news, or,
+        when it delivered none (or acting on them failed, or the portal is lost: only a heartbeat's answer
+        ends that), heartbeat now: that answer says what changed."""
+        if delivered is not None and not self.portal_lost:  # no contact recorded: liveness is the heartbeats'
             try:
                 self.apply(delivered)
                 return

@@ -76,6 +76,14 @@ def test_a_delivery_is_no_contact_with_the_portal(make_agent: MakeAgent) -> None
     assert agent.executor.jobs and agent.last_contact == silent_since
 
 
+def test_a_lost_portals_delivery_starts_nothing_and_brings_the_heartbeat_forward(make_agent: MakeAgent):
+    """Once the portal is lost (every job stopped), only a heartbeat's answer brings the node back."""
+    agent = make_agent()
+    agent.portal_lost, agent._next_heartbeat = True, agent._clock() + 60
+    agent.take_news({"as_of": "2026-12-07T10:00:02.000000+00:00", "assignments": [_assignment(1)]})
+    assert not agent.executor.jobs and agent._next_heartbeat <= agent._clock()
+
+
 def test_a_portal_whose_clock_stepped_back_is_followed_and_a_new_registration_starts_afresh(
         portal: StandInPortal, make_agent: MakeAgent) -> None:
     agent = make_agent()
