@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 
 from portal.dbrows import CompiledQuery, ModelRows
 from portal.models import Team
@@ -311,10 +312,13 @@ def _deliver(node: Node, held: list[tuple[int, str]], now: datetime, reference: 
 # A delivery locks the node's row, as a heartbeat's write does, before it reads the clock: a node's answers are
 # stamped (``as_of``) in the order their reads saw the state, whichever request brought them. The node's state and
 # executor are read again under the lock, and the token the wait was authorized with must still work.
-_NODE_LOCK = (
-    f'SELECT n."state", n."executor_info" -> \'isolates\' = \'true\'::jsonb FROM "{Node._meta.db_table}" n '
-    f'JOIN "{NodeToken._meta.db_table}" t ON t."node_id" = n."id" '
-    'WHERE n."id" = %s AND t."id" = %s AND (t."revoked_at" IS NULL OR t."revoked_at" > now()) FOR NO KEY UPDATE OF n'
+_LOCKED_NODE = ModelRows(Node, ("id", "state", "executor_info"))
+_TOKEN_ID = _NODE_ID + 1  # the token's id in the compiled query: no token has it
+_NODE_LOCK = CompiledQuery(
+    lambda node_id, token_id: Node.objects.select_for_update(no_key=True).filter(
+        pk=node_id, pk__in=NodeToken.objects.filter(NodeToken.usable_at(Now()), pk=token_id).values("node_id"))
+    .values_list(*_LOCKED_NODE.names),
+    node_id=_NODE_ID, token_id=_TOKEN_ID,
 )
 
 
@@ -332,10 +336,9 @@ def node_delivery(*, node: Node, token_id: int, reference: Reference | None = No
     with) no longer works (the heartbeat is refused), or it is down, or it no longer isolates tenants where that is
     required (that answer tells it to register again)."""
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(_NODE_LOCK, [node.pk, token_id])
-            row = cursor.fetchone()
-        if row is None or row[0] == Node.DOWN or isolation_refusal(node, {"isolates": row[1]}):
+        locked = [_LOCKED_NODE.build(row) for row in _NODE_LOCK.rows(node_id=node.pk, token_id=token_id)]
+        if not locked or locked[0].state == Node.DOWN or isolation_refusal(
+                node, {"isolates": locked[0].isolates_tenants}):
             return None
         now = db_now()
         assignments = _deliver(node, _HELD_QUERY.rows(node_id=node.pk), now, reference)
