@@ -2,7 +2,8 @@
 
 On a database of its own (``rota_load``, dropped and re-created; never the dev or test database) it starts the
 portal (gunicorn's uvicorn workers under production settings, as ``make serve`` runs it, on 127.0.0.1: users'
-server and the nodes' own, ``--one-server`` or ``--server runserver`` to compare) and a scheduling-cycle loop (a
+server, the nodes' own and the node-control server for their heartbeats; ``--no-control``, ``--one-server`` or
+``--server runserver`` to compare) and a scheduling-cycle loop (a
 separate process, as the Celery worker would run it), queues N pending jobs, registers M fake nodes through the
 node API with their own tokens and drives each as an agent would (``bench/loadgen.py``: heartbeats at the interval
 the portal tells each node, the long-poll, each node "runs" what it is assigned for a short while and reports its
@@ -119,13 +120,16 @@ def production_in_process(database: str) -> None:
     django.setup()
 
 
-CONF = {"web": "asgi", "nodes": "nodes"}  # deploy/gunicorn_<this>.conf.py of each server, as make serve runs them
+CONF = {"web": "asgi", "nodes": "nodes", "control": "control"}  # deploy/gunicorn_<this>.conf.py, as make serve has
+ROLES = tuple(CONF)  # of the servers, in the order started
 
 
-def start_server(args, port: int, logs: Path, node_port: int | None = None, role: str = "web") -> subprocess.Popen:
+def start_server(args, port: int, logs: Path, node_port: int | None = None, role: str = "web",
+                 control_port: int | None = None) -> subprocess.Popen:
     """The portal as ``make serve`` runs it (gunicorn's uvicorn workers, ``deploy/gunicorn_asgi.conf.py``:
     the nodes' long-polls held on the event loop; production settings): users' server (``role`` web) and, with
-    ``node_port``, the nodes' own (``role`` nodes); or ``runserver`` to compare."""
+    ``node_port``, the nodes' own (``role`` nodes), and with ``control_port`` the node-control server that takes
+    their heartbeats (``role`` control, named in every register answer); or ``runserver`` to compare."""
     env = os.environ.copy()
     log = open(logs / f"server-{role}.log", "w")
     if args.server == "runserver":
@@ -133,7 +137,9 @@ def start_server(args, port: int, logs: Path, node_port: int | None = None, role
     else:
         env.update({"DJANGO_SETTINGS_MODULE": "portal.settings_production", "SECURE_SSL_REDIRECT": "0",
                     "ROTA_BIND": f"127.0.0.1:{port}", "ROTA_STATIC_ROOT": str(logs / "static"),
-                    "ROTA_NODE_BIND": f"127.0.0.1:{node_port}" if node_port else ""})
+                    "ROTA_NODE_BIND": f"127.0.0.1:{node_port}" if node_port else "",
+                    "ROTA_CONTROL_BIND": f"127.0.0.1:{control_port}" if control_port else "",
+                    "ROTA_NODE_HEARTBEAT_URL": f"http://127.0.0.1:{control_port}" if control_port else ""})
         if args.web_workers:
             env["ROTA_WEB_WORKERS"] = str(args.web_workers)
         if args.node_workers:
@@ -301,6 +307,9 @@ def main() -> int:
                         help="serve users and nodes from one server (make serve gives the nodes their own)")
     parser.add_argument("--node-workers", type=int, help="the nodes' server's workers (default: make serve's)")
     parser.add_argument("--node-nice", type=int, help="the nodes' server's nice value (default: make serve's)")
+    parser.add_argument("--no-control", dest="control_server", action="store_false",
+                        help="the nodes heartbeat at the nodes' server (make serve gives heartbeats a server of their "
+                             "own)")
     parser.add_argument("--web-threads", type=int, help="threads per gunicorn worker (default: make serve's)")
     parser.add_argument("--database", default="rota_load")
     parser.add_argument("--redis-url", default=os.environ.get("ROTA_LOAD_REDIS_URL", DEFAULT_REDIS_URL),
@@ -334,9 +343,12 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     node_port = _free_port() if args.node_server and args.server == "gunicorn" else None
     node_base = f"http://127.0.0.1:{node_port}" if node_port else base
-    servers = [start_server(args, port, logs, node_port)]
+    control_port = _free_port() if node_port and args.control_server else None
+    servers = [start_server(args, port, logs, node_port, control_port=control_port)]
     if node_port:
-        servers.append(start_server(args, port, logs, node_port, role="nodes"))
+        servers.append(start_server(args, port, logs, node_port, role="nodes", control_port=control_port))
+    if control_port:
+        servers.append(start_server(args, port, logs, node_port, role="control", control_port=control_port))
     cycles = subprocess.Popen([sys.executable, __file__, "--cycle-loop", "--database", args.database], cwd=ROOT,
                               env=os.environ.copy(), stdout=subprocess.PIPE, stderr=open(logs / "cycle.log", "w"),
                               text=True, start_new_session=True)
@@ -349,12 +361,12 @@ def main() -> int:
     agent = [None]  # the real node agent's process, once started
     peak: dict[str, float] = defaultdict(float)  # peak RSS (VmHWM), MiB, of each kind of process
     web_cpu: dict[int, float] = {}  # CPU seconds of each gunicorn worker
-    roles: dict[int, str] = {}  # each worker's server: web (users) or nodes
+    roles: dict[int, str] = {}  # each worker's server: web (users), nodes or control
     web_cpu_at_start: dict[int, float] = {}
 
     def sample_memory():
         while not stop.is_set():
-            current = {pid: role for role, server in zip(("web", "nodes"), servers, strict=False)
+            current = {pid: role for role, server in zip(ROLES, servers, strict=False)
                        for pid in _children(server.pid)}
             roles.update(current)
             workers, masters = list(current), [s.pid for s in servers]
@@ -373,7 +385,7 @@ def main() -> int:
         deadline = time.monotonic() + 60
         while True:
             try:
-                for url in {base, node_base}:
+                for url in {base, node_base, f"http://127.0.0.1:{control_port}" if control_port else base}:
                     requests.get(f"{url}/login/", timeout=2)
                 break
             except requests.RequestException:
@@ -435,7 +447,8 @@ def main() -> int:
     cycle_errors = [c["error"] for c in cycle_ms if "error" in c]
     run_cpu = {pid: cpu - web_cpu_at_start.get(pid, 0.0) for pid, cpu in web_cpu.items()}  # each worker's, in the run
     figures = {
-        "server": args.server + (" (users and nodes apart)" if len(servers) > 1 else ""),
+        "server": args.server + {1: "", 2: " (users and nodes apart)", 3: " (users, nodes and their heartbeats apart)"}[
+            len(servers)],
         "jobs": args.jobs, "nodes": args.nodes, "gpus": args.nodes * args.gpus_per_node, "clients": args.clients,
         "submit_per_s": round(submitted / client_s, 1) if client_s else None,
         "api_requests": api_requests,

@@ -43,7 +43,7 @@ class Answer:
 class Session:
     def __init__(self):
         self.headers: dict[str, str] = {}
-        self._conn: http.client.HTTPConnection | None = None
+        self._conns: dict[str, http.client.HTTPConnection] = {}  # one keep-alive connection per server
 
     def post(self, url: str, json=None, headers=None, timeout: float = 30) -> Answer:
         return self._request("POST", url, json, headers, timeout)
@@ -58,12 +58,12 @@ class Session:
         if body is not None:
             data = json.dumps(body).encode()
             head["Content-Type"] = "application/json"
-        conn = self._conn
+        conn = self._conns.get(parts.netloc)
         if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
             conn.close()  # readable while idle: the server closed it (keep-alive timeout); as urllib3 checks
             conn = None
         if conn is None:
-            conn = self._conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+            conn = self._conns[parts.netloc] = http.client.HTTPConnection(parts.netloc, timeout=timeout)
         elif conn.sock is not None:
             conn.sock.settimeout(timeout)
         try:
@@ -72,11 +72,11 @@ class Session:
             content = response.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            self._conn = None
+            self._conns.pop(parts.netloc, None)
             raise requests.ConnectionError(f"{method} {parts.path}: {type(exc).__name__}: {exc}") from exc
         if response.will_close:
             conn.close()
-            self._conn = None
+            self._conns.pop(parts.netloc, None)
         return Answer(response.status, content, CaseInsensitiveDict(response.getheaders()))
 
 
@@ -103,6 +103,7 @@ class FakeNode:
         self.delivered: dict | None = None  # the assignments the long-poll brought, not yet applied
         self.delivered_lock = threading.Lock()
         self.as_of = ""  # the stamp of the newest answer applied (the portal's clock, ISO 8601, UTC)
+        self.heartbeat_base = ""  # where the register answer said to heartbeat (``heartbeat_url``), else ``base``
 
     def register(self, base: str, session: Session) -> None:
         body = {"hostname": self.name, "agent_version": "load", "gpu_backend": "fake", "cpus": 64,
@@ -112,6 +113,7 @@ class FakeNode:
         answer = session.post(f"{base}/api/v1/node/register/", json=body, headers=self.headers, timeout=30)
         answer.raise_for_status()
         self.follow(answer.json())
+        self.heartbeat_base = answer.json().get("heartbeat_url") or base  # the node-control server, as the agent
 
     def follow(self, answer: dict) -> None:
         """The interval and timeout of the portal's latest answer (scheduler/services/node_cadence.py)."""
@@ -122,8 +124,8 @@ class FakeNode:
         """One heartbeat; its assignments queue the events a real agent would send (started, stopped)."""
         self.seq += 1
         started = time.perf_counter()
-        answer = session.post(f"{base}/api/v1/node/heartbeat/", json={"seq": self.seq}, headers=self.headers,
-                              timeout=30)
+        answer = session.post(f"{self.heartbeat_base or base}/api/v1/node/heartbeat/", json={"seq": self.seq},
+                              headers=self.headers, timeout=30)
         stats["heartbeat"].append((time.perf_counter() - started) * 1000)
         stats["heartbeat_timeline"].append((time.monotonic(), stats["heartbeat"][-1]))
         if answer.status_code == 409:

@@ -16,6 +16,14 @@ or its queue with the fleet's heartbeats and reports, and when the machine's cor
 them first call: at the full size on 2 cores users' submit and list p99 fell from 7-20 s to ~0.1 s
 (bench/README.md, "Users and nodes served apart"). Both serve every URL; which one a client uses is the site's
 routing.
+
+**Node control.** The nodes' heartbeats, the liveness signal a node is marked down without, must not wait for the
+cores the nodes' server yields, nor for its interpreter lock behind the fleet's reports and registers. A third
+instance (``ROTA_WEB_ROLE=control``: ``make serve`` runs one, ``deploy/systemd/rota-control.service``) at
+``ROTA_CONTROL_BIND`` with ``ROTA_CONTROL_WEB_WORKERS`` processes (default 1), at users' priority, takes only
+them: the portal names it to every node in its register answer (``ROTA_NODE_HEARTBEAT_URL``, as the nodes reach
+it), and an agent that cannot reach it heartbeats at its ``--portal`` instead. At the full size on 2 cores the
+heartbeats' p99 fell from 0.5-1.9 s to 0.13-0.26 s (bench/README.md, "Node control apart").
 """
 
 import os
@@ -46,13 +54,16 @@ def yield_cores(nice: int) -> None:
 
 
 ROLE = env_str("ROTA_WEB_ROLE", "web")
-if ROLE not in ("web", "nodes"):
-    raise ImproperlyConfigured(f"ROTA_WEB_ROLE must be web or nodes; got {ROLE!r}")
+if ROLE not in ("web", "nodes", "control"):
+    raise ImproperlyConfigured(f"ROTA_WEB_ROLE must be web, nodes or control; got {ROLE!r}")
 NODES = ROLE == "nodes"
 if NODES:
     bind = [env_str("ROTA_NODE_BIND", "127.0.0.1:8001")]
     workers = env_int("ROTA_NODE_WEB_WORKERS", _cores, minimum=1, maximum=256)
     yield_cores(env_int("ROTA_NODE_WEB_NICE", 5, minimum=0, maximum=19))
+elif ROLE == "control":  # the nodes' heartbeats, at users' priority: nothing else queues in its processes
+    bind = [env_str("ROTA_CONTROL_BIND", "127.0.0.1:8002")]
+    workers = env_int("ROTA_CONTROL_WEB_WORKERS", 1, minimum=1, maximum=256)
 else:
     bind = [env_str("ROTA_BIND", "127.0.0.1:8000")]
     workers = env_int("ROTA_WEB_WORKERS", _cores if env_str("ROTA_NODE_BIND", "") else _cores + 1,
@@ -72,7 +83,7 @@ loglevel = env_str("ROTA_WEB_LOG_LEVEL", "warning")
 # How long a thread that holds the interpreter lock keeps it while another waits (Python's default 5 ms): a request
 # back from the database waits up to this for each of its queries while other threads compute.
 SWITCH_INTERVAL_S = env_int("ROTA_WEB_SWITCH_INTERVAL_US", 1000, minimum=100, maximum=100_000) / 1e6
-proc_name = "rota-nodes" if NODES else "rota-web"
+proc_name = f"rota-{ROLE}" if ROLE != "web" else "rota-web"
 os.environ.setdefault("PGAPPNAME", proc_name)  # PostgreSQL's application_name: which server a session serves
 wsgi_app = "portal.wsgi:application"
 

@@ -1,6 +1,7 @@
 """Typed readers for settings from the environment. A bad value fails loudly at start, naming the variable."""
 
 import os
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -63,3 +64,21 @@ def env_range(name: str, default: tuple[int, int], *, minimum: int, maximum: int
     if bounds is None or not minimum <= bounds[0] <= bounds[1] <= maximum:
         raise ImproperlyConfigured(f"{name} must be LOW-HIGH with {minimum} <= LOW <= HIGH <= {maximum}; got {raw!r}")
     return bounds
+
+
+def env_url(name: str, default: str = "") -> str:
+    """An http(s) URL of a server's root (``https://host[:port]``, no path, query or fragment), without a
+    trailing slash; empty when unset or empty."""
+    raw = os.environ.get(name, default).strip()
+    if not raw:
+        return ""
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/")
+            or parts.query or parts.fragment):
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// server root (e.g. "
+                                   f"http://10.0.0.5:8002), with no path; got {raw!r}")
+    return raw.rstrip("/")

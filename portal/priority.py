@@ -13,7 +13,9 @@ of jobs sends news to hundreds of nodes at once) and a node that waits for one o
 Everything else is **interactive**: users' pages and API, and the nodes' heartbeats, whose delay marks a node
 down: at the full size on 2 cores, heartbeats that took delivery of work in the same lane as registers waited up to
 22 s at the cold start (p99), 1.4-2.7 s once deliveries came with the news in a lane of their own
-(bench/README.md, "Work delivered with the news").
+(bench/README.md, "Work delivered with the news"). Lanes share a process's interpreter lock, though: where a site
+runs a node-control server (``ROTA_WEB_ROLE=control``, deploy/gunicorn.conf.py), the heartbeats go there and
+queue behind no report at all.
 
 Each lane runs at most its number of requests at once, in its own threads (``ROTA_WEB_THREADS`` interactive,
 ``ROTA_WEB_NODE_THREADS`` node, default 4, ``ROTA_WEB_BULK_THREADS`` bulk, each thread with its own database

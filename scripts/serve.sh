@@ -4,9 +4,11 @@
 # gunicorn (deploy/gunicorn_asgi.conf.py: deploy/gunicorn.conf.py's settings with uvicorn workers, so the notebook
 # proxy's websockets are served on the same address) for users at ROTA_BIND, a second one for the node agents at
 # ROTA_NODE_BIND (PORT + 1; at nice ROTA_NODE_WEB_NICE: users first when cores are short; empty: the agents use
-# ROTA_BIND), Celery worker(s), beat and, unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per
-# demo node, pointed at the nodes' server.
-# Knobs: PORT, ROTA_BIND, ROTA_NODE_BIND, ROTA_WEB_WORKERS, ROTA_NODE_WEB_WORKERS, ROTA_NODE_WEB_NICE,
+# ROTA_BIND), a third for the nodes' heartbeats at ROTA_CONTROL_BIND (PORT + 2, with a nodes' server; at users'
+# priority; its address, ROTA_NODE_HEARTBEAT_URL, is told to each node as it registers), Celery worker(s), beat and,
+# unless ROTA_SERVE_DEMO=0, the demo data and one fake node agent per demo node, pointed at the nodes' server.
+# Knobs: PORT, ROTA_BIND, ROTA_NODE_BIND, ROTA_CONTROL_BIND, ROTA_NODE_HEARTBEAT_URL, ROTA_WEB_WORKERS,
+# ROTA_NODE_WEB_WORKERS, ROTA_CONTROL_WEB_WORKERS, ROTA_NODE_WEB_NICE,
 # ROTA_WEB_THREADS, ROTA_CELERY_WORKERS, ROTA_SERVE_DEMO, and every variable of portal/settings.py (DATABASE_URL,
 # REDIS_URL, SECRET_KEY, ALLOWED_HOSTS, ...).
 set -euo pipefail
@@ -22,6 +24,15 @@ export REDIS_URL="${REDIS_URL:-redis://localhost:6379/0}"
 export ROTA_BIND="${ROTA_BIND:-127.0.0.1:${PORT}}"
 export ROTA_NODE_BIND="${ROTA_NODE_BIND-127.0.0.1:$((PORT + 1))}"
 NODE_URL="http://${ROTA_NODE_BIND:-$ROTA_BIND}"
+# With a nodes' server, the nodes' heartbeats go to a control server of their own (deploy/gunicorn.conf.py).
+if [ -n "$ROTA_NODE_BIND" ]; then
+  export ROTA_CONTROL_BIND="${ROTA_CONTROL_BIND-127.0.0.1:$((PORT + 2))}"
+else
+  export ROTA_CONTROL_BIND=""
+fi
+if [ -n "$ROTA_CONTROL_BIND" ]; then
+  export ROTA_NODE_HEARTBEAT_URL="${ROTA_NODE_HEARTBEAT_URL:-http://$ROTA_CONTROL_BIND}"
+fi
 # One machine, plain HTTP on loopback: TLS belongs to the proxy in front of a real site (deploy/README.md).
 export SECURE_SSL_REDIRECT="${SECURE_SSL_REDIRECT:-0}"
 if [ -z "${SECRET_KEY:-}" ]; then  # one key per machine, made once, readable by its owner only
@@ -59,6 +70,9 @@ beat: .venv/bin/celery -A portal beat --loglevel=WARNING --schedule=$VAR/celeryb
 PROCEOF
 if [ -n "$ROTA_NODE_BIND" ]; then
   echo "nodes: .venv/bin/gunicorn -c deploy/gunicorn_nodes.conf.py" >> "$VAR/Procfile.serve"
+fi
+if [ -n "$ROTA_CONTROL_BIND" ]; then
+  echo "control: .venv/bin/gunicorn -c deploy/gunicorn_control.conf.py" >> "$VAR/Procfile.serve"
 fi
 if [ -n "$AGENTS" ]; then cat "$AGENTS" >> "$VAR/Procfile.serve"; fi
 

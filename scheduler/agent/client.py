@@ -81,14 +81,51 @@ class PortalClient:
         self._wait_session.headers["User-Agent"] = "rota-agent"
         for each in (self._session, self._wait_session):
             _environment_once(each, self.base_url)
+        self.heartbeat_url = self.base_url  # the node-control server, once a register answer names one
+        self._heartbeat_session = self._session
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout."""
-        return self._post("/api/v1/node/register/", body)
+        """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout, and where
+        the portal takes heartbeats (``heartbeat_url``, its node-control server) if not at ``base_url``: the
+        heartbeats go there from now on."""
+        answer = self._post("/api/v1/node/register/", body)
+        self._heartbeat_to(answer.get("heartbeat_url"))
+        return answer
 
     def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``."""
-        return self._post("/api/v1/node/heartbeat/", body)
+        """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``. Sent to the
+        node-control server where the portal named one; when that server cannot be reached (refused, no route,
+        no answer to the connect; not a slow or busy answer), this heartbeat goes to ``base_url``, which takes
+        heartbeats as well."""
+        path = "/api/v1/node/heartbeat/"
+        if self.heartbeat_url == self.base_url:
+            return self._post(path, body)
+        try:
+            return self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url)
+        except PortalUnavailable as error:
+            if not isinstance(error.__cause__, requests.ConnectionError):
+                raise
+            log.warning("%s; this heartbeat goes to %s", error, self.base_url)
+        return self._post(path, body)
+
+    def _heartbeat_to(self, url: object) -> None:
+        """Send heartbeats to ``url`` (an http(s) server root from a register answer); to ``base_url`` when it
+        is absent or not such a URL."""
+        wanted = url.rstrip("/") if isinstance(url, str) and url.startswith(("http://", "https://")) else ""
+        if url and not wanted:
+            log.warning("the portal named a heartbeat address that is not an http(s) URL (%r); heartbeats "
+                        "go to %s", url, self.base_url)
+        wanted = wanted or self.base_url
+        if wanted == self.heartbeat_url:
+            return
+        if self._heartbeat_session is not self._session:
+            self._heartbeat_session.close()
+        self.heartbeat_url, self._heartbeat_session = wanted, self._session
+        if wanted != self.base_url:
+            self._heartbeat_session = requests.Session()
+            self._heartbeat_session.headers.update(self._session.headers)
+            _environment_once(self._heartbeat_session, wanted)  # its own proxy settings: another host, maybe
+        log.info("heartbeats go to %s", wanted)
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
         """``POST /api/v1/node/wait/``: held by the portal until this node has news or ``timeout_s`` passes;
@@ -142,6 +179,7 @@ class PortalClient:
         """Close pooled connections."""
         self._session.close()
         self._wait_session.close()
+        self._heartbeat_session.close()
 
     def _reread_token(self) -> bool:
         """Take the token file's current token if it is another one than in use; True when it was."""
@@ -156,10 +194,12 @@ class PortalClient:
             return False
         log.info("the portal refused the node token; using the new one in %s", self.token_file)
         self._token = token
-        self._session.headers["Authorization"] = f"Node {token}"
+        for session in (self._session, self._heartbeat_session):
+            session.headers["Authorization"] = f"Node {token}"
         return True
 
-    def _post(self, path: str, body: dict[str, Any], *, report: bool = False) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], *, report: bool = False,
+              session: requests.Session | None = None, url: str = "") -> dict[str, Any]:
         """POST ``body``. A ``report`` (job events, log chunks: the portal's bulk lane, portal/priority.py)
         is not sent while the portal's last ``Retry-After`` for reports runs: PortalUnavailable at once, and
         the caller keeps what it was to send for a later pass. Heartbeats are never held back."""
@@ -167,9 +207,9 @@ class PortalClient:
             left = self._reports_not_before - time.monotonic()
             if left > 0:
                 raise PortalUnavailable(f"{path}: the portal asked reports to wait {left:.1f} s more", left)
-        response = self._send(path, body)
+        response = self._send(path, body, session, url)
         if response.status_code == 401 and self._reread_token():
-            response = self._send(path, body)
+            response = self._send(path, body, session, url)
         try:
             return self._answer(path, response)
         except PortalUnavailable as error:
@@ -179,9 +219,11 @@ class PortalClient:
                 log.info("%s: the portal is busy; reports wait %.1f s (Retry-After)", path, wait)
             raise
 
-    def _send(self, path: str, body: dict[str, Any]) -> requests.Response:
+    def _send(self, path: str, body: dict[str, Any], session: requests.Session | None = None,
+              url: str = "") -> requests.Response:
         try:
-            response = self._session.post(self.base_url + path, json=body, timeout=self.timeout_s)
+            response = (session or self._session).post((url or self.base_url) + path, json=body,
+                                                       timeout=self.timeout_s)
         except requests.RequestException as error:
             raise PortalUnavailable(f"{path}: {error.__class__.__name__}: {error}") from error
         return response

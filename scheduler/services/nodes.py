@@ -114,7 +114,9 @@ def node_register(*, node: Node, report: dict) -> dict:
     """Record what the agent found on its host. GPUs are known by UUID (see ``_match_gpus``); a UUID that
     another node holds is refused (400, field ``gpus``). A GPU that disappeared is marked absent and the
     node drained with a reason. A node that was down becomes ready. A node whose executor does not isolate
-    tenants is refused while isolation is required (see ``isolation_refusal``)."""
+    tenants is refused while isolation is required (see ``isolation_refusal``). The answer tells the node its
+    heartbeat's cadence and, where the site serves node control apart (``ROTA_NODE_HEARTBEAT_URL``), where to
+    send its heartbeats."""
     executor = report.get("executor") or {}
     refusal = isolation_refusal(node, executor)
     if refusal:
@@ -167,6 +169,8 @@ def node_register(*, node: Node, report: dict) -> dict:
             raise
         raise NodeProtocolError("a reported GPU UUID belongs to another node", field="gpus") from None
     answer = {"node": node.name, "pool": pool_name, **told}
+    if settings.ROTA_NODE_HEARTBEAT_URL:  # the node-control server: heartbeats there, the rest here
+        answer["heartbeat_url"] = settings.ROTA_NODE_HEARTBEAT_URL
     if report.get("engine"):
         answer["node_state"] = node_state_view(node, report["engine"])
     return answer

@@ -45,6 +45,7 @@ class StandInPortal:
         self.news = threading.Event()  # set by notify(): the held long-poll answers
         self.deliver = True  # a long-poll that asks for the assignments gets them with the news
         self.deliveries: list[dict[str, Any]] = []  # the answers that brought assignments
+        self.heartbeat_url = ""  # named in register answers: the node-control server to heartbeat at
         self._as_of = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -128,6 +129,7 @@ class StandInPortal:
                     "node": body["hostname"],
                     "heartbeat_interval_s": self.interval_s,
                     "heartbeat_timeout_s": self.timeout_s,
+                    **({"heartbeat_url": self.heartbeat_url} if self.heartbeat_url else {}),
                 }
             if path == "/api/v1/node/heartbeat/":
                 if self.require_register:

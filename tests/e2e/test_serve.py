@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.db import connection
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from scheduler.models import Node
 from tests.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +50,9 @@ def _nice(pid: int) -> int:
 @pytest.fixture
 def served(worker_env, tmp_path):
     """``scripts/serve.sh`` on a free port; yields its base URL, stopped (its whole process group) after."""
-    port, node_port = _free_port(), _free_port()
+    port, node_port, control_port = _free_port(), _free_port(), _free_port()
     env = {**worker_env, "PORT": str(port), "ROTA_NODE_BIND": f"127.0.0.1:{node_port}",
+           "ROTA_CONTROL_BIND": f"127.0.0.1:{control_port}",
            "ROTA_VAR_DIR": str(tmp_path / "var"), "ROTA_STATIC_ROOT": str(tmp_path / "static"),
            "ROTA_WEB_WORKERS": "2", "ROTA_NODE_WEB_WORKERS": "1", "ROTA_WEB_THREADS": "4", "ROTA_CELERY_WORKERS": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
@@ -57,18 +60,19 @@ def served(worker_env, tmp_path):
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen([str(ROOT / "scripts" / "serve.sh")], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    base, nodes = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{node_port}"
+    base, nodes, control = (f"http://127.0.0.1:{p}" for p in (port, node_port, control_port))
 
     def answers():
         assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
         try:
-            return all(requests.get(f"{url}/login/", timeout=2).status_code == 200 for url in (base, nodes))
+            return all(requests.get(f"{url}/login/", timeout=2).status_code == 200 for url in (base, nodes, control))
         except requests.RequestException:
             return False
 
     try:
         wait_for(answers, timeout=120, interval=0.5, what="make serve to answer")
-        yield {"base": base, "nodes": nodes, "pid": proc.pid, "log": tmp_path / "serve.log", "var": tmp_path / "var"}
+        yield {"base": base, "nodes": nodes, "control": control, "pid": proc.pid, "log": tmp_path / "serve.log",
+               "var": tmp_path / "var"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -86,14 +90,18 @@ def test_it_serves_the_portal_with_gunicorn_workers_production_settings_and_hash
     # honcho -> (a shell) -> the gunicorn master -> the two workers asked for
     gunicorns = {pid: _cmdline(pid) for pid in _descendants(served["pid"])
                  if "gunicorn -c deploy/gunicorn_" in _cmdline(pid) and "python" in _cmdline(pid).split()[0]}
-    masters = {"nodes" if "gunicorn_nodes.conf.py" in cmd else "web": pid for pid, cmd in gunicorns.items()
+    masters = {re.search(r"gunicorn_(\w+)\.conf\.py", cmd).group(1): pid for pid, cmd in gunicorns.items()
                if set(_children(pid)) & set(gunicorns)}
+    assert sorted(masters) == ["asgi", "control", "nodes"]
+    masters["web"] = masters.pop("asgi")
     assert len(_children(masters["web"])) == 2
     # the node agents' server apart: its own processes, which yield the cores to users' (nice 5 against ours)
     assert len(_children(masters["nodes"])) == 1
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     assert [_nice(pid) for pid in (masters["web"], *_children(masters["web"]))] == [ours] * 3
     assert [_nice(pid) for pid in (masters["nodes"], *_children(masters["nodes"]))] == [max(ours, 5)] * 2
+    # the node-control server, for the nodes' heartbeats: one worker, at users' priority
+    assert [_nice(pid) for pid in (masters["control"], *_children(masters["control"]))] == [ours] * 2
     # and its session's: the kernel shares the cores between sessions (autogroups) before it weighs a nice, and
     # honcho starts each process in a session of its own
     autogroup = Path(f"/proc/{masters['nodes']}/autogroup")
@@ -141,5 +149,15 @@ def test_a_job_submitted_to_the_served_portal_runs_on_a_demo_node_agent(served):
     assert "served-by-gunicorn" in logs.text
     agents = [_cmdline(pid) for pid in _descendants(served["pid"]) if "-m scheduler.agent" in _cmdline(pid)]
     assert agents and all(f"--portal {served['nodes']} " in cmd for cmd in agents), agents  # the nodes' server
+    # told at register, the agents heartbeat at the control server: its process has sessions on the database
+    heartbeats = Node.objects.exclude(registered_at=None)
+    assert heartbeats.count() == len([cmd for cmd in agents if not cmd.startswith("/bin/sh")])
+    seq = {name: seq for name, seq in heartbeats.values_list("name", "heartbeat_seq")}
+    wait_for(lambda: all(s > seq[n] for n, s in heartbeats.values_list("name", "heartbeat_seq")), timeout=30,
+             what="a heartbeat of each agent")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name = 'rota-control'")
+        assert cursor.fetchone()[0] > 0
     if os.geteuid() == 0 and shutil.which("podman"):  # the demo agents' container executor: its images ensured
         assert "images: localhost/rota/python:3.11" in served["log"].read_text()

@@ -7,7 +7,7 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list
+from portal.env import env_bool, env_int, env_list, env_url
 
 
 def test_it_reads_booleans_integers_and_lists(monkeypatch):
@@ -31,6 +31,22 @@ def test_a_bad_value_names_the_variable(monkeypatch, name, value, reader):
         reader()
 
 
+def test_a_server_root_is_read_without_its_trailing_slash(monkeypatch):
+    monkeypatch.setenv("X_URL", " https://control.example.com:8002/ ")
+    assert env_url("X_URL") == "https://control.example.com:8002"
+    monkeypatch.setenv("X_URL", "")
+    assert env_url("X_URL") == ""
+    assert env_url("X_UNSET") == ""
+
+
+@pytest.mark.parametrize("value", ["control:8002", "ftp://control", "http://", "http://control/api/v1",
+                                   "http://control?x=1", "http://control:port", "http://control:99999"])
+def test_a_url_that_is_not_a_server_root_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("X_URL", value)
+    with pytest.raises(ImproperlyConfigured, match="X_URL must be an http:// or https:// server root"):
+        env_url("X_URL")
+
+
 def _start_with(**env) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
@@ -45,6 +61,7 @@ def _start_with(**env) -> subprocess.CompletedProcess:
     ({"REDIS_URL": "http://localhost:6379"}, "REDIS_URL"),
     ({"DEBUG": "0", "SECRET_KEY": ""}, "SECRET_KEY"),
     ({"ROTA_CYCLE_INTERVAL_S": "0"}, "ROTA_CYCLE_INTERVAL_S"),
+    ({"ROTA_NODE_HEARTBEAT_URL": "control:8002"}, "ROTA_NODE_HEARTBEAT_URL"),
 ])
 def test_the_portal_refuses_to_start_with_a_bad_setting(env, named):
     result = _start_with(**env)

@@ -1,6 +1,7 @@
 """deploy/gunicorn.conf.py's worker warm-up: what each web worker sets before its first request."""
 
 import gc
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -43,4 +44,20 @@ def test_a_worker_hands_the_interpreter_lock_over_as_often_as_set(monkeypatch, r
 def test_a_switch_interval_out_of_bounds_stops_the_start_naming_the_variable(monkeypatch, value):
     monkeypatch.setenv("ROTA_WEB_SWITCH_INTERVAL_US", value)
     with pytest.raises(ImproperlyConfigured, match="ROTA_WEB_SWITCH_INTERVAL_US"):
+        runpy.run_path(str(CONF))
+
+
+def test_the_node_control_server_binds_its_own_address_at_users_priority(monkeypatch):
+    monkeypatch.setenv("ROTA_WEB_ROLE", "control")
+    monkeypatch.setenv("ROTA_CONTROL_BIND", "127.0.0.1:18002")
+    monkeypatch.delenv("ROTA_CONTROL_WEB_WORKERS", raising=False)
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    conf = runpy.run_path(str(CONF))
+    assert (conf["bind"], conf["workers"], conf["proc_name"]) == (["127.0.0.1:18002"], 1, "rota-control")
+    assert os.getpriority(os.PRIO_PROCESS, 0) == ours  # not the nodes' server's nice: heartbeats are not put off
+
+    monkeypatch.setenv("ROTA_CONTROL_WEB_WORKERS", "3")
+    assert runpy.run_path(str(CONF))["workers"] == 3
+    monkeypatch.setenv("ROTA_WEB_ROLE", "heartbeats")
+    with pytest.raises(ImproperlyConfigured, match="ROTA_WEB_ROLE must be web, nodes or control"):
         runpy.run_path(str(CONF))
