@@ -176,10 +176,10 @@ class RotaSide:
         time.sleep(3)  # let every process finish starting (first heartbeats, worker ready)
 
     def cpu(self) -> dict[str, float]:
-        """CPU seconds so far of the web (users' server and the nodes'), Celery (worker and beat), the agent (with
-        its jobs) and PostgreSQL."""
-        parts = children_named(self.serve.pid, {"gunicorn_nodes": "nodes", "gunicorn": "web", " worker": "worker",
-                                                " beat": "beat"})
+        """CPU seconds so far of the web (users' server, the nodes' and their heartbeats'), Celery (worker and
+        beat), the agent (with its jobs) and PostgreSQL."""
+        parts = children_named(self.serve.pid, {"gunicorn_nodes": "nodes", "gunicorn_control": "control",
+                                                "gunicorn": "web", " worker": "worker", " beat": "beat"})
         return cpu_by_group({**parts, "agent": self.agent.pid}, self.database)
 
     def close(self) -> None:
