@@ -25,13 +25,18 @@ export ROTA_BIND="${ROTA_BIND:-127.0.0.1:${PORT}}"
 export ROTA_NODE_BIND="${ROTA_NODE_BIND-127.0.0.1:$((PORT + 1))}"
 NODE_URL="http://${ROTA_NODE_BIND:-$ROTA_BIND}"
 # With a nodes' server, the nodes' heartbeats go to a control server of their own (deploy/gunicorn.conf.py).
+# Its address as the agents here reach it (a bind to every interface is reached on loopback); an explicitly empty
+# ROTA_NODE_HEARTBEAT_URL keeps the heartbeats at the agents' --portal.
 if [ -n "$ROTA_NODE_BIND" ]; then
   export ROTA_CONTROL_BIND="${ROTA_CONTROL_BIND-127.0.0.1:$((PORT + 2))}"
 else
   export ROTA_CONTROL_BIND=""
 fi
 if [ -n "$ROTA_CONTROL_BIND" ]; then
-  export ROTA_NODE_HEARTBEAT_URL="${ROTA_NODE_HEARTBEAT_URL:-http://$ROTA_CONTROL_BIND}"
+  CONTROL_HOST_PORT="$(echo "$ROTA_CONTROL_BIND" | sed -e 's/^0\.0\.0\.0:/127.0.0.1:/' -e 's/^\[::\]:/[::1]:/')"
+  export ROTA_NODE_HEARTBEAT_URL="${ROTA_NODE_HEARTBEAT_URL-http://$CONTROL_HOST_PORT}"
+else
+  export ROTA_NODE_HEARTBEAT_URL=""  # no control server started here: none to name
 fi
 # One machine, plain HTTP on loopback: TLS belongs to the proxy in front of a real site (deploy/README.md).
 export SECURE_SSL_REDIRECT="${SECURE_SSL_REDIRECT:-0}"

@@ -7,12 +7,17 @@ import random
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from urllib3.exceptions import ConnectTimeoutError
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 MAX_RETRY_AFTER_S = 120.0  # a portal's Retry-After is honoured up to this
+CONTROL_CONNECT_S = 2.0  # the node-control server not connected in this long is not there (heartbeat())
+CONTROL_BACK_OFF_S = 30.0  # then heartbeats go to --portal this long, doubled at each failure up to the next
+CONTROL_BACK_OFF_MAX_S = 600.0
 
 
 class PortalError(Exception):
@@ -23,9 +28,10 @@ class PortalUnavailable(PortalError):
     """No usable answer: connection refused, timeout, 5xx, 429 or a body that is not JSON. Retry later: not
     before ``retry_after_s`` when the portal said so (``Retry-After``)."""
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, message: str, retry_after_s: float | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.status = status  # the HTTP status, when there was an answer
 
 
 class RegisterRequired(PortalError):
@@ -81,8 +87,11 @@ class PortalClient:
         self._wait_session.headers["User-Agent"] = "rota-agent"
         for each in (self._session, self._wait_session):
             _environment_once(each, self.base_url)
-        self.heartbeat_url = self.base_url  # the node-control server, once a register answer names one
+        self.heartbeat_url = self.base_url  # the node-control server, once the portal names one
         self._heartbeat_session = self._session
+        self._control_back_off_until = 0.0  # time.monotonic(): heartbeats go to base_url until then
+        self._control_back_off_s = CONTROL_BACK_OFF_S
+        self._refused_url: object = None  # the last heartbeat address refused (warned about once)
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/node/register/``; returns the node name, heartbeat interval and timeout, and where
@@ -93,37 +102,58 @@ class PortalClient:
         return answer
 
     def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``. Sent to the
-        node-control server where the portal named one; when that server cannot be reached (refused, no route,
-        no answer to the connect; not a slow or busy answer), this heartbeat goes to ``base_url``, which takes
-        heartbeats as well."""
+        """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``. Sent to
+        the node-control server where the portal named one (its answers may name another, or none). When that
+        server is not there (no connection within ``CONTROL_CONNECT_S``; a proxy's 502/503/504 without
+        ``Retry-After``; 404 or 405: no such route), the heartbeat goes to ``base_url``, which takes
+        heartbeats as well, and so do the next ones for a while (``CONTROL_BACK_OFF_S``, doubled at each
+        failure up to ``CONTROL_BACK_OFF_MAX_S``). A slow answer, one cut off once sent, or a ``Retry-After``
+        is not sent elsewhere: the server may have taken it (a resent seq would be refused), or it asked to be
+        left alone."""
         path = "/api/v1/node/heartbeat/"
-        if self.heartbeat_url == self.base_url:
-            return self._post(path, body)
-        try:
-            return self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url)
-        except PortalUnavailable as error:
-            if not isinstance(error.__cause__, requests.ConnectionError):
-                raise
-            log.warning("%s; this heartbeat goes to %s", error, self.base_url)
-        return self._post(path, body)
+        if self.heartbeat_url != self.base_url and time.monotonic() >= self._control_back_off_until:
+            try:
+                answer = self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url,
+                                    timeout=(CONTROL_CONNECT_S, self.timeout_s))
+            except (PortalUnavailable, PortalRejected) as error:
+                if not _control_absent(error):
+                    raise
+                self._control_back_off_until = time.monotonic() + self._control_back_off_s
+                log.warning("%s; heartbeats go to %s for %.0f s", error, self.base_url,
+                            self._control_back_off_s)
+                self._control_back_off_s = min(self._control_back_off_s * 2, CONTROL_BACK_OFF_MAX_S)
+            else:
+                self._control_back_off_s = CONTROL_BACK_OFF_S
+                self._heartbeat_to(answer.get("heartbeat_url"))
+                return answer
+        answer = self._post(path, body)
+        self._heartbeat_to(answer.get("heartbeat_url"))
+        return answer
 
     def _heartbeat_to(self, url: object) -> None:
-        """Send heartbeats to ``url`` (an http(s) server root from a register answer); to ``base_url`` when it
-        is absent or not such a URL."""
+        """Send heartbeats to ``url`` (an http(s) server root from the portal's answer); to ``base_url`` when
+        it is absent or unfit: not such a URL, one carrying a user and password (they would replace the node's
+        token), or plain http where ``base_url`` is https (the token would cross the network in clear)."""
         wanted = url.rstrip("/") if isinstance(url, str) and url.startswith(("http://", "https://")) else ""
-        if url and not wanted:
-            log.warning("the portal named a heartbeat address that is not an http(s) URL (%r); heartbeats "
-                        "go to %s", url, self.base_url)
+        if wanted and ("@" in urlsplit(wanted).netloc or (self.base_url.startswith("https://")
+                                                           and wanted.startswith("http://"))):
+            wanted = ""
+        if url and not wanted and url != self._refused_url:
+            self._refused_url = url  # said once, not at every answer
+            log.warning("the portal named a heartbeat address this agent does not use (%r: an http(s) "
+                        "server root without user, and https where --portal is); heartbeats go to %s",
+                        url, self.base_url)
         wanted = wanted or self.base_url
         if wanted == self.heartbeat_url:
             return
         if self._heartbeat_session is not self._session:
             self._heartbeat_session.close()
         self.heartbeat_url, self._heartbeat_session = wanted, self._session
+        self._control_back_off_until, self._control_back_off_s = 0.0, CONTROL_BACK_OFF_S
         if wanted != self.base_url:
             self._heartbeat_session = requests.Session()
             self._heartbeat_session.headers.update(self._session.headers)
+            self._heartbeat_session.cert = self._session.cert  # a client certificate the agent was given
             _environment_once(self._heartbeat_session, wanted)  # its own proxy settings: another host, maybe
         log.info("heartbeats go to %s", wanted)
 
@@ -199,7 +229,8 @@ class PortalClient:
         return True
 
     def _post(self, path: str, body: dict[str, Any], *, report: bool = False,
-              session: requests.Session | None = None, url: str = "") -> dict[str, Any]:
+              session: requests.Session | None = None, url: str = "",
+              timeout: float | tuple[float, float] | None = None) -> dict[str, Any]:
         """POST ``body``. A ``report`` (job events, log chunks: the portal's bulk lane, portal/priority.py)
         is not sent while the portal's last ``Retry-After`` for reports runs: PortalUnavailable at once, and
         the caller keeps what it was to send for a later pass. Heartbeats are never held back."""
@@ -207,9 +238,9 @@ class PortalClient:
             left = self._reports_not_before - time.monotonic()
             if left > 0:
                 raise PortalUnavailable(f"{path}: the portal asked reports to wait {left:.1f} s more", left)
-        response = self._send(path, body, session, url)
+        response = self._send(path, body, session, url, timeout)
         if response.status_code == 401 and self._reread_token():
-            response = self._send(path, body, session, url)
+            response = self._send(path, body, session, url, timeout)
         try:
             return self._answer(path, response)
         except PortalUnavailable as error:
@@ -219,11 +250,11 @@ class PortalClient:
                 log.info("%s: the portal is busy; reports wait %.1f s (Retry-After)", path, wait)
             raise
 
-    def _send(self, path: str, body: dict[str, Any], session: requests.Session | None = None,
-              url: str = "") -> requests.Response:
+    def _send(self, path: str, body: dict[str, Any], session: requests.Session | None = None, url: str = "",
+              timeout: float | tuple[float, float] | None = None) -> requests.Response:
         try:
             response = (session or self._session).post((url or self.base_url) + path, json=body,
-                                                       timeout=self.timeout_s)
+                                                       timeout=timeout or self.timeout_s)
         except requests.RequestException as error:
             raise PortalUnavailable(f"{path}: {error.__class__.__name__}: {error}") from error
         return response
@@ -237,7 +268,7 @@ class PortalClient:
             answer = None
         if status >= 500 or status == 429:
             retry_after = _retry_after_s(response.headers.get("Retry-After"))
-            raise PortalUnavailable(f"{path}: HTTP {status}", retry_after)
+            raise PortalUnavailable(f"{path}: HTTP {status}", retry_after, status)
         if status >= 400:
             detail = answer.get("detail", "") if isinstance(answer, dict) else response.text[:200]
             if status == 409 and detail == "register":
@@ -247,6 +278,20 @@ class PortalClient:
         if not isinstance(answer, dict):
             raise PortalUnavailable(f"{path}: HTTP {status} with a body that is not a JSON object")
         return answer
+
+
+def _control_absent(error: PortalError) -> bool:
+    """Whether a heartbeat's failure at the node-control server says the server is not there, so the heartbeat
+    was not taken and may go to the portal's main address: no connection made (refused, no route, no answer to
+    the connect), a proxy's 502/503/504 without ``Retry-After``, or no such route (404, 405)."""
+    if isinstance(error, PortalRejected):
+        return error.status in (404, 405)
+    if error.status is not None:  # type: ignore[attr-defined]
+        return error.status in (502, 503, 504) and error.retry_after_s is None  # type: ignore[attr-defined]
+    cause = error.__cause__
+    connecting = isinstance(cause, requests.ConnectionError) and cause.args
+    reason = getattr(cause.args[0], "reason", None) if connecting else None  # urllib3's MaxRetryError's
+    return isinstance(cause, requests.ConnectTimeout) or isinstance(reason, ConnectTimeoutError)
 
 
 def _retry_after_s(value: str | None) -> float | None:

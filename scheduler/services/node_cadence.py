@@ -71,3 +71,12 @@ def cadence() -> dict[str, int]:
     """What a register or heartbeat answer tells the node, and what the portal stores for its deadline."""
     interval = heartbeat_interval_s()
     return {"heartbeat_interval_s": interval, "heartbeat_timeout_s": heartbeat_timeout_s(interval)}
+
+
+def heartbeat_address() -> dict[str, str]:
+    """Where nodes send their heartbeats, in every register and heartbeat answer: ``heartbeat_url``, the
+    node-control server's root (``ROTA_NODE_HEARTBEAT_URL``), where the site serves node control apart; nothing
+    (the address the node registered at) otherwise. An agent follows the latest answer, so a site that moves or
+    drops the server is followed at the next heartbeat."""
+    url = settings.ROTA_NODE_HEARTBEAT_URL
+    return {"heartbeat_url": url} if url else {}

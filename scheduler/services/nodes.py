@@ -168,9 +168,7 @@ def node_register(*, node: Node, report: dict) -> dict:
         if "uuid" not in str(exc):
             raise
         raise NodeProtocolError("a reported GPU UUID belongs to another node", field="gpus") from None
-    answer = {"node": node.name, "pool": pool_name, **told}
-    if settings.ROTA_NODE_HEARTBEAT_URL:  # the node-control server: heartbeats there, the rest here
-        answer["heartbeat_url"] = settings.ROTA_NODE_HEARTBEAT_URL
+    answer = {"node": node.name, "pool": pool_name, **told, **node_cadence.heartbeat_address()}
     if report.get("engine"):
         answer["node_state"] = node_state_view(node, report["engine"])
     return answer
@@ -382,14 +380,14 @@ def node_heartbeat(*, node: Node, report: dict, reference: Reference | None = No
                 from scheduler.tasks import run_cycle
 
                 run_cycle.delay_on_commit()
-                return {**told, "as_of": _stamp(as_of), "assignments": [],
+                return {**told, **node_cadence.heartbeat_address(), "as_of": _stamp(as_of), "assignments": [],
                         "node_state": node_state_view(node, engine)}
         assignments = _deliver(node, held, now, reference)
     if faults:
         from scheduler.tasks import run_cycle
 
         run_cycle.delay_on_commit()
-    answer = {**told, "as_of": _stamp(as_of), "assignments": assignments}
+    answer = {**told, **node_cadence.heartbeat_address(), "as_of": _stamp(as_of), "assignments": assignments}
     if engine:  # for the bridge to mirror a Rota drain into the engine
         answer["node_state"] = node_state_view(node, engine)
     return answer

@@ -45,7 +45,8 @@ class StandInPortal:
         self.news = threading.Event()  # set by notify(): the held long-poll answers
         self.deliver = True  # a long-poll that asks for the assignments gets them with the news
         self.deliveries: list[dict[str, Any]] = []  # the answers that brought assignments
-        self.heartbeat_url = ""  # named in register answers: the node-control server to heartbeat at
+        self.heartbeat_url = ""  # named in register and heartbeat answers: the node-control server
+        self.heartbeat_answers: list[tuple[int, int | None]] = []  # next heartbeats' (status, Retry-After)
         self._as_of = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -114,6 +115,9 @@ class StandInPortal:
                 self.batch_posts.append(time.monotonic())
                 if self.busy:  # the portal's bulk lane is full (portal/priority.py)
                     return 429, {"detail": "busy"}, {"Retry-After": str(self.busy.pop(0))}
+            if path == "/api/v1/node/heartbeat/" and self.heartbeat_answers:  # failures, in order
+                status, retry_after = self.heartbeat_answers.pop(0)
+                return status, {"detail": "busy"}, ({"Retry-After": str(retry_after)} if retry_after else {})
         return (*self._handle(path, headers, body), {})
 
     def _handle(self, path: str, headers: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -143,6 +147,7 @@ class StandInPortal:
                 return 200, {
                     "heartbeat_interval_s": self.interval_s,
                     "heartbeat_timeout_s": self.timeout_s,
+                    **({"heartbeat_url": self.heartbeat_url} if self.heartbeat_url else {}),
                     "as_of": self.stamp(),
                     "assignments": [dict(a) for a in self.assignments.values()],
                 }

@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from scheduler.agent.client import PortalClient, PortalUnavailable
+from scheduler.agent.client import PortalClient, PortalError, PortalUnavailable
 from tests.agent.standin_portal import TOKEN, StandInPortal
 
 BEAT = {"seq": 1, "running": [], "gpus": [], "telemetry": []}
@@ -25,11 +25,16 @@ def _closed_port_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def _told(portal, control, url):
+    """The portal and its control server name ``url`` in their answers, as the real ones do (one setting)."""
+    portal.heartbeat_url = control.heartbeat_url = url
+
+
 def test_heartbeats_go_to_the_control_server_a_register_answer_names(portal, control):
-    portal.heartbeat_url = control.url + "/"
+    _told(portal, control, control.url + "/")
     client = PortalClient(portal.url, TOKEN)
-    client.heartbeat(BEAT)
-    assert (len(portal.heartbeats), len(control.heartbeats)) == (1, 0)  # before it registered: its --portal
+    client.heartbeat(BEAT)  # before it registered: at its --portal, whose answer names the control server
+    assert (len(portal.heartbeats), len(control.heartbeats)) == (1, 0)
 
     client.register(REGISTER)
     client.heartbeat({**BEAT, "seq": 2})
@@ -39,37 +44,65 @@ def test_heartbeats_go_to_the_control_server_a_register_answer_names(portal, con
     assert client.heartbeat_url == control.url
 
 
-def test_a_register_answer_without_one_brings_the_heartbeats_back(portal, control):
-    portal.heartbeat_url = control.url
+def test_an_answer_without_one_brings_the_heartbeats_back(portal, control):
+    _told(portal, control, control.url)
     client = PortalClient(portal.url, TOKEN)
     client.register(REGISTER)
-    portal.heartbeat_url = ""
-    client.register(REGISTER)
     client.heartbeat(BEAT)
-    assert (len(portal.heartbeats), len(control.heartbeats)) == (1, 0)
+    _told(portal, control, "")  # the site dropped the server: said in the next heartbeat's answer
+    client.heartbeat({**BEAT, "seq": 2})
+    client.heartbeat({**BEAT, "seq": 3})
+    assert [beat["seq"] for beat in control.heartbeats] == [1, 2]
+    assert [beat["seq"] for beat in portal.heartbeats] == [3]
 
 
-def test_a_control_server_that_cannot_be_reached_leaves_the_heartbeat_to_the_portal(portal):
+def test_a_control_server_that_is_not_there_leaves_the_heartbeats_to_the_portal_for_a_while(portal, control):
     portal.heartbeat_url = _closed_port_url()
     client = PortalClient(portal.url, TOKEN)
     client.register(REGISTER)
     assert "assignments" in client.heartbeat(BEAT)
-    assert len(portal.heartbeats) == 1
-    assert client.heartbeat_url == portal.heartbeat_url  # tried again first at the next heartbeat
+    assert "assignments" in client.heartbeat({**BEAT, "seq": 2})  # not tried again at once: no connect wait
+    assert len(portal.heartbeats) == 2
+    assert client.heartbeat_url == portal.heartbeat_url  # tried again once the back-off has passed
+
+    _told(portal, control, control.url)
+    client.register(REGISTER)  # named anew (a new address): tried at once
+    client.heartbeat({**BEAT, "seq": 1})
+    assert len(control.heartbeats) == 1
 
 
-def test_a_busy_control_server_is_not_bypassed(portal, control):
-    portal.heartbeat_url = control.url
-    control.down = True  # answers 503: reached, and busy or failing; the node tries it again at its next beat
+@pytest.mark.parametrize(("status", "bypassed"), [(502, True), (503, True), (504, True), (404, True),
+                                                  (500, False), (429, False)])
+def test_which_failed_answers_of_the_control_server_send_the_heartbeat_to_the_portal(portal, control, status,
+                                                                                    bypassed):
+    _told(portal, control, control.url)
     client = PortalClient(portal.url, TOKEN)
     client.register(REGISTER)
+    control.heartbeat_answers = [(status, None)]
+    if bypassed:  # the server is not there (a proxy's answer for it, or no such route): taken by --portal
+        assert "assignments" in client.heartbeat(BEAT)
+        assert len(portal.heartbeats) == 1
+    else:  # reached, and failing or busy: it may have taken the heartbeat; the node tries it at its next beat
+        with pytest.raises(PortalError):
+            client.heartbeat(BEAT)
+        assert portal.heartbeats == []
+
+
+def test_a_proxys_503_with_retry_after_is_not_bypassed(portal, control):
+    _told(portal, control, control.url)
+    client = PortalClient(portal.url, TOKEN)
+    client.register(REGISTER)
+    control.heartbeat_answers = [(503, 5)]
     with pytest.raises(PortalUnavailable, match="503"):
         client.heartbeat(BEAT)
     assert portal.heartbeats == []
+    client.heartbeat({**BEAT, "seq": 2})
+    assert len(control.heartbeats) == 1
 
 
-def test_an_address_that_is_not_an_http_url_is_not_followed(portal):
-    portal.heartbeat_url = "file:///etc/passwd"
+@pytest.mark.parametrize("named", ["file:///etc/passwd", "http://user:secret@127.0.0.1:1", "control:8002"])
+def test_an_address_that_is_not_an_http_server_root_without_a_user_is_not_followed(portal, named):
+    portal.heartbeat_url = named
     client = PortalClient(portal.url, TOKEN)
     client.register(REGISTER)
     client.heartbeat(BEAT)
@@ -77,10 +110,18 @@ def test_an_address_that_is_not_an_http_url_is_not_followed(portal):
     assert len(portal.heartbeats) == 1
 
 
+def test_an_https_portal_never_sends_its_heartbeats_in_clear(portal):
+    client = PortalClient("https://rota.example.com", TOKEN)
+    client._heartbeat_to("http://control.example.com:8002")
+    assert client.heartbeat_url == "https://rota.example.com"
+    client._heartbeat_to("https://control.example.com:8002")
+    assert client.heartbeat_url == "https://control.example.com:8002"
+
+
 def test_a_rotated_token_reaches_the_control_server_too(portal, control, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    portal.heartbeat_url = control.url
+    _told(portal, control, control.url)
     client = PortalClient(portal.url, TOKEN, token_file=token_file)
     client.register(REGISTER)
     control.token = portal.token = "rotated"

@@ -40,13 +40,16 @@ def test_register_records_the_hosts_gpus_and_makes_a_down_node_ready(cluster, no
     assert node.state == Node.READY and node.driver_version == "550.54.15" and node.cpus == 64
 
 
-def test_a_register_answer_names_the_node_control_server_where_the_site_has_one(cluster, node_client, settings):
+def test_register_and_heartbeat_answers_name_the_node_control_server_where_the_site_has_one(
+        cluster, node_client, settings):
     node = cluster["nodes"][0]
     answer = node_client(node).post("/api/v1/node/register/", H100_REPORT, format="json").json()
     assert "heartbeat_url" not in answer  # none: the agent heartbeats where it registered
+    assert "heartbeat_url" not in beat(node_client(node), 1).json()
     settings.ROTA_NODE_HEARTBEAT_URL = "http://10.0.0.5:8002"
     answer = node_client(node).post("/api/v1/node/register/", H100_REPORT, format="json").json()
     assert answer["heartbeat_url"] == "http://10.0.0.5:8002"
+    assert beat(node_client(node), 1).json()["heartbeat_url"] == "http://10.0.0.5:8002"  # followed: the latest says
 
 
 def test_a_node_reporting_another_nodes_gpus_is_told_whose_they_are_and_for_a_fake_node_what_to_do(
