@@ -18,6 +18,7 @@ MAX_RETRY_AFTER_S = 120.0  # a portal's Retry-After is honoured up to this
 CONTROL_CONNECT_S = 2.0  # the node-control server not connected in this long is not there (heartbeat())
 CONTROL_BACK_OFF_S = 30.0  # then heartbeats go to --portal this long, doubled at each failure up to the next
 CONTROL_BACK_OFF_MAX_S = 600.0
+CONTROL_FAILURES = 2  # failed answers in a row from a control server that is there, before the back-off
 
 
 class PortalError(Exception):
@@ -91,6 +92,7 @@ class PortalClient:
         self._heartbeat_session = self._session
         self._control_back_off_until = 0.0  # time.monotonic(): heartbeats go to base_url until then
         self._control_back_off_s = CONTROL_BACK_OFF_S
+        self._control_failures = 0  # failed heartbeats at the control server in a row
         self._refused_url: object = None  # the last heartbeat address refused (warned about once)
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -104,26 +106,32 @@ class PortalClient:
     def heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/node/heartbeat/``; returns ``{"heartbeat_interval_s", "assignments"}``. Sent to
         the node-control server where the portal named one (its answers may name another, or none). When that
-        server is not there (no connection within ``CONTROL_CONNECT_S``; a proxy's 502/503/504 without
-        ``Retry-After``; 404 or 405: no such route), the heartbeat goes to ``base_url``, which takes
-        heartbeats as well, and so do the next ones for a while (``CONTROL_BACK_OFF_S``, doubled at each
-        failure up to ``CONTROL_BACK_OFF_MAX_S``). A slow answer, one cut off once sent, or a ``Retry-After``
-        is not sent elsewhere: the server may have taken it (a resent seq would be refused), or it asked to be
-        left alone."""
+        server is not there (no connection within ``CONTROL_CONNECT_S``, no TLS or proxy tunnel to it; a
+        proxy's 502/503 without ``Retry-After``; 404 or 405: no such route), the heartbeat goes to
+        ``base_url``, which takes heartbeats as well, and so do the next ones for a while
+        (``CONTROL_BACK_OFF_S``, doubled at each failure up to ``CONTROL_BACK_OFF_MAX_S``). An answer the
+        server may have taken (a timeout, a connection cut once sent, a 500, a 504) is not sent elsewhere,
+        since a resent seq would be refused: it is raised, and only after ``CONTROL_FAILURES`` of those in a
+        row do the next heartbeats (new seqs) go to ``base_url`` for the back-off. A ``Retry-After`` is
+        always honoured."""
         path = "/api/v1/node/heartbeat/"
         if self.heartbeat_url != self.base_url and time.monotonic() >= self._control_back_off_until:
             try:
                 answer = self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url,
                                     timeout=(CONTROL_CONNECT_S, self.timeout_s))
             except (PortalUnavailable, PortalRejected) as error:
-                if not _control_absent(error):
+                absent = _control_absent(error)
+                self._control_failures += 1
+                busy = isinstance(error, PortalUnavailable) and error.retry_after_s is not None
+                if absent or (self._control_failures >= CONTROL_FAILURES and not busy):
+                    self._control_back_off_until = time.monotonic() + self._control_back_off_s
+                    log.warning("%s; heartbeats go to %s for %.0f s", error, self.base_url,
+                                self._control_back_off_s)
+                    self._control_back_off_s = min(self._control_back_off_s * 2, CONTROL_BACK_OFF_MAX_S)
+                if not absent:
                     raise
-                self._control_back_off_until = time.monotonic() + self._control_back_off_s
-                log.warning("%s; heartbeats go to %s for %.0f s", error, self.base_url,
-                            self._control_back_off_s)
-                self._control_back_off_s = min(self._control_back_off_s * 2, CONTROL_BACK_OFF_MAX_S)
             else:
-                self._control_back_off_s = CONTROL_BACK_OFF_S
+                self._control_back_off_s, self._control_failures = CONTROL_BACK_OFF_S, 0
                 self._heartbeat_to(answer.get("heartbeat_url"))
                 return answer
         answer = self._post(path, body)
@@ -131,13 +139,9 @@ class PortalClient:
         return answer
 
     def _heartbeat_to(self, url: object) -> None:
-        """Send heartbeats to ``url`` (an http(s) server root from the portal's answer); to ``base_url`` when
-        it is absent or unfit: not such a URL, one carrying a user and password (they would replace the node's
-        token), or plain http where ``base_url`` is https (the token would cross the network in clear)."""
-        wanted = url.rstrip("/") if isinstance(url, str) and url.startswith(("http://", "https://")) else ""
-        if wanted and ("@" in urlsplit(wanted).netloc or (self.base_url.startswith("https://")
-                                                           and wanted.startswith("http://"))):
-            wanted = ""
+        """Send heartbeats to ``url`` (the server root the portal's answer names); to ``base_url`` when it is
+        absent or unfit (``_usable_control_url``)."""
+        wanted = _usable_control_url(url, self.base_url)
         if url and not wanted and url != self._refused_url:
             self._refused_url = url  # said once, not at every answer
             log.warning("the portal named a heartbeat address this agent does not use (%r: an http(s) "
@@ -150,11 +154,14 @@ class PortalClient:
             self._heartbeat_session.close()
         self.heartbeat_url, self._heartbeat_session = wanted, self._session
         self._control_back_off_until, self._control_back_off_s = 0.0, CONTROL_BACK_OFF_S
+        self._control_failures = 0
         if wanted != self.base_url:
             self._heartbeat_session = requests.Session()
             self._heartbeat_session.headers.update(self._session.headers)
             self._heartbeat_session.cert = self._session.cert  # a client certificate the agent was given
             _environment_once(self._heartbeat_session, wanted)  # its own proxy settings: another host, maybe
+            if self._session.verify is not True:  # a CA bundle the agent was given, not the environment's
+                self._heartbeat_session.verify = self._session.verify
         log.info("heartbeats go to %s", wanted)
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
@@ -281,17 +288,38 @@ class PortalClient:
 
 
 def _control_absent(error: PortalError) -> bool:
-    """Whether a heartbeat's failure at the node-control server says the server is not there, so the heartbeat
-    was not taken and may go to the portal's main address: no connection made (refused, no route, no answer to
-    the connect), a proxy's 502/503/504 without ``Retry-After``, or no such route (404, 405)."""
+    """Whether a heartbeat's failure at the node-control server says the server is not there, so the
+    heartbeat was not taken and may go to the portal's main address: no connection made (refused, no such
+    host, no answer to the connect, no TLS or proxy tunnel to it), a proxy's 502/503 without
+    ``Retry-After``, or no such route (404, 405)."""
     if isinstance(error, PortalRejected):
         return error.status in (404, 405)
     if error.status is not None:  # type: ignore[attr-defined]
-        return error.status in (502, 503, 504) and error.retry_after_s is None  # type: ignore[attr-defined]
+        return error.status in (502, 503) and error.retry_after_s is None  # type: ignore[attr-defined]
     cause = error.__cause__
+    errors = requests.exceptions
+    if isinstance(cause, errors.ConnectTimeout | errors.SSLError | errors.ProxyError):
+        return True
     connecting = isinstance(cause, requests.ConnectionError) and cause.args
     reason = getattr(cause.args[0], "reason", None) if connecting else None  # urllib3's MaxRetryError's
-    return isinstance(cause, requests.ConnectTimeout) or isinstance(reason, ConnectTimeoutError)
+    return isinstance(reason, ConnectTimeoutError)  # refused, no such host (subclasses), no answer
+
+
+def _usable_control_url(url: object, base_url: str) -> str:
+    """``url`` without its trailing slash if it is a server root this agent sends its token to: http(s), a
+    host, no user (it would replace the token), path, query or fragment, a valid port, and https where
+    ``base_url`` is (the token never crosses the network in clear); else ""."""
+    if not isinstance(url, str):
+        return ""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError:
+        return ""
+    fit = (parts.scheme in ("http", "https") and parts.hostname and "@" not in parts.netloc
+           and not parts.path.strip("/") and not parts.query and not parts.fragment
+           and not (base_url.startswith("https://") and parts.scheme == "http"))
+    return url.rstrip("/") if fit else ""
 
 
 def _retry_after_s(value: str | None) -> float | None:

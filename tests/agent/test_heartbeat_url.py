@@ -71,8 +71,8 @@ def test_a_control_server_that_is_not_there_leaves_the_heartbeats_to_the_portal_
     assert len(control.heartbeats) == 1
 
 
-@pytest.mark.parametrize(("status", "bypassed"), [(502, True), (503, True), (504, True), (404, True),
-                                                  (500, False), (429, False)])
+@pytest.mark.parametrize(("status", "bypassed"), [(502, True), (503, True), (404, True), (405, True),
+                                                  (500, False), (504, False), (429, False)])
 def test_which_failed_answers_of_the_control_server_send_the_heartbeat_to_the_portal(portal, control, status,
                                                                                     bypassed):
     _told(portal, control, control.url)
@@ -88,6 +88,34 @@ def test_which_failed_answers_of_the_control_server_send_the_heartbeat_to_the_po
         assert portal.heartbeats == []
 
 
+def test_a_control_server_that_keeps_failing_is_left_after_two_failures_in_a_row(portal, control):
+    _told(portal, control, control.url)
+    client = PortalClient(portal.url, TOKEN)
+    client.register(REGISTER)
+    control.heartbeat_answers = [(500, None), (504, None), (500, None)]
+    for seq in (1, 2):  # each may have been taken: raised, never resent elsewhere
+        with pytest.raises(PortalUnavailable):
+            client.heartbeat({**BEAT, "seq": seq})
+    assert portal.heartbeats == []
+    client.heartbeat({**BEAT, "seq": 3})  # the next ones, new seqs, go to --portal for the back-off
+    client.heartbeat({**BEAT, "seq": 4})
+    assert [beat["seq"] for beat in portal.heartbeats] == [3, 4]
+    assert len(control.heartbeat_answers) == 1  # not asked meanwhile
+
+
+def test_one_failure_between_answers_does_not_leave_the_control_server(portal, control):
+    _told(portal, control, control.url)
+    client = PortalClient(portal.url, TOKEN)
+    client.register(REGISTER)
+    for seq in (1, 3):
+        control.heartbeat_answers = [(500, None)]
+        with pytest.raises(PortalUnavailable):
+            client.heartbeat({**BEAT, "seq": seq})
+        client.heartbeat({**BEAT, "seq": seq + 1})
+    assert [beat["seq"] for beat in control.heartbeats] == [2, 4]
+    assert portal.heartbeats == []
+
+
 def test_a_proxys_503_with_retry_after_is_not_bypassed(portal, control):
     _told(portal, control, control.url)
     client = PortalClient(portal.url, TOKEN)
@@ -100,7 +128,9 @@ def test_a_proxys_503_with_retry_after_is_not_bypassed(portal, control):
     assert len(control.heartbeats) == 1
 
 
-@pytest.mark.parametrize("named", ["file:///etc/passwd", "http://user:secret@127.0.0.1:1", "control:8002"])
+@pytest.mark.parametrize("named", ["file:///etc/passwd", "http://user:secret@127.0.0.1:1", "control:8002",
+                                   "http://[::1", "http://", "http://control/api/v1", "http://control:99999",
+                                   8002])
 def test_an_address_that_is_not_an_http_server_root_without_a_user_is_not_followed(portal, named):
     portal.heartbeat_url = named
     client = PortalClient(portal.url, TOKEN)
