@@ -83,7 +83,7 @@ loglevel = env_str("ROTA_WEB_LOG_LEVEL", "warning")
 # How long a thread that holds the interpreter lock keeps it while another waits (Python's default 5 ms): a request
 # back from the database waits up to this for each of its queries while other threads compute.
 SWITCH_INTERVAL_S = env_int("ROTA_WEB_SWITCH_INTERVAL_US", 1000, minimum=100, maximum=100_000) / 1e6
-proc_name = f"rota-{ROLE}" if ROLE != "web" else "rota-web"
+proc_name = f"rota-{ROLE}"
 os.environ.setdefault("PGAPPNAME", proc_name)  # PostgreSQL's application_name: which server a session serves
 wsgi_app = "portal.wsgi:application"
 

@@ -115,27 +115,33 @@ class PortalClient:
         row do the next heartbeats (new seqs) go to ``base_url`` for the back-off. A ``Retry-After`` is
         always honoured."""
         path = "/api/v1/node/heartbeat/"
-        if self.heartbeat_url != self.base_url and time.monotonic() >= self._control_back_off_until:
-            try:
-                answer = self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url,
-                                    timeout=(CONTROL_CONNECT_S, self.timeout_s))
-            except (PortalUnavailable, PortalRejected) as error:
-                absent = _control_absent(error)
-                self._control_failures += 1
-                busy = isinstance(error, PortalUnavailable) and error.retry_after_s is not None
-                if absent or (self._control_failures >= CONTROL_FAILURES and not busy):
-                    self._control_back_off_until = time.monotonic() + self._control_back_off_s
-                    log.warning("%s; heartbeats go to %s for %.0f s", error, self.base_url,
-                                self._control_back_off_s)
-                    self._control_back_off_s = min(self._control_back_off_s * 2, CONTROL_BACK_OFF_MAX_S)
-                if not absent:
-                    raise
-            else:
-                self._control_back_off_s, self._control_failures = CONTROL_BACK_OFF_S, 0
-                self._heartbeat_to(answer.get("heartbeat_url"))
-                return answer
-        answer = self._post(path, body)
+        answer = self._heartbeat_at_control(path, body)
+        if answer is None:
+            answer = self._post(path, body)
         self._heartbeat_to(answer.get("heartbeat_url"))
+        return answer
+
+    def _heartbeat_at_control(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The heartbeat's answer from the node-control server; None when there is none to ask (not named, or
+        in its back-off) or it is not there (``_control_absent``): the heartbeat then goes to ``base_url``."""
+        if self.heartbeat_url == self.base_url or time.monotonic() < self._control_back_off_until:
+            return None
+        try:
+            answer = self._post(path, body, session=self._heartbeat_session, url=self.heartbeat_url,
+                                timeout=(CONTROL_CONNECT_S, self.timeout_s))
+        except (PortalUnavailable, PortalRejected) as error:
+            absent = _control_absent(error)
+            self._control_failures += 1
+            busy = isinstance(error, PortalUnavailable) and error.retry_after_s is not None
+            if absent or (self._control_failures >= CONTROL_FAILURES and not busy):
+                self._control_back_off_until = time.monotonic() + self._control_back_off_s
+                log.warning("%s; heartbeats go to %s for %.0f s", error, self.base_url,
+                            self._control_back_off_s)
+                self._control_back_off_s = min(self._control_back_off_s * 2, CONTROL_BACK_OFF_MAX_S)
+            if absent:
+                return None
+            raise
+        self._control_back_off_s, self._control_failures = CONTROL_BACK_OFF_S, 0
         return answer
 
     def _heartbeat_to(self, url: object) -> None:
@@ -287,15 +293,15 @@ class PortalClient:
         return answer
 
 
-def _control_absent(error: PortalError) -> bool:
+def _control_absent(error: PortalUnavailable | PortalRejected) -> bool:
     """Whether a heartbeat's failure at the node-control server says the server is not there, so the
     heartbeat was not taken and may go to the portal's main address: no connection made (refused, no such
     host, no answer to the connect, no TLS or proxy tunnel to it), a proxy's 502/503 without
     ``Retry-After``, or no such route (404, 405)."""
     if isinstance(error, PortalRejected):
         return error.status in (404, 405)
-    if error.status is not None:  # type: ignore[attr-defined]
-        return error.status in (502, 503) and error.retry_after_s is None  # type: ignore[attr-defined]
+    if error.status is not None:
+        return error.status in (502, 503) and error.retry_after_s is None
     cause = error.__cause__
     errors = requests.exceptions
     if isinstance(cause, errors.ConnectTimeout | errors.SSLError | errors.ProxyError):
