@@ -21,9 +21,9 @@ routing.
 cores the nodes' server yields, nor for its interpreter lock behind the fleet's reports and registers. A third
 instance (``ROTA_WEB_ROLE=control``: ``make serve`` runs one, ``deploy/systemd/rota-control.service``) at
 ``ROTA_CONTROL_BIND`` with ``ROTA_CONTROL_WEB_WORKERS`` processes (default 1), at users' priority, takes only
-them: the portal names it to every node in its register answer (``ROTA_NODE_HEARTBEAT_URL``, as the nodes reach
-it), and an agent that cannot reach it heartbeats at its ``--portal`` instead. At the full size on 2 cores the
-heartbeats' p99 fell from 1.7-2.6 s to 0.15-0.42 s (bench/README.md, "Node control apart").
+them: the portal names it to every node in its register and heartbeat answers (``ROTA_NODE_HEARTBEAT_URL``, as
+the nodes reach it), and an agent that cannot reach it heartbeats at its ``--portal`` instead. At the full size on
+2 cores the heartbeats' p99 fell from 1.7-2.6 s to 0.15-0.42 s (bench/README.md, "Node control apart").
 """
 
 import os

@@ -2,7 +2,7 @@
 ``control``, ``deploy/systemd/rota-control.service``): every setting of ``deploy/gunicorn_asgi.conf.py`` for the role
 ``control`` (``deploy/gunicorn.conf.py``): bound to ``ROTA_CONTROL_BIND``, ``ROTA_CONTROL_WEB_WORKERS`` workers, at
 users' priority. The portal it serves is the same; ``ROTA_NODE_HEARTBEAT_URL`` (the address nodes reach it at,
-told in every register answer) is what sends the fleet's heartbeats here, and nothing else."""
+told in every register and heartbeat answer) is what sends the fleet's heartbeats here, and nothing else."""
 
 import os
 import runpy

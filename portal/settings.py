@@ -143,8 +143,8 @@ ROTA_CYCLE_REST_PCT = env_int("ROTA_CYCLE_REST_PCT", 100, minimum=0, maximum=100
 # off, the committing thread sends them itself (the in-process tests, which read Redis right after a commit).
 ROTA_WAKE_IN_BACKGROUND = env_bool("ROTA_WAKE_IN_BACKGROUND", True)
 ROTA_NODE_HEARTBEAT_INTERVAL_S = env_int("ROTA_NODE_HEARTBEAT_INTERVAL_S", 2, minimum=1, maximum=300)
-# Where node agents send their heartbeats, told in every register answer (``heartbeat_url``): the root of the
-# node-control server (``ROTA_WEB_ROLE=control``, deploy/gunicorn.conf.py) as the nodes reach it; empty: the
+# Where node agents send their heartbeats, told in every register and heartbeat answer (``heartbeat_url``): the
+# root of the node-control server (``ROTA_WEB_ROLE=control``, deploy/gunicorn.conf.py) as the nodes reach it; empty: the
 # address each agent registered at (its --portal).
 ROTA_NODE_HEARTBEAT_URL = env_url("ROTA_NODE_HEARTBEAT_URL")
 # how often the autoscaler of inference services measures their request rate (scheduler.services.autoscale)
