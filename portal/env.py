@@ -67,8 +67,9 @@ def env_range(name: str, default: tuple[int, int], *, minimum: int, maximum: int
 
 
 def env_url(name: str, default: str = "") -> str:
-    """An http(s) URL of a server's root (``https://host[:port]``, no path, query or fragment), without a
-    trailing slash; empty when unset or empty."""
+    """An http(s) URL of a server's root (``https://host[:port]``: no user, path, query or fragment), without a
+    trailing slash; empty when unset or empty. A user in it would stand in for a node's token (the agent refuses
+    to follow such an address), so it is refused here, where the site can see why."""
     raw = os.environ.get(name, default).strip()
     if not raw:
         return ""
@@ -78,7 +79,8 @@ def env_url(name: str, default: str = "") -> str:
     except ValueError:
         parts = None
     if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/")
-            or parts.query or parts.fragment):
+            or parts.query or parts.fragment or "@" in parts.netloc):
+        shown = repr(raw) if "@" not in raw else "a URL with a user in it (not shown: it may hold a password)"
         raise ImproperlyConfigured(f"{name} must be an http:// or https:// server root (e.g. "
-                                   f"http://10.0.0.5:8002), with no path; got {raw!r}")
+                                   f"http://10.0.0.5:8002), with no user or path; got {shown}")
     return raw.rstrip("/")

@@ -40,11 +40,19 @@ def test_a_server_root_is_read_without_its_trailing_slash(monkeypatch):
 
 
 @pytest.mark.parametrize("value", ["control:8002", "ftp://control", "http://", "http://control/api/v1",
-                                   "http://control?x=1", "http://control:port", "http://control:99999"])
+                                   "http://control?x=1", "http://control:port", "http://control:99999",
+                                   "http://node:secret@control:8002", "https://@control"])
 def test_a_url_that_is_not_a_server_root_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("X_URL", value)
     with pytest.raises(ImproperlyConfigured, match="X_URL must be an http:// or https:// server root"):
         env_url("X_URL")
+
+
+def test_a_url_with_a_user_is_refused_without_echoing_its_password(monkeypatch):
+    monkeypatch.setenv("X_URL", "http://node:s3cret@control:8002")
+    with pytest.raises(ImproperlyConfigured, match="with no user or path") as refused:
+        env_url("X_URL")
+    assert "s3cret" not in str(refused.value)
 
 
 def _start_with(**env) -> subprocess.CompletedProcess:
