@@ -399,14 +399,16 @@ def main() -> int:
         from scheduler.services.common import db_now
 
         nodes = list(seeded["node_tokens"].items())
+        agent_node = nodes.pop() if args.agent else None
+        traffic.prepare(nodes, seeded["api_tokens"])  # the load generator's interpreters, started and ready
         web_cpu_at_start.update({pid: _cpu_s(pid) or 0.0 for s in servers for pid in _children(s.pid)})  # imports done
         drain_started = time.monotonic()
         nodes_span[0] = drain_started
         started_at = db_now()
-        if args.agent:
-            agent[0] = start_agent(*nodes.pop(), node_base, logs)
-        traffic.start_nodes(nodes)
-        client_s = traffic.run_clients(seeded["api_tokens"], stats)
+        if agent_node:
+            agent[0] = start_agent(*agent_node, node_base, logs)
+        traffic.go()
+        client_s = traffic.run_clients(stats)
         submitted = len(stats["submit"])
         print(f"clients done in {client_s:.1f} s; draining", flush=True)
         drained = None

@@ -230,11 +230,14 @@ class FakeNode:
 
 
 def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop: threading.Event,
-              stats) -> list[threading.Thread]:
+              stats, go=None) -> list[threading.Thread]:
     """A thread per node (and one more per node for the long-poll), as each real agent has its own. Each node
-    heartbeats at the interval of the portal's latest answer (``node.interval`` until then)."""
+    heartbeats at the interval of the portal's latest answer (``node.interval`` until then). With ``go`` (an
+    event), the threads are started but send nothing until it is set."""
     def agent(node: FakeNode) -> None:
         session = Session()
+        if go is not None:
+            go.wait()
         for _ in range(10):
             try:
                 node.register(base, session)
@@ -242,7 +245,7 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
             except requests.RequestException as exc:
                 stats["node_errors"].append(str(exc)[:200])
                 stop.wait(1)
-        next_beat = time.monotonic() + random.uniform(0, node.interval)  # agents do not all start at one instant
+        next_beat, spread = time.monotonic(), True  # as the agent: a beat at once, the next at a random phase
         while not stop.is_set():
             now = time.monotonic()
             try:
@@ -251,7 +254,8 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
                     node.news.clear()
                 if now >= next_beat or (news and not node.take_delivery(duration)):
                     node.beat(base, session, duration, stats)
-                    next_beat = now + node.interval
+                    next_beat = now + node.interval * (random.random() if spread else 1.0)
+                    spread = False
                 node.exit_due(time.monotonic())
                 node.flush(base, session, stats)
             except requests.RequestException as exc:
@@ -260,6 +264,8 @@ def run_nodes(nodes: list[FakeNode], base: str, long_poll: bool, duration, stop:
 
     def listen(node: FakeNode) -> None:
         session = Session()
+        if go is not None:
+            go.wait()
         stop.wait(random.uniform(0, node.interval))
         while not stop.is_set():
             asked = time.monotonic()
@@ -298,12 +304,15 @@ def _client_schedule(rate: float, count: int, arrivals: str, rng: random.Random)
 
 
 def run_clients(base: str, tokens: list[str], clients: list[int], requests_each: int, stats, rate: float = 0.0,
-                arrivals: str = "poisson") -> None:
+                arrivals: str = "poisson", ready=None, go=None) -> None:
     """Clients number ``clients`` (each uses token ``i % len(tokens)``), all at once; each sends
-    ``requests_each`` requests, submits and lists in turn, closed-loop (``rate`` 0) or ``rate`` a second."""
+    ``requests_each`` requests, submits and lists in turn, closed-loop (``rate`` 0) or ``rate`` a second. With
+    ``go`` (an event), the clients' threads are started, then ``ready()`` called, and they wait for it."""
     def client(i: int) -> None:
         session = Session()
         session.headers["Authorization"] = f"Token {tokens[i % len(tokens)]}"
+        if go is not None:
+            go.wait()
         start = time.perf_counter()
         for n, due in enumerate(_client_schedule(rate, requests_each, arrivals, random.Random(i))):
             late = start + due - time.perf_counter()
@@ -331,6 +340,8 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
     pool = [threading.Thread(target=client, args=(i,)) for i in clients]
     for thread in pool:
         thread.start()
+    if ready is not None:
+        ready()
     for thread in pool:
         thread.join()
 
@@ -340,11 +351,12 @@ def run_clients(base: str, tokens: list[str], clients: list[int], requests_each:
 
 
 def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval: float, long_poll: bool, duration,
-                   stop, out) -> None:
+                   ready, go, stop, out) -> None:
     stats: dict[str, list] = defaultdict(list)
     local_stop = threading.Event()
     fake = [FakeNode(name, token, gpus, interval) for name, token in nodes]
-    pool = run_nodes(fake, base, long_poll, duration, local_stop, stats)
+    pool = run_nodes(fake, base, long_poll, duration, local_stop, stats, go=go)
+    ready.put("nodes")
     stop.wait()
     local_stop.set()
     for node in fake:
@@ -358,53 +370,65 @@ def _nodes_process(nodes: list[tuple[str, str]], base: str, gpus: int, interval:
 
 
 def _clients_process(base: str, tokens: list[str], clients: list[int], requests_each: int, rate: float,
-                     arrivals: str, go, out) -> None:
+                     arrivals: str, ready, go, out) -> None:
     stats: dict[str, list] = defaultdict(list)
-    go.wait()
-    started = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
-    run_clients(base, tokens, clients, requests_each, stats, rate, arrivals)
+    started = []
+
+    def set_off() -> None:  # the threads are started: tell the parent, and time the run from its signal
+        ready.put("clients")
+        go.wait()
+        started.append(time.monotonic())  # CLOCK_MONOTONIC: one clock for every process of the machine
+
+    run_clients(base, tokens, clients, requests_each, stats, rate, arrivals, ready=set_off, go=go)
     stats["loadgen_cpu_s"].append(time.process_time())
-    out.put({**stats, "span": [started, time.monotonic()]})
+    out.put({**stats, "span": [started[0], time.monotonic()]})
 
 
 class Traffic:
     """Fake nodes over ``node_procs`` processes (a thread per node, and one more per node for the long-poll)
-    and API clients over ``client_procs`` processes."""
+    and API clients over ``client_procs`` processes. ``prepare`` starts them all and waits until each has
+    started its threads, which then wait (a new interpreter's imports and a thousand threads' start are the load
+    generator's own cost, not the portal's: they took a core from the servers in the run's first seconds);
+    ``go`` lets them send, nodes and clients at one instant."""
 
     def __init__(self, base: str, args, node_base: str | None = None):
         self.base, self.args = base, args
         self.node_base = node_base or base
         self.ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no Django, no open connections
         self.stop_nodes = self.ctx.Event()
+        self.started = self.ctx.Event()
+        self.ready = self.ctx.Queue()
         self.out = self.ctx.Queue()
         self.node_procs: list = []
+        self.client_procs: list = []
 
-    def start_nodes(self, nodes: list[tuple[str, str]]) -> None:
+    def prepare(self, nodes: list[tuple[str, str]], tokens: list[str], timeout_s: float = 120.0) -> None:
+        """Start every node and client process; return once each is ready to send."""
         a = self.args
         for p in range(min(a.node_procs, len(nodes)) if nodes else 0):
-            proc = self.ctx.Process(target=_nodes_process, daemon=True, args=(
+            self.node_procs.append(self.ctx.Process(target=_nodes_process, daemon=True, args=(
                 nodes[p::a.node_procs], self.node_base, a.gpus_per_node, a.interval, a.long_poll,
-                tuple(a.job_seconds), self.stop_nodes, self.out))
-            proc.start()
-            self.node_procs.append(proc)
-
-    def run_clients(self, tokens: list[str], stats: dict) -> float:
-        """Every client's requests, all clients at once; returns the seconds from the first to the last."""
-        a = self.args
-        go = self.ctx.Event()
-        procs = [self.ctx.Process(target=_clients_process, daemon=True, args=(
-            self.base, tokens, list(range(p, a.clients, a.client_procs)), a.requests, a.client_rate, a.arrivals, go,
-            self.out))
+                tuple(a.job_seconds), self.ready, self.started, self.stop_nodes, self.out)))
+        self.client_procs = [self.ctx.Process(target=_clients_process, daemon=True, args=(
+            self.base, tokens, list(range(p, a.clients, a.client_procs)), a.requests, a.client_rate, a.arrivals,
+            self.ready, self.started, self.out))
             for p in range(min(a.client_procs, a.clients))]
-        for proc in procs:
+        for proc in self.node_procs + self.client_procs:
             proc.start()
-        go.set()
+        for _proc in self.node_procs + self.client_procs:
+            self.ready.get(timeout=timeout_s)
+
+    def go(self) -> None:
+        self.started.set()
+
+    def run_clients(self, stats: dict) -> float:
+        """Wait for every client's requests; returns the seconds from the first to the last."""
         spans = []
-        for _proc in procs:
+        for _proc in self.client_procs:
             part = self.out.get()
             spans.append(part.pop("span"))
             _merge(stats, part)
-        for proc in procs:
+        for proc in self.client_procs:
             proc.join()
         return max(end for _start, end in spans) - min(start for start, _end in spans)
 
