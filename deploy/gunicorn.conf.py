@@ -90,7 +90,9 @@ wsgi_app = "portal.wsgi:application"
 
 def post_worker_init(worker):
     """Import every view (the URLconf pulls in DRF, the schema, the charts) before the worker takes its first
-    request: otherwise the first requests to each fresh worker wait a second or more for those imports.
+    request: otherwise the first requests to each fresh worker wait a second or more for those imports. Under
+    ASGI, also start up to ``ROTA_WEB_WARM_THREADS`` (default 4) threads of each lane this role serves, each with
+    its database connection open (``portal/asgi.py`` ``warm``, ``portal/priority.py`` ``Lane.warm``).
 
     Then set what was imported aside from the garbage collector (``gc.freeze``): a full collection no longer
     walks the ~100 MiB of modules a worker holds, and young collections come every 20,000 allocations, not 700.
@@ -102,6 +104,9 @@ def post_worker_init(worker):
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - the import is the point
+    asgi = sys.modules.get("portal.asgi")  # served over ASGI (gunicorn_asgi.conf.py): its lanes' threads
+    if asgi is not None:
+        asgi.warm(ROLE)
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)

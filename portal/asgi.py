@@ -25,6 +25,7 @@ wsgi_app = get_wsgi_application()  # sets Django up before the imports below
 from django.conf import settings  # noqa: E402
 
 from portal import longpoll, priority  # noqa: E402
+from portal.env import env_int  # noqa: E402
 from scheduler import notebook_proxy  # noqa: E402
 
 if settings.DEBUG and "django.contrib.staticfiles" in settings.INSTALLED_APPS:  # as runserver serves them
@@ -36,6 +37,16 @@ lanes = priority.lanes()
 pool = lanes[priority.INTERACTIVE].executor
 notebook_proxy.executor = pool  # its session and access checks use the interactive threads and connections
 BODY_IN_MEMORY = 1024 * 1024  # a larger request body is spooled to a temporary file
+
+
+def warm(role: str) -> None:
+    """Start up to ``ROTA_WEB_WARM_THREADS`` (default 4) threads of each lane a server of ``role`` serves, each
+    connected to the database, before the worker takes its first request (``deploy/gunicorn.conf.py``'s
+    ``post_worker_init``); the lane starts the rest as its load needs them. Bounded so that a many-core machine's
+    workers do not take PostgreSQL's connections from its Celery workers at once."""
+    threads = env_int("ROTA_WEB_WARM_THREADS", 4, minimum=0, maximum=1024)
+    for name in priority.ROLE_LANES[role]:
+        lanes[name].warm(threads)
 
 
 async def application(scope, receive, send):

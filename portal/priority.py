@@ -45,15 +45,23 @@ that load) still fitted the 10 s; fewer threads clear fewer, and queue fewer."""
 
 import asyncio
 import json
+import logging
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from django.db import connection
 from django.urls import Resolver404, resolve
 
 from portal.env import env_int
 
+log = logging.getLogger(__name__)
 INTERACTIVE, NODE, BULK = "interactive", "node", "bulk"
+# The lanes a server of each role (ROTA_WEB_ROLE, deploy/gunicorn.conf.py) mostly serves, whose threads its workers
+# start warm (``Lane.warm``): users' server its interactive lane, the nodes' their node and bulk lanes, the
+# node-control server its interactive lane (the heartbeats).
+ROLE_LANES = {"web": (INTERACTIVE,), "nodes": (NODE, BULK), "control": (INTERACTIVE,)}
 BULK_ROUTES = frozenset({"node-job-events", "node-job-event", "node-job-log", "node-slurm-accounting"})
 NODE_ROUTES = frozenset({"node-register", "node-wait"})
 NODE_PREFIX = "/api/v1/node/"  # every bulk and node route is under it: other paths are not resolved here
@@ -116,6 +124,31 @@ class Lane:
         finally:
             self._slots.release()
             self.request_s += (loop.time() - began - self.request_s) / 16
+
+    def warm(self, threads: int | None = None, timeout_s: float = 10.0) -> None:
+        """Start ``threads`` of this lane's threads now (all of them by default), each with its database
+        connection open: otherwise the first
+        requests a fresh worker takes at once (a restart, a recycle under load) each wait while their thread
+        connects, and PostgreSQL starts a backend for it, on cores the load already has busy: at the full size
+        on 2 cores the first second's users' requests took up to 1 s, and set users' p99 for the whole run
+        (bench/README.md, "Workers that start warm, and a fleet that registers at once"). Best effort: a
+        database that cannot be reached is logged, and each thread connects at its first request as before."""
+        count = self.threads if threads is None else max(0, min(threads, self.threads))
+        if not count:
+            return
+        gate = threading.Barrier(count, timeout=timeout_s)
+
+        def connect() -> None:
+            gate.wait()  # each call holds its thread until all are running: one call per thread
+            connection.ensure_connection()
+
+        calls = [self.executor.submit(connect) for _ in range(count)]
+        for call in calls:
+            try:
+                call.result(timeout=timeout_s * 2)
+            except Exception as exc:  # noqa: BLE001 - warming is best effort: the first request connects
+                log.warning("lane %s: a thread did not connect ahead of its first request: %s", self.name, exc)
+                return
 
     def refuse(self) -> None:
         """Give a refused request a turn to come back at: once the queue ahead of it clears and after every

@@ -6,6 +6,9 @@ applied once the lane is free; past the bulk queue's bound (``ROTA_WEB_BULK_QUEU
 once with ``Retry-After``."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -241,3 +244,41 @@ def test_past_the_bulk_queues_bound_a_report_is_answered_429_with_retry_after_an
     assert [each.status_code for each in answers] == [200] * 3
     assert [each.json()["results"][0]["state"] for each in answers] == [JobState.RUNNING] * 3
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def _in_every_thread(lane: priority.Lane, call: Callable[[], object]) -> list[object]:
+    """``call()`` once in each of the lane's threads (each call holds its thread until all have started)."""
+    gate = threading.Barrier(lane.threads, timeout=10)
+
+    def held() -> object:
+        gate.wait()
+        return call()
+
+    return [future.result(timeout=20) for future in [lane.executor.submit(held) for _ in range(lane.threads)]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_warmed_lane_has_every_thread_started_with_its_database_connection_open():
+    lane = priority.Lane("warm", 3)
+    try:
+        assert len(lane.executor._threads) == 0  # a pool starts its threads only as requests come
+        lane.warm()
+        assert len(lane.executor._threads) == 3
+        seen = _in_every_thread(lane, lambda: (threading.get_ident(), connection.connection is not None))
+        assert len({ident for ident, _open in seen}) == 3 and all(opened for _ident, opened in seen)
+        assert len(lane.executor._threads) == 3  # the checks ran in the warmed threads, none was added
+    finally:
+        _in_every_thread(lane, lambda: connection.close())
+        lane.executor.shutdown()
+
+
+def test_a_lane_that_cannot_reach_the_database_still_starts_and_says_why():
+    """Warming is best effort: a worker whose database is down at its start boots, logs it, and each thread
+    connects at its first request, as it did before."""
+    script = ("import django, logging; django.setup(); logging.basicConfig(); from portal import priority; "
+              "priority.Lane('warm', 2).warm(timeout_s=2); print('booted')")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings",
+           "DATABASE_URL": "postgres://postgres@127.0.0.1:9/rota"}  # the discard port: nothing listens
+    ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "booted" in ran.stdout, ran.stderr
+    assert "lane warm: a thread did not connect ahead of its first request" in ran.stderr
