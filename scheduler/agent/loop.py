@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -106,6 +107,8 @@ class Agent:
         self.portal_lost = False
         self.shutting_down = False
         self._next_heartbeat = 0.0
+        self._spread_next_beat = False  # set by a register: the beat after the next comes at a random phase
+        self.phase = random.random  # where in its interval that beat comes, a fraction in [0, 1)
         self._next_sample = 0.0  # GPUs are sampled once an interval, not at every heartbeat news brings
         self._next_register = 0.0
         self._register_backoff = 1.0
@@ -155,6 +158,7 @@ class Agent:
         self.node = str(answer.get("node") or self.node)
         self._follow_cadence(answer)
         self.registered, self._register_backoff = True, 1.0
+        self._spread_next_beat = True
         self._as_of = None  # a new sequence of answers (the portal's clock may have moved back since)
         self._contact()
         self._save_state()
@@ -176,6 +180,19 @@ class Agent:
             self._save_state()
         if self._next_heartbeat > self._clock() + self.interval_s:  # shorter: no need to wait out the old one
             self._next_heartbeat = self._clock() + self.interval_s
+
+    def _until_next_beat(self) -> float:
+        """Seconds from this heartbeat to the next: the interval, but after the first heartbeat since a
+        register a random part of it. Nodes that registered together (a portal restarted, a network healed, a
+        fleet booted) would otherwise heartbeat together at every interval, in a herd the portal's heartbeat
+        budget (``scheduler/services/node_cadence.py``) does not allow for: at the full size 260 of 500 in
+        3 s, the portal's heartbeat p99 0.3-0.5 s (bench/README.md, "Workers that start warm, and a fleet that
+        registers at once"). From the second beat on they are spread across the interval. A shorter gap, never
+        a longer one: the node's deadline is kept."""
+        if self._spread_next_beat:
+            self._spread_next_beat = False
+            return self.interval_s * self.phase()
+        return self.interval_s
 
     def _contact(self) -> None:
         self.last_contact = self._clock()
@@ -346,7 +363,7 @@ class Agent:
         if not self.registered and now >= self._next_register:
             self.register()
         if self.registered and now >= self._next_heartbeat:
-            self._next_heartbeat = now + self.interval_s
+            self._next_heartbeat = now + self._until_next_beat()
             beat = self.heartbeat()
             if beat:
                 self.ship_logs()
