@@ -272,6 +272,19 @@ def test_a_warmed_lane_has_every_thread_started_with_its_database_connection_ope
         lane.executor.shutdown()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_lane_warms_as_many_threads_as_asked_and_starts_the_rest_as_its_load_needs_them():
+    lane = priority.Lane("warm", 3)
+    try:
+        lane.warm(2)
+        assert len(lane.executor._threads) == 2
+        lane.warm(0)
+        assert len(lane.executor._threads) == 2
+    finally:
+        _in_every_thread(lane, lambda: connection.close())
+        lane.executor.shutdown()
+
+
 def test_a_lane_that_cannot_reach_the_database_still_starts_and_says_why():
     """Warming is best effort: a worker whose database is down at its start boots, logs it, and each thread
     connects at its first request, as it did before."""
