@@ -18,6 +18,13 @@ def _assignment(job_id: int, command: str = "sleep 30") -> dict:
             "kind": "training"}
 
 
+def _beating_every_interval(agent):
+    """The beat after the first a whole interval later, not at a random part of it (scheduler/agent/loop.py):
+    a heartbeat counted here then comes only from the news."""
+    agent.phase = lambda: 1.0
+    return agent
+
+
 def _ready(portal: StandInPortal) -> int:
     """Heartbeats so far, once the agent heartbeats and its long-poll is held (its first one answered)."""
     wait_until(lambda: portal.heartbeats)
@@ -27,7 +34,7 @@ def _ready(portal: StandInPortal) -> int:
 def test_assignments_the_long_poll_brings_start_at_once_without_a_heartbeat(portal: StandInPortal,
                                                                             make_agent: MakeAgent) -> None:
     portal.interval_s = 5.0  # a heartbeat only every 5 s: what starts sooner came with the news
-    with running(make_agent()):
+    with running(_beating_every_interval(make_agent())):
         beats = _ready(portal)
         portal.assign(1, "sleep 30")
         portal.notify()
@@ -38,7 +45,7 @@ def test_assignments_the_long_poll_brings_start_at_once_without_a_heartbeat(port
 def test_news_without_assignments_brings_the_heartbeat_forward(portal: StandInPortal,
                                                                make_agent: MakeAgent) -> None:
     portal.interval_s, portal.deliver = 5.0, False  # a portal that answers news alone
-    with running(make_agent()):
+    with running(_beating_every_interval(make_agent())):
         beats = _ready(portal)
         portal.assign(1, "sleep 30")
         portal.notify()

@@ -39,23 +39,30 @@ def _reached(job_id, state):
     return JobTransition.objects.filter(job_id=job_id, to_state=state).values_list("at", flat=True).first()
 
 
+def _beats(node) -> int:
+    return Node.objects.filter(pk=node.pk).values_list("heartbeat_seq", flat=True).get()
+
+
 def test_an_idle_node_runs_a_submitted_job_long_before_its_next_heartbeat(
     alice, cluster, celery_worker, start_agent, slow_heartbeats
 ):
     node = cluster["nodes"][0]
     start_agent(node)
-    wait_for(lambda: Node.objects.get(pk=node.pk).heartbeat_seq >= 1, what="the agent to register and heartbeat")
-    beats, first_beat = Node.objects.filter(pk=node.pk).values_list("heartbeat_seq", "last_heartbeat_at").get()
+    wait_for(lambda: _beats(node) >= 1, what="the agent to register and heartbeat")
     client = APIClient()
     client.force_authenticate(alice)
+    beaten = 0  # the jobs during whose submit -> end a heartbeat came
     for n in range(3):
+        beats = _beats(node)
         job_id = client.post("/api/v1/jobs/", {"name": f"quick-{n}", "gpu_model": "h100-80gb", "command": "true"},
                              format="json").json()["id"]
         wait_for(lambda job_id=job_id: _state(job_id) == "succeeded", timeout=HEARTBEAT_S, what="the job to succeed")
+        beaten += _beats(node) != beats
         submitted, running = _reached(job_id, "pending"), _reached(job_id, "running")
         assert (running - submitted).total_seconds() < LONG_BEFORE_S, f"job {n}: {running - submitted} to running"
-    if (db_now() - first_beat).total_seconds() < HEARTBEAT_S - 5:  # no heartbeat was due at its interval yet
-        assert Node.objects.get(pk=node.pk).heartbeat_seq == beats, "a heartbeat brought the starts, not the news"
+    # Heartbeat-paced starts would each have waited for a heartbeat. The agent's beat after the first comes at a
+    # random part of the interval (scheduler/agent/loop.py), so one job's second or so may happen to hold it.
+    assert beaten <= 1, "heartbeats brought the starts, not the news"
 
 
 def test_a_cancel_reaches_the_node_long_before_its_next_heartbeat(
