@@ -91,8 +91,8 @@ wsgi_app = "portal.wsgi:application"
 def post_worker_init(worker):
     """Import every view (the URLconf pulls in DRF, the schema, the charts) before the worker takes its first
     request: otherwise the first requests to each fresh worker wait a second or more for those imports. Under
-    ASGI, also start up to ``ROTA_WEB_WARM_THREADS`` (default 4) threads of each lane this role serves, each with
-    its database connection open (``portal/asgi.py`` ``warm``, ``portal/priority.py`` ``Lane.warm``).
+    ASGI, also start the threads of each lane this role serves (at most ``ROTA_WEB_WARM_THREADS`` a lane where
+    set), each with its database connection open (``portal/asgi.py`` ``warm``, ``portal/priority.py``).
 
     Then set what was imported aside from the garbage collector (``gc.freeze``): a full collection no longer
     walks the ~100 MiB of modules a worker holds, and young collections come every 20,000 allocations, not 700.

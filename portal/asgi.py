@@ -40,11 +40,12 @@ BODY_IN_MEMORY = 1024 * 1024  # a larger request body is spooled to a temporary 
 
 
 def warm(role: str) -> None:
-    """Start up to ``ROTA_WEB_WARM_THREADS`` (default 4) threads of each lane a server of ``role`` serves, each
-    connected to the database, before the worker takes its first request (``deploy/gunicorn.conf.py``'s
-    ``post_worker_init``); the lane starts the rest as its load needs them. Bounded so that a many-core machine's
-    workers do not take PostgreSQL's connections from its Celery workers at once."""
-    threads = env_int("ROTA_WEB_WARM_THREADS", 4, minimum=0, maximum=1024)
+    """Start the threads of each lane a server of ``role`` serves (at most ``ROTA_WEB_WARM_THREADS`` a lane where
+    set), each connected to the database, before the worker takes its first request (``deploy/gunicorn.conf.py``'s
+    ``post_worker_init``). The connections are those the lanes open under load anyway, so PostgreSQL's
+    ``max_connections`` must already hold them (with the Celery workers'); they are only opened first."""
+    raw = os.environ.get("ROTA_WEB_WARM_THREADS", "").strip()
+    threads = env_int("ROTA_WEB_WARM_THREADS", 0, minimum=0, maximum=1024) if raw else None
     for name in priority.ROLE_LANES[role]:
         lanes[name].warm(threads)
 

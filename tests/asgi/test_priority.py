@@ -295,3 +295,23 @@ def test_a_lane_that_cannot_reach_the_database_still_starts_and_says_why():
     ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and "booted" in ran.stdout, ran.stderr
     assert "lane warm: a thread did not connect ahead of its first request" in ran.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("setting", "warmed"), [(None, 3), ("1", 1), ("0", 0)])
+def test_a_worker_warms_every_thread_of_its_roles_lanes_unless_told_fewer(monkeypatch, setting, warmed):
+    from portal import asgi
+
+    lane = priority.Lane("warm", 3)
+    monkeypatch.setattr(asgi, "lanes", {**asgi.lanes, priority.INTERACTIVE: lane})
+    if setting is None:
+        monkeypatch.delenv("ROTA_WEB_WARM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("ROTA_WEB_WARM_THREADS", setting)
+    try:
+        asgi.warm("control")
+        assert len(lane.executor._threads) == warmed
+    finally:
+        if warmed:
+            _in_every_thread(lane, lambda: connection.close())
+        lane.executor.shutdown()
