@@ -44,8 +44,7 @@ def warm(role: str) -> None:
     set), each connected to the database, before the worker takes its first request (``deploy/gunicorn.conf.py``'s
     ``post_worker_init``). The connections are those the lanes open under load anyway, so PostgreSQL's
     ``max_connections`` must already hold them (with the Celery workers'); they are only opened first."""
-    raw = os.environ.get("ROTA_WEB_WARM_THREADS", "").strip()
-    threads = env_int("ROTA_WEB_WARM_THREADS", 0, minimum=0, maximum=1024) if raw else None
+    threads = env_int("ROTA_WEB_WARM_THREADS", 1024, minimum=0, maximum=1024)  # a lane warms at most its own
     for name in priority.ROLE_LANES[role]:
         lanes[name].warm(threads)
 

@@ -126,13 +126,13 @@ class Lane:
             self.request_s += (loop.time() - began - self.request_s) / 16
 
     def warm(self, threads: int | None = None, timeout_s: float = 10.0) -> None:
-        """Start ``threads`` of this lane's threads now (all of them by default), each with its database
-        connection open: otherwise the first
-        requests a fresh worker takes at once (a restart, a recycle under load) each wait while their thread
-        connects, and PostgreSQL starts a backend for it, on cores the load already has busy: at the full size
-        on 2 cores the first second's users' requests took up to 1 s, and set users' p99 for the whole run
-        (bench/README.md, "Workers that start warm, and a fleet that registers at once"). Best effort: a
-        database that cannot be reached is logged, and each thread connects at its first request as before."""
+        """Start ``threads`` of this lane's threads now (all of them by default, never more than it has), each
+        with its database connection open: otherwise the first requests a fresh worker takes at once (a restart,
+        a recycle under load) each wait while their thread connects, and PostgreSQL starts a backend for it, on
+        cores the load already has busy: at the full size on 2 cores the first second's users' requests took up
+        to 1 s, and set users' p99 for the whole run (bench/README.md, "Workers that start warm, and a fleet that
+        registers at once"). Best effort: a database that cannot be reached is logged, and each thread connects
+        at its first request as before."""
         count = self.threads if threads is None else max(0, min(threads, self.threads))
         if not count:
             return
