@@ -101,6 +101,7 @@ if DB_VENDOR == "sqlite":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 if DB_VENDOR == "postgresql":
+    DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with a health check without a round trip
     DATABASES["default"]["TEST"] = {"NAME": env_str("ROTA_TEST_DATABASE", "test_rota")}
     # No JIT for the portal's sessions: its queries are short, and on the accounting reports (correlated
     # subqueries per ledger row) JIT compilation took 9 of 10 seconds. Set in the connection's startup options;
