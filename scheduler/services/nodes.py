@@ -72,7 +72,8 @@ def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]
     """Write the matched rows in place. (node, index) is unique after every statement, so rows whose index
     changes wait at parked indexes first; a gone GPU whose index is taken moves past the reportable ones.
     A row already as it would be written (the usual register: an agent restarting on the same host) is not
-    written, and each reported model is looked up once (``_model_for``)."""
+    written, each reported model is looked up once (``_model_for``), and the new devices are inserted together,
+    last: a fleet registering for the first time writes each node's GPUs in one statement, not one each."""
     taken = {item["index"] for item, _ in pairs}
     target = {gpu.pk: item["index"] for item, gpu in pairs if gpu is not None}
     kept = {gpu.index for gpu in gone}
@@ -83,11 +84,11 @@ def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]
     for position, gpu in enumerate(moving):
         Gpu.objects.filter(pk=gpu.pk).update(index=_PARKED_INDEX - position)
     models: dict[str, GpuModel] = {}
+    new: list[Gpu] = []
     for item, gpu in pairs:
         model = _model_for(item["model"], item["memory_mb"], models)
         if gpu is None:
-            Gpu.objects.create(node=node, index=item["index"], uuid=item["uuid"], model=model,
-                               memory_mb=item["memory_mb"])
+            new.append(Gpu(node=node, index=item["index"], uuid=item["uuid"], model=model, memory_mb=item["memory_mb"]))
         elif (gpu.index, gpu.uuid, gpu.model_id, gpu.memory_mb, gpu.present) != (
                 item["index"], item["uuid"], model.pk, item["memory_mb"], True):  # a moved row always differs
             Gpu.objects.filter(pk=gpu.pk).update(index=item["index"], uuid=item["uuid"], model=model,
@@ -95,6 +96,7 @@ def _save_gpus(node: Node, pairs: list[tuple[dict, Gpu | None]], gone: list[Gpu]
     for gpu in gone:
         if (gpu.index, gpu.present) != (target[gpu.pk], False):
             Gpu.objects.filter(pk=gpu.pk).update(index=target[gpu.pk], present=False)
+    Gpu.objects.bulk_create(new)  # a new node's GPUs in one INSERT (their indexes are free: see above)
 
 
 def isolation_refusal(node: Node, executor: dict) -> NodeProtocolError | None:

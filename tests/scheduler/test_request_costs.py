@@ -231,6 +231,21 @@ def test_a_node_registering_again_unchanged_costs_a_fixed_few_queries_and_writes
         (i, f"GPU-r8-{i}", "h100-80gb", 81559, True) for i in range(8)]
 
 
+def test_a_first_register_inserts_the_nodes_gpus_in_one_statement(cluster, node_client):
+    """A fleet registering for the first time (a new site, a load test): each node's eight GPUs are written by one
+    INSERT, not eight round trips, each waited for while the fleet's other registers queue."""
+    from scheduler.models import Gpu
+
+    node = NodeFactory(name="node-r8", pool=cluster["pool"])
+    client = node_client(node)
+    queries = _queries(lambda: client.post("/api/v1/node/register/", _register_report(EIGHT_H100), format="json"))
+    inserts = [q for q in queries if q.startswith('INSERT INTO "scheduler_gpu"')]
+    assert len(inserts) == 1 and inserts[0].count("GPU-r8-") == 8, queries
+    gpus = Gpu.objects.filter(node=node).order_by("index")
+    assert [(g.index, g.uuid, g.model.name, g.memory_mb, g.present) for g in gpus] == [
+        (i, f"GPU-r8-{i}", "h100-80gb", 81559, True) for i in range(8)]
+
+
 def test_a_register_that_changes_a_gpu_still_writes_it_and_creates_a_new_model_once(cluster, node_client):
     """Only the GPUs that changed are written: one whose memory differs, and three now of a model never seen,
     which is created once for the three and read once."""
