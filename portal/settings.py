@@ -172,6 +172,9 @@ ROTA_NOTIFY_BACKOFF_S = env_int("ROTA_NOTIFY_BACKOFF_S", 30, minimum=0, maximum=
 ROTA_WEBHOOK_TIMEOUT_S = env_int("ROTA_WEBHOOK_TIMEOUT_S", 10, minimum=1, maximum=60)
 ROTA_WEBHOOK_ALLOW_PRIVATE = env_bool("ROTA_WEBHOOK_ALLOW_PRIVATE", False)
 ROTA_PLATFORM_RETRIES = env_int("ROTA_PLATFORM_RETRIES", 3, minimum=0, maximum=100)
+# A node's calls (heartbeats, long-polls, job events, logs) a minute (portal.throttle.NodeThrottle): an 8-GPU node
+# turning over trivial jobs makes about four per job, so 600/min held a node to ~3 jobs/s; the bound is against a
+# node gone wild.
 ROTA_NODE_REQUESTS_PER_MIN = env_int("ROTA_NODE_REQUESTS_PER_MIN", 12_000, minimum=60)
 # Node long-polls (POST /api/v1/node/wait/) one web process holds at once; past it a node polls at its interval.
 # In web threads (gthread, runserver) each held one takes a thread; on the ASGI server's event loop (make serve,
@@ -267,9 +270,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
-    # A node's calls (heartbeats, long-polls, job events, logs): an 8-GPU node turning over trivial jobs makes
-    # about four per job, so 600/min held a node to ~3 jobs/s; the limit is against a node gone wild.
-    "DEFAULT_THROTTLE_RATES": {"node": f"{ROTA_NODE_REQUESTS_PER_MIN}/min", "quote": "60/min"},
+    # A node's calls are bounded by portal.throttle.NodeThrottle (ROTA_NODE_REQUESTS_PER_MIN), not a rate here.
+    "DEFAULT_THROTTLE_RATES": {"quote": "60/min"},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rota API",

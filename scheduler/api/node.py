@@ -16,11 +16,11 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed, ValidationError
 from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal.api import SharedFields
 from portal.dbrows import CompiledQuery, ModelRows
+from portal.throttle import NodeThrottle
 from scheduler import wake
 from scheduler.agent.gpu.models import model_slug
 from scheduler.api.plain import plain_validated
@@ -280,8 +280,7 @@ class WaitSerializer(SharedFields, serializers.Serializer):
 class NodeAPIView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNode]
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "node"
+    throttle_classes = [NodeThrottle]
     input_serializer: type[serializers.Serializer]
 
     def parsed(self, request) -> dict:
