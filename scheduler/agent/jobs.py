@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 RUNNING = "running"
@@ -205,8 +205,8 @@ class JobRecord:
         return job_key(self.job_id, self.attempt)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON for the state file."""
-        return asdict(self)
+        """Plain JSON for the state file: its fields are plain values (``asdict`` deep-copied each one)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
@@ -237,6 +237,10 @@ class JobEvent:
     reason: str = ""  # "OOMKilled", "ImagePullFailed", "Unhealthy" or ""
     address: str = ""  # started: host:port the portal reaches the job's service on ("" when none)
     health: str = ""  # started: "starting" when the agent probes the service's health ("" when it does not)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for the state file (``JobEvent(**it)`` again)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""

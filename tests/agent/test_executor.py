@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.agent import procs
 from scheduler.agent.executors import Executor, ProcessExecutor
+from scheduler.agent.executors.base import FINISHED_KEPT
 from scheduler.agent.jobs import Assignment, JobEvent
 from tests.agent.conftest import wait_until
 
@@ -178,6 +179,30 @@ def test_an_unacknowledged_end_event_is_resent_after_a_restart(executor: Executo
     assert again == ended
     executor.acknowledge(ended)
     assert ProcessExecutor(executor.work_dir).adopt() == []
+
+
+def test_every_attempt_that_ends_is_in_the_state_file_at_once_and_never_started_again_after_a_restart(
+        executor: Executor) -> None:
+    """The ended attempts' JSON is kept from one save to the next (most of the file): each end writes it anew,
+    however many saves came between, and a restarted agent refuses every one of them."""
+    for job_id in (1, 2):
+        executor.start(assignment(job_id, "true"))
+        run_until_ended(executor)
+        executor.save()  # a save with nothing ended in between
+        assert f"{job_id}:1" in json.loads(executor.state_path.read_text())["finished"]
+    executor.never_started(assignment(3, "true"))
+    executor.start_failed(assignment(4, "true"), "no such image")
+    successor = ProcessExecutor(executor.work_dir)
+    successor.adopt()
+    assert all(successor.has_run(job_id, 1) for job_id in (1, 2, 3, 4)) and not successor.has_run(5, 1)
+
+
+def test_the_state_file_keeps_the_latest_ended_attempts_up_to_its_bound(executor: Executor) -> None:
+    kept = FINISHED_KEPT * 11 // 10
+    for job_id in range(1, kept + 2):  # one past the bound: the oldest are dropped, FINISHED_KEPT stay
+        executor.never_started(assignment(job_id, "true"))
+    finished = json.loads(executor.state_path.read_text())["finished"]
+    assert len(finished) == FINISHED_KEPT and f"{kept + 1}:1" in finished and "1:1" not in finished
 
 
 def test_the_shim_is_a_fork_of_the_agent_that_keeps_none_of_its_descriptors(executor: Executor) -> None:
