@@ -106,8 +106,9 @@ class Executor:
         """Write the records atomically (called after every change; compact: a busy node writes it often,
         three or four times a job). The attempts that ended here are most of it (up to ``FINISHED_KEPT`` and a
         tenth, the oldest dropped then) and change only when one ends (``_ended_here``): their JSON is kept
-        from one save to the next until then. Written anew each time, they were half of a save's ~1 ms, the
-        agent's largest cost a job when trivial jobs turn over."""
+        from one save to the next until then. With them written anew and each record and event deep-copied
+        (``dataclasses.asdict``), a save took ~1 ms of CPU (0.4 now: bench/README.md, "The register storm
+        profiled"), the agent's largest cost a job when trivial jobs turn over."""
         if len(self.finished) > FINISHED_KEPT * 11 // 10:
             self.finished = dict(sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:])
             self._finished_json = None
