@@ -162,6 +162,12 @@ class Assignment:
         )
 
 
+def _plain_fields(record) -> dict[str, Any]:
+    """A dataclass of plain values (numbers, strings, lists of strings) as a dict of its fields, for the state
+    file: the values themselves, not ``dataclasses.asdict``'s deep copies (a save serialises them at once)."""
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
 def job_key(job_id: int, attempt: int) -> str:
     """The agent's name for one attempt of a job."""
     return f"{job_id}:{attempt}"
@@ -205,8 +211,8 @@ class JobRecord:
         return job_key(self.job_id, self.attempt)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON for the state file: its fields are plain values (``asdict`` deep-copied each one)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """Plain JSON for the state file."""
+        return _plain_fields(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
@@ -240,7 +246,7 @@ class JobEvent:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for the state file (``JobEvent(**it)`` again)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return _plain_fields(self)
 
     def body(self) -> dict[str, Any]:
         """The protocol body (the message cut to the portal's 500 characters)."""
