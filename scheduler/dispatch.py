@@ -143,7 +143,7 @@ def _store_pending(infos: tuple[PendingInfo, ...], now: datetime) -> int:
     how many still wait. A held job keeps its message while it stays held: it names who held it, and why.
 
     On PostgreSQL this is one statement with the values as arrays, sent in binary (Django's bulk_update
-    builds a CASE WHEN per row, and its client-side parameter quoting costs ~50 us per array element). Rows
+    builds a CASE WHEN per row, and client-side parameter quoting cost ~50 us per array element). Rows
     already holding those values (positions and estimates within their slack, above) are left alone: in a
     queue most are, and each rewritten row is a new row version for PostgreSQL to write and vacuum. Details
     compare as jsonb text, so 4 and 4.0 differ."""
@@ -163,8 +163,8 @@ def _store_pending(infos: tuple[PendingInfo, ...], now: datetime) -> int:
                     estimated_start=estimate, **({} if keep else {"pending_reason_message": message}))
         return len(waiting)
     connection.ensure_connection()
-    # A plain psycopg cursor on Django's connection (same transaction; Django's cursors bind on the client),
-    # its errors turned into Django's, never prepared (a pooler in transaction mode would lose the statement).
+    # A plain psycopg cursor on Django's connection (same transaction), its errors turned into Django's, so that
+    # the statement is never prepared: one plan for arrays of any length would be a guess.
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             """

@@ -1,7 +1,10 @@
 """The portal's PostgreSQL backend (``portal/postgres``): a kept connection is checked before a request's first
 query without a round trip, and one the server ended is still found, and replaced."""
 
+import os
 import select
+import subprocess
+import sys
 
 import pytest
 from django.db import connection, connections
@@ -69,3 +72,45 @@ def test_a_live_connection_with_something_to_read_is_asked_and_kept(kept):
     _until_readable(kept)
     assert kept.is_usable()
     assert _last_query(kept) == "SELECT 1"
+
+
+def _named_tenant_query(wrapper):
+    from portal.models import Team
+    with wrapper.cursor() as cursor:  # the ORM's compiled SQL, run on ``wrapper`` as a request would
+        sql, params = Team.objects.filter(name="rota-binding-test").values_list("id").query.sql_with_params()
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def test_parameters_are_bound_by_the_server(kept):
+    """PostgreSQL sees the statement with its placeholders, not with the values spliced into its text."""
+    _named_tenant_query(kept)
+    assert "$1" in _last_query(kept) and "rota-binding-test" not in _last_query(kept)
+
+
+def test_a_statement_run_often_is_prepared_once_on_its_connection(kept):
+    threshold = kept.settings_dict["OPTIONS"]["prepare_threshold"]
+    for _ in range(threshold + 1):
+        _named_tenant_query(kept)
+    with kept.cursor() as cursor:  # the session's own view: prepared statements belong to one connection
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert [text for text in prepared if "$1" in text and "portal_team" in text]
+
+
+def test_preparing_can_be_turned_off_for_a_pooler():
+    """Behind PgBouncer before 1.21 (or without ``max_prepared_statements``) a prepared statement would be lost with
+    the server connection it was made on: ``ROTA_DB_PREPARE_THRESHOLD=0`` prepares none; binding stays."""
+    def options(**env):
+        result = subprocess.run(
+            [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                                   "o = settings.DATABASES['default']['OPTIONS']; "
+                                   "print(o['server_side_binding'], o['prepare_threshold'])"],
+            env={**{k: v for k, v in os.environ.items() if k != "ROTA_DB_PREPARE_THRESHOLD"},
+                 "DJANGO_SETTINGS_MODULE": "portal.settings", **env},
+            capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+    assert options() == ["True", "5"]
+    assert options(ROTA_DB_PREPARE_THRESHOLD="0") == ["True", "None"]
+    assert options(ROTA_DB_PREPARE_THRESHOLD="20") == ["True", "20"]
