@@ -114,3 +114,24 @@ def test_preparing_can_be_turned_off_for_a_pooler():
     assert options() == ["True", "5"]
     assert options(ROTA_DB_PREPARE_THRESHOLD="0") == ["True", "None"]
     assert options(ROTA_DB_PREPARE_THRESHOLD="20") == ["True", "20"]
+
+
+def test_a_submits_insert_is_converted_once_for_the_connections_that_run_it(alice, monkeypatch):
+    """A job's INSERT (55 parameters, over psycopg's own 50) keeps its placeholders' conversion from one submit to
+    the next: psycopg takes its uncached path for none of a submit's statements."""
+    from psycopg import _queries
+
+    from scheduler.services.jobs import job_submit
+
+    uncached, convert = [], _queries._query2pg_nocache
+
+    def converted_anew(query, encoding):
+        uncached.append(query)
+        return convert(query, encoding)
+
+    monkeypatch.setattr(_queries, "_query2pg_nocache", converted_anew)
+    hits = _queries._query2pg.cache_info().hits
+    for name in ("first", "second"):
+        job_submit(user=alice, name=name, command="true", gpu_model="h100-80gb")
+    assert not uncached, uncached
+    assert _queries._query2pg.cache_info().hits > hits
