@@ -222,3 +222,24 @@ def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None
     executor.start(assignment(1, "sleep 30"))
     assert [job["job_id"] for job in json.loads(executor.state_path.read_text())["jobs"]] == [1]
     assert os.path.exists(executor.jobs["1:1"].log_path)
+
+
+def test_the_attempts_that_end_in_one_pass_are_saved_together_before_they_are_returned(
+        executor: Executor, monkeypatch) -> None:
+    """One write of the state file for a pass, however many ended in it (a busy node's GPUs turn over
+    together), and every one of them is in the file when the pass returns its events, before any is sent."""
+    for job_id in (1, 2, 3):
+        executor.start(assignment(job_id, "true"))
+    wait_until(lambda: all(procs.child_exited(job.pid) for job in executor.jobs.values()))
+    saves, save = [], executor.save
+
+    def counted() -> None:
+        saves.append(1)
+        save()
+
+    monkeypatch.setattr(executor, "save", counted)
+    ended = executor.poll()
+    assert sorted(event.job_id for event in ended) == [1, 2, 3] and len(saves) == 1
+    state = json.loads(executor.state_path.read_text())
+    assert not state["jobs"] and {"1:1", "2:1", "3:1"} <= state["finished"].keys()
+    assert sorted(event["job_id"] for event in state["unreported"]) == [1, 2, 3]

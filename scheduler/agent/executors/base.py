@@ -273,7 +273,9 @@ class Executor:
     # watching ---------------------------------------------------------------------------------------
 
     def poll(self) -> list[JobEvent]:
-        """Enforce time limits and grace periods; returns the end events of attempts whose group is gone."""
+        """Enforce time limits and grace periods; returns the end events of attempts whose group is gone,
+        saved once for all of them before they are returned (and so before any is reported): a crash before
+        that save finds each of them ended on restart, as if this pass had not run."""
         events = []
         now = self._clock()
         for key, job in list(self.jobs.items()):
@@ -292,6 +294,8 @@ class Executor:
                     job.killed = True
                     self.save()
                 self._deliver(job, signal.SIGKILL)
+        if events:
+            self.save()
         return events
 
     def _leader_alive(self, job: JobRecord) -> bool:
@@ -300,7 +304,7 @@ class Executor:
         return procs.leader_alive(job.pid, job.start_ticks)
 
     def _finish(self, job: JobRecord) -> JobEvent:
-        """Forget an attempt whose group is gone and describe how it ended."""
+        """Forget an attempt whose group is gone and describe how it ended (the caller saves)."""
         shim = self._shims.pop(job.key, None)
         returncode = shim.wait() if shim is not None else None  # reap the shim only now
         exit_code, signum, message, started = shim_outcome(job, returncode)
@@ -330,7 +334,6 @@ class Executor:
             reason=reason or (UNHEALTHY if job.stop_cause == STOP_UNHEALTHY else ""),
         )
         self.unreported[job.key] = event
-        self.save()
         return event
 
     # views ------------------------------------------------------------------------------------------
