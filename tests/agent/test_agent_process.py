@@ -15,6 +15,8 @@ import pytest
 
 from scheduler.agent import procs
 from scheduler.agent.executors import ContainerExecutor
+from scheduler.agent.executors.base import STATE_FILE
+from scheduler.agent.executors.statefile import StateFile
 from tests.agent.conftest import SMALL_NODE, wait_until
 from tests.agent.standin_portal import TOKEN, StandInPortal
 
@@ -46,8 +48,8 @@ def start_agent(tmp_path: Path, portal: StandInPortal) -> Iterator:
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=10)
-    state = tmp_path / "work" / "agent-jobs.json"  # jobs a failed test left: kill exactly those
-    for job in json.loads(state.read_text())["jobs"] if state.exists() else []:
+    state = StateFile(tmp_path / "work", STATE_FILE).read() or {"jobs": []}  # a failed test's jobs: kill
+    for job in state["jobs"]:
         if procs.leader_alive(job["pid"], job["start_ticks"]):
             procs.signal_group(job["pid"], signal.SIGKILL)
 

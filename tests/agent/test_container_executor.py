@@ -95,7 +95,7 @@ def test_a_job_without_an_image_runs_in_the_nodes_default_image_never_on_the_hos
     assert started.message == "no image given: ran in the node's default image localhost/rota/python:3.11"
     [ended] = run_until_ended(container_executor)
     output = Path(ended.log_path).read_text()
-    assert output.split()[0] == "1" and "agent-jobs.json" not in output  # not the host's work dir
+    assert output.split()[0] == "1" and "agent-jobs." not in output  # not the host's work dir
     strict = ContainerExecutor(container_executor.work_dir, default_image=None)
     refused = strict.start(assignment(2, "true", image=None))
     assert refused.type == "start_failed" and "no image" in refused.message

@@ -1,6 +1,5 @@
 """The executor on real processes: exit codes, logs, environment, stops, time limits, adoption."""
 
-import json
 import os
 import socket
 import time
@@ -189,7 +188,7 @@ def test_every_attempt_that_ends_is_in_the_state_file_at_once_and_never_started_
         executor.start(assignment(job_id, "true"))
         run_until_ended(executor)
         executor.save()  # a save with nothing ended in between
-        assert f"{job_id}:1" in json.loads(executor.state_path.read_text())["finished"]
+        assert f"{job_id}:1" in executor.read_state()["finished"]
     executor.never_started(assignment(3, "true"))
     executor.start_failed(assignment(4, "true"), "no such image")
     successor = ProcessExecutor(executor.work_dir)
@@ -201,7 +200,7 @@ def test_the_state_file_keeps_the_latest_ended_attempts_up_to_its_bound(executor
     kept = FINISHED_KEPT * 11 // 10
     for job_id in range(1, kept + 2):  # one past the bound: the oldest are dropped, FINISHED_KEPT stay
         executor.never_started(assignment(job_id, "true"))
-    finished = json.loads(executor.state_path.read_text())["finished"]
+    finished = executor.read_state()["finished"]
     assert len(finished) == FINISHED_KEPT and f"{kept + 1}:1" in finished and "1:1" not in finished
 
 
@@ -220,7 +219,7 @@ def test_the_shim_is_a_fork_of_the_agent_that_keeps_none_of_its_descriptors(exec
 
 def test_the_state_file_is_written_when_a_job_starts(executor: Executor) -> None:
     executor.start(assignment(1, "sleep 30"))
-    assert [job["job_id"] for job in json.loads(executor.state_path.read_text())["jobs"]] == [1]
+    assert [job["job_id"] for job in executor.read_state()["jobs"]] == [1]
     assert os.path.exists(executor.jobs["1:1"].log_path)
 
 
@@ -240,6 +239,6 @@ def test_the_attempts_that_end_in_one_pass_are_saved_together_before_they_are_re
     monkeypatch.setattr(executor, "save", counted)
     ended = executor.poll()
     assert sorted(event.job_id for event in ended) == [1, 2, 3] and len(saves) == 1
-    state = json.loads(executor.state_path.read_text())
+    state = executor.read_state()
     assert not state["jobs"] and {"1:1", "2:1", "3:1"} <= state["finished"].keys()
     assert sorted(event["job_id"] for event in state["unreported"]) == [1, 2, 3]

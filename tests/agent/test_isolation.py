@@ -60,7 +60,8 @@ def test_reading_the_node_token_fails(container_executor, host, tmp_path) -> Non
     token.parent.mkdir()
     token.write_text("rn_node_secret")
     token.chmod(0o600)
-    probe = job(1, f"cat {token} {container_executor.state_path}; ls /run/podman/podman.sock; echo probed")
+    state = " ".join(str(slot) for slot in container_executor.state.slots)
+    probe = job(1, f"cat {token} {state}; ls /run/podman/podman.sock; echo probed")
     _, log = run(container_executor, probe)
     assert "probed" in log and "rn_node_secret" not in log and '"jobs"' not in log
     _, control = run(host, unprotected(probe))

@@ -10,9 +10,9 @@ runs ``podman run`` of the job's image.
 The shim (``shim.py``, a fork of the agent) leads a new session, so the attempt is one process group: an
 attempt ends (and its GPUs may be released) only when no process of its group is left; until then the
 agent does not reap the shim, whose pid keeps the group id from being reused. The records are kept in
-``<work_dir>/agent-jobs.json`` after every change, so an agent killed with SIGKILL adopts its running
-jobs when it comes back, and learns from the shim's status file how the others ended. Starting the shim
-and reading its status file are ``scheduler.agent.executors.launch``.
+``<work_dir>/agent-jobs.0`` and ``.1`` after every change (``statefile.py``), so an agent killed with
+SIGKILL adopts its running jobs when it comes back, and learns from the shim's status file how the others
+ended. Starting the shim and reading its status file are ``scheduler.agent.executors.launch``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from scheduler.agent.executors.launch import (
     shim_spawn,
     visible_devices,
 )
+from scheduler.agent.executors.statefile import StateFile
 from scheduler.agent.gpu.base import utc_now
 from scheduler.agent.jobs import (
     RUNNING,
@@ -56,7 +57,7 @@ from scheduler.agent.shim import Shim
 from scheduler.agent.wire import iso
 
 log = logging.getLogger(__name__)
-STATE_FILE = "agent-jobs.json"
+STATE_FILE = "agent-jobs"  # the slots .0 and .1 (statefile.py); .json before them
 FINISHED_KEPT = 500
 
 
@@ -89,6 +90,7 @@ class Executor:
         self._finished_json: str | None = None  # ``finished`` as the state file holds it (None: to write)
         self.unreported: dict[str, JobEvent] = {}  # end events the portal has not acknowledged yet
         self._shims: dict[str, Shim] = {}  # the shims this agent forked, reaped once their group is gone
+        self.state = StateFile(self.work_dir, STATE_FILE)
         self._boot_id = procs.boot_id()
 
     # persistence ------------------------------------------------------------------------------------
@@ -97,18 +99,17 @@ class Executor:
         """The register body's ``executor``: name, whether it isolates tenants, runtime, a line of detail."""
         return {"name": self.name, "isolates": self.isolates, "runtime": "", "detail": ""}
 
-    @property
-    def state_path(self) -> Path:
-        """Where the job records live between agent runs (mode 0600: readable by the agent only)."""
-        return self.work_dir / STATE_FILE
+    def read_state(self) -> dict | None:
+        """The job records as the last save left them between agent runs (None: none saved)."""
+        return self.state.read()
 
     def save(self) -> None:
-        """Write the records atomically (called after every change; compact: a busy node writes it often,
-        three or four times a job). The attempts that ended here are most of it (up to ``FINISHED_KEPT`` and a
-        tenth, the oldest dropped then) and change only when one ends (``_ended_here``): their JSON is kept
-        from one save to the next until then. With them written anew and each record and event deep-copied
-        (``dataclasses.asdict``), a save took ~1 ms of CPU (0.4 now: bench/README.md, "The register storm
-        profiled"), the agent's largest cost a job when trivial jobs turn over."""
+        """Write the records, whole or not at all (``statefile.py``), after every change: a busy node writes
+        them three or four times a job. The attempts that ended here are most of it (up to ``FINISHED_KEPT``
+        and a tenth, the oldest dropped then) and change only when one ends (``_ended_here``): their JSON is
+        kept from one save to the next until then. With them written anew and each record and event
+        deep-copied (``dataclasses.asdict``), a save took ~1 ms of CPU (0.4 then: bench/README.md, "The
+        register storm profiled"), and a new file renamed over the old one 0.2-2 ms more of waiting."""
         if len(self.finished) > FINISHED_KEPT * 11 // 10:
             self.finished = dict(sorted(self.finished.items(), key=lambda item: item[1])[-FINISHED_KEPT:])
             self._finished_json = None
@@ -116,10 +117,7 @@ class Executor:
             self._finished_json = _compact(self.finished)
         jobs = _compact([job.to_json() for job in self.jobs.values()])
         unreported = _compact([event.to_json() for event in self.unreported.values()])
-        temporary = self.state_path.with_suffix(".tmp")
-        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(f'{{"jobs":{jobs},"finished":{self._finished_json},"unreported":{unreported}}}')
-        os.replace(temporary, self.state_path)
+        self.state.write(f'{{"jobs":{jobs},"finished":{self._finished_json},"unreported":{unreported}}}')
 
     def _ended_here(self, key: str) -> None:
         """Remember that attempt ``key`` ended on this node (it is never started here again)."""
@@ -133,11 +131,11 @@ class Executor:
         watched them. Returns the end events the portal has not acknowledged, older ones included.
         """
         try:
-            data = json.loads(self.state_path.read_text())
-        except FileNotFoundError:
-            return []
+            data = self.read_state()
         except (OSError, ValueError) as error:
-            log.error("state file %s unreadable, starting empty: %s", self.state_path, error)
+            log.error("state file in %s unreadable, starting empty: %s", self.work_dir, error)
+            return []
+        if data is None:
             return []
         self.finished = {str(k): float(v) for k, v in data.get("finished", {}).items()}
         self._finished_json = None
