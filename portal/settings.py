@@ -109,10 +109,11 @@ if DB_VENDOR == "postgresql":
     if env_bool("ROTA_DB_JIT_OFF", True):
         _options = DATABASES["default"].setdefault("OPTIONS", {})
         _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
-    # Parameters bound by the server (Django's default splices them into the SQL text on the client: for a
-    # job's INSERT of 55 values that conversion alone was ~10% of a submit's CPU), and a statement a connection
-    # has run ROTA_DB_PREPARE_THRESHOLD times is prepared there, parsed and planned once. 0 prepares none:
-    # behind PgBouncer before 1.21, or without its max_prepared_statements, a prepared statement is lost.
+    # Parameters bound by the server (Django's default splices them into the SQL text on the client), and a
+    # statement a connection has run ROTA_DB_PREPARE_THRESHOLD times is prepared there: parsed and planned once,
+    # not at each run (PostgreSQL's CPU a heartbeat 0.4-0.5 ms instead of 1.2-1.4: bench/README.md, "Statements
+    # bound by PostgreSQL"). 0 prepares none: behind PgBouncer before 1.21, or without its
+    # max_prepared_statements, a prepared statement is lost.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options["server_side_binding"] = True
     _options["prepare_threshold"] = env_int("ROTA_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
