@@ -103,18 +103,17 @@ if DB_VENDOR == "sqlite":
 if DB_VENDOR == "postgresql":
     DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with a health check without a round trip
     DATABASES["default"]["TEST"] = {"NAME": env_str("ROTA_TEST_DATABASE", "test_rota")}
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
     # No JIT for the portal's sessions: its queries are short, and on the accounting reports (correlated
     # subqueries per ledger row) JIT compilation took 9 of 10 seconds. Set in the connection's startup options;
     # ROTA_DB_JIT_OFF=0 leaves them alone (PgBouncer refuses unknown startup options: set jit there instead).
     if env_bool("ROTA_DB_JIT_OFF", True):
-        _options = DATABASES["default"].setdefault("OPTIONS", {})
         _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
     # Parameters bound by the server (Django's default splices them into the SQL text on the client), and a
     # statement a connection has run ROTA_DB_PREPARE_THRESHOLD times is prepared there: parsed and planned once,
     # not at each run (PostgreSQL's CPU a heartbeat 0.4-0.5 ms instead of 1.2-1.4: bench/README.md, "Statements
     # bound by PostgreSQL"). 0 prepares none: behind PgBouncer before 1.21, or without its
     # max_prepared_statements, a prepared statement is lost.
-    _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options["server_side_binding"] = True
     _options["prepare_threshold"] = env_int("ROTA_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
