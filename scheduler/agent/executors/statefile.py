@@ -50,24 +50,27 @@ class StateFile:
         newest: tuple[int, bytes] | None = None
         for slot in self.slots:
             try:
-                raw = slot.read_bytes()
+                record = _whole(slot.read_bytes())
             except FileNotFoundError:
                 continue
-            header, _, body = raw.partition(b"\n")
-            try:
-                crc, seq, length = (int(field, base)
-                                    for field, base in zip(header.split(), (16, 10, 10), strict=True))
-            except ValueError:
-                crc, seq, length = -1, 0, -1
-            if len(body) != length or zlib.crc32(body) != crc:
+            if record is None:
                 log.warning("state file %s is not whole (a save the agent did not finish): reading the other",
                             slot)
-                continue
-            if newest is None or seq > newest[0]:
-                newest = (seq, body)
+            elif newest is None or record[0] > newest[0]:
+                newest = record
         if newest is not None:
             self.seq = newest[0]
             return json.loads(newest[1])
         if self.legacy.exists():
             return json.loads(self.legacy.read_text())
         return None
+
+
+def _whole(raw: bytes) -> tuple[int, bytes] | None:
+    """``(sequence number, JSON)`` of a slot's record; None when its header, length or CRC says it is torn."""
+    header, _, body = raw.partition(b"\n")
+    try:
+        crc, seq, length = (int(text, base) for text, base in zip(header.split(), (16, 10, 10), strict=True))
+    except ValueError:
+        return None
+    return (seq, body) if len(body) == length and zlib.crc32(body) == crc else None
